@@ -1,0 +1,31 @@
+# Two commands matter: `make demo` (set up, run the main job on built-in sample data) and
+# `make test` (set up, lint, run the tests). Both create .venv and install what they need.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV_VERSION := 0.13.9
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements.txt -c constraints.txt -e .
+	touch $@
+
+demo: setup
+	$(VENV)/bin/ticdc-lake demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(VENV)/bin/pytest
+
+bench: setup
+	$(PY) -m bench.decode
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,3 @@
+from ticdc_lake.cli import main
+
+raise SystemExit(main())

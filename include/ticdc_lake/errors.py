@@ -1,0 +1,70 @@
+"""The project's exceptions: one per concern, each carrying what a person needs to act."""
+
+from __future__ import annotations
+
+
+class TicdcLakeError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ConfigError(TicdcLakeError):
+    """A pipeline or decoder setting is missing or invalid."""
+
+
+class DecodeError(TicdcLakeError):
+    """A Kafka record could not be decoded.
+
+    Carries the record's coordinates (topic, partition, offset), the protocol, the reason and,
+    where known, the byte position inside the key or value where decoding stopped.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        protocol: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        byte_offset: int | None = None,
+        source_file: str | None = None,
+    ):
+        self.reason = reason
+        self.protocol = protocol
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.byte_offset = byte_offset
+        self.source_file = source_file
+        super().__init__(reason)
+
+    def located(self, **coordinates) -> DecodeError:
+        """Fill in coordinates the raiser did not know (never overwrite the ones it gave)."""
+        for name, value in coordinates.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        return self
+
+    def __str__(self) -> str:
+        where = []
+        if self.source_file is not None:
+            where.append(f"file {self.source_file}")
+        if self.topic is not None:
+            where.append(f"topic {self.topic}")
+        if self.partition is not None:
+            where.append(f"partition {self.partition}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        if self.byte_offset is not None:
+            where.append(f"byte {self.byte_offset}")
+        prefix = f"{self.protocol}: " if self.protocol else ""
+        location = f" ({', '.join(where)})" if where else ""
+        return f"{prefix}{self.reason}{location}"
+
+
+class ClaimCheckError(DecodeError):
+    """A claim-check location is outside the configured roots, or its object is unreadable."""
+
+
+class SchemaNotFoundError(DecodeError):
+    """An Avro schema id is not known to the configured schema source."""

@@ -1,0 +1,104 @@
+"""What every protocol module provides: a Decoder and an Encoder over the one event model."""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ticdc_lake.claimcheck import ClaimCheckStore
+from ticdc_lake.compression import check_codec
+from ticdc_lake.errors import DecodeError
+from ticdc_lake.events import Event
+from ticdc_lake.records import KafkaRecord
+
+# What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
+# so a caller only ever has to handle the project's own error; the original stays chained.
+MALFORMED_INPUT_ERRORS = (
+    ValueError,  # includes orjson.JSONDecodeError, UnicodeDecodeError, binascii.Error
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    OverflowError,
+    EOFError,
+    struct.error,
+    RecursionError,
+)
+
+
+@dataclass(frozen=True)
+class CodecSettings:
+    """Per-topic settings a codec needs (the pipeline config's topic section)."""
+
+    compression: str = "none"  # none | snappy | lz4 (§1.6)
+    enable_tidb_extension: bool = True  # Canal-JSON `_tidb`, Avro `_tidb_*` fields
+    claim_check: ClaimCheckStore | None = None  # where claim-check objects may be read from
+    schema_source: Any = None  # Avro: a SchemaSource (registry, directory or _schemas export)
+    max_batch_size: int = 16  # encoders: row events per batched message (Open Protocol, Craft)
+    options: tuple[tuple[str, Any], ...] = ()  # protocol-specific knobs, documented per protocol
+
+    def __post_init__(self):
+        check_codec(self.compression)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaMessage:
+    """One encoded Kafka message (key may be None, value None for tombstones)."""
+
+    key: bytes | None
+    value: bytes | None
+
+
+class Decoder(ABC):
+    """Decodes one Kafka record into events; raises only DecodeError."""
+
+    protocol: ClassVar[str]
+
+    def __init__(self, settings: CodecSettings | None = None):
+        self.settings = settings or CodecSettings()
+
+    def decode(self, record: KafkaRecord) -> list[Event]:
+        try:
+            return self._decode(record)
+        except DecodeError as exc:
+            raise exc.located(
+                protocol=self.protocol,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
+        except MALFORMED_INPUT_ERRORS as exc:
+            raise DecodeError(
+                f"malformed {self.protocol} message: {type(exc).__name__}: {exc}",
+                protocol=self.protocol,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            ) from exc
+
+    @abstractmethod
+    def _decode(self, record: KafkaRecord) -> list[Event]:
+        """Decode; may raise DecodeError (coordinates are filled in by `decode`)."""
+
+
+class Encoder(ABC):
+    """Encodes the events of one Kafka partition, in order, into messages as TiCDC does.
+
+    Encoders batch consecutive row events where the protocol batches (Open Protocol, Craft);
+    DDL and resolved events always get a message of their own.
+    """
+
+    protocol: ClassVar[str]
+
+    def __init__(self, settings: CodecSettings | None = None):
+        self.settings = settings or CodecSettings()
+
+    @abstractmethod
+    def encode(self, events: Sequence[Event]) -> list[KafkaMessage]:
+        """Messages for `events`; events a protocol cannot carry are left out (documented)."""
