@@ -5,7 +5,9 @@ See PROTOCOLS.md §1.2–1.4. Names follow TiDB's own (`mysql.TypeLonglong`, `mo
 
 from __future__ import annotations
 
+import re
 import struct
+from dataclasses import dataclass, replace
 
 # Column type codes (§1.2), as carried in Open Protocol `t` and Craft `types`.
 TYPE_DECIMAL_OLD = 0
@@ -100,3 +102,77 @@ def float32(value: float) -> float:
     protocol decode the same column to the same Python float.
     """
     return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+
+
+@dataclass(frozen=True)
+class ParsedColumnType:
+    """A column type as TiDB prints it (`SHOW CREATE TABLE`, Canal-JSON content-compatible)."""
+
+    base: str  # bare lower-case name: "int", "decimal", "enum", "varbinary", "timestamp"
+    length: int | None = None  # M: display width, char length, precision, bit width or fsp
+    scale: int | None = None  # D of decimal(M,D)
+    elements: tuple[str, ...] | None = None  # ENUM/SET members, unescaped
+    unsigned: bool = False
+    zerofill: bool = False
+
+
+_TYPE_TEXT = re.compile(r"\s*([a-z]+)\s*(?:\((.*)\))?\s*((?:unsigned|zerofill|signed|\s)*)\s*$")
+
+
+def _quoted_elements(text: str) -> tuple[str, ...]:
+    """'a','b''c','d\\'e' → ("a", "b'c", "d'e"): SQL quoting with doubled quotes or backslashes."""
+    elements, i = [], 0
+    while i < len(text):
+        while i < len(text) and text[i] in " ,":
+            i += 1
+        if i == len(text):
+            break
+        if text[i] != "'":
+            raise ValueError(f"expected a quoted element at position {i} of {text!r}")
+        i += 1
+        chars = []
+        while True:
+            if i >= len(text):
+                raise ValueError(f"unterminated element in {text!r}")
+            char = text[i]
+            if char == "\\" and i + 1 < len(text):
+                chars.append(text[i + 1])
+                i += 2
+            elif char == "'" and text[i + 1 : i + 2] == "'":
+                chars.append("'")
+                i += 2
+            elif char == "'":
+                i += 1
+                break
+            else:
+                chars.append(char)
+                i += 1
+        elements.append("".join(chars))
+    return tuple(elements)
+
+
+def parse_column_type(text: str) -> ParsedColumnType:
+    """Parse `bigint(20) unsigned`, `decimal(10,4)`, `enum('a','b')`, `varbinary(64)`, `text`."""
+    match = _TYPE_TEXT.fullmatch(_lowercase_keywords(text))
+    if match is None:
+        raise ValueError(f"not a column type: {text!r}")
+    base, arguments, modifiers = match.groups()
+    words = modifiers.split()
+    parsed = ParsedColumnType(
+        base=base, unsigned="unsigned" in words or "zerofill" in words, zerofill="zerofill" in words
+    )
+    if arguments is None:
+        return parsed
+    if base in ("enum", "set"):
+        return replace(parsed, elements=_quoted_elements(arguments))
+    numbers = [int(part) for part in arguments.split(",")]
+    return replace(parsed, length=numbers[0], scale=numbers[1] if len(numbers) > 1 else None)
+
+
+def _lowercase_keywords(text: str) -> str:
+    """Lower-case the type name and modifiers but not the ENUM/SET members between the parens."""
+    head, paren, rest = text.partition("(")
+    if not paren:
+        return text.lower()
+    tail_at = rest.rfind(")")
+    return f"{head.lower()}({rest[:tail_at]}){rest[tail_at + 1 :].lower()}"
