@@ -1,0 +1,378 @@
+"""Where Avro writer schemas come from (PROTOCOLS.md §5.1).
+
+TiCDC's Avro messages name their writer schema by a Confluent schema id; every source here answers
+one question, `get_schema(schema_id) -> WriterSchema`, and caches the answer, so each schema is
+fetched and parsed once:
+
+* `RegistrySchemaSource`: a Confluent Schema Registry over REST (`GET /schemas/ids/{id}`, basic
+  auth) through confluent-kafka's `SchemaRegistryClient`, passed in or built from a URL.
+* `DirectorySchemaSource`: a directory of exported schemas, one file per id: `<id>.avsc` holding
+  the schema JSON, or `<id>.json` holding the registry's response to `GET /schemas/ids/{id}`
+  (`{"schema": "<schema JSON as a string>", ...}`; a bare schema object is accepted too).
+* `SchemasTopicSource`: an export of the registry's own `_schemas` topic.
+* `InMemorySchemaRegistry`: what the encoder registers into, assigning ids as a registry does for
+  TiCDC's registrations; it writes itself out as a directory or as `_schemas` records.
+
+An unknown id raises SchemaNotFoundError (a DecodeError: the record cannot be decoded). A registry
+that cannot be reached, or refuses the credentials, raises SchemaRegistryUnavailableError or
+ConfigError instead: those are not faults of the record, and quarantining every record of a topic
+because a server is down would hide the outage.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError, TicdcLakeError
+from ticdc_lake.records import KafkaRecord
+
+SCHEMAS_TOPIC = "_schemas"
+
+
+class SchemaRegistryUnavailableError(TicdcLakeError):
+    """The schema registry could not be asked (network failure, server error)."""
+
+
+@dataclass(frozen=True)
+class WriterSchema:
+    """One registered schema: its id, its text as stored, and that text parsed as JSON.
+
+    `definition` keeps every custom attribute (TiCDC's `connect.parameters`), which a parsed
+    fastavro schema would not promise to keep; decoders build their readers from it.
+    """
+
+    schema_id: int
+    text: str
+    definition: Any
+
+    @classmethod
+    def parse(cls, schema_id: int, text: str, source: str) -> WriterSchema:
+        try:
+            definition = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"schema id {schema_id} from {source} is not JSON: {exc}") from exc
+        return cls(schema_id, text, definition)
+
+
+def subject_for(topic: str, part: str) -> str:
+    """TopicNameStrategy as TiCDC applies it: `<topic, every "." made "_">-key` / `-value`."""
+    if part not in ("key", "value"):
+        raise ValueError(f"a subject is for the key or the value, not {part!r}")
+    return f"{topic.replace('.', '_')}-{part}"
+
+
+class SchemaSource(ABC):
+    """Gives the writer schema for a schema id; each id is looked up and parsed once."""
+
+    def __init__(self, description: str):
+        self.description = description
+        self._cache: dict[int, WriterSchema] = {}
+
+    def get_schema(self, schema_id: int) -> WriterSchema:
+        schema = self._cache.get(schema_id)
+        if schema is None:
+            text = self._fetch(schema_id)
+            if text is None:
+                raise SchemaNotFoundError(f"schema id {schema_id} is not in {self.description}")
+            schema = self._cache[schema_id] = WriterSchema.parse(schema_id, text, self.description)
+        return schema
+
+    @abstractmethod
+    def _fetch(self, schema_id: int) -> str | None:
+        """The schema text registered under `schema_id`, or None when the id is unknown."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.description})"
+
+
+class RegistrySchemaSource(SchemaSource):
+    """A Confluent Schema Registry, asked through confluent-kafka's `SchemaRegistryClient`.
+
+    Pass a client (tests may pass any object with `get_schema(schema_id)`), or build one with
+    `from_url`. The client caches what it fetched; this source caches the parsed schemas.
+    """
+
+    def __init__(self, client: Any, description: str | None = None):
+        super().__init__(description or f"schema registry {_registry_url(client)}")
+        self.client = client
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        conf: Mapping[str, Any] | None = None,
+    ) -> RegistrySchemaSource:
+        """A source for `url`, with basic auth when a username is given.
+
+        `conf` adds SchemaRegistryClient settings (`timeout`, `max.retries`, `ssl.ca.location`).
+        """
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        settings: dict[str, Any] = {"url": url, **(conf or {})}
+        if username is not None:
+            settings["basic.auth.user.info"] = f"{username}:{password or ''}"
+        try:
+            client = SchemaRegistryClient(settings)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"schema registry settings for {url}: {exc}") from exc
+        return cls(client, f"schema registry {url}")
+
+    def _fetch(self, schema_id: int) -> str | None:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            schema = self.client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return None
+            if exc.http_status_code in (401, 403):
+                raise ConfigError(
+                    f"{self.description} refused the credentials "
+                    f"(HTTP {exc.http_status_code}): {exc.error_message}"
+                ) from exc
+            raise SchemaRegistryUnavailableError(
+                f"{self.description} failed to give schema id {schema_id}: {exc}"
+            ) from exc
+        except _http_errors() as exc:
+            raise SchemaRegistryUnavailableError(
+                f"{self.description} could not be reached for schema id {schema_id}: {exc}"
+            ) from exc
+        schema_type = getattr(schema, "schema_type", None) or "AVRO"
+        if schema_type != "AVRO":
+            raise DecodeError(
+                f"schema id {schema_id} in {self.description} is a {schema_type} schema, not Avro"
+            )
+        if getattr(schema, "references", None):
+            raise DecodeError(
+                f"schema id {schema_id} in {self.description} uses schema references, "
+                "which TiCDC never registers"
+            )
+        return schema.schema_str
+
+
+def _http_errors() -> tuple[type[Exception], ...]:
+    """Network errors of confluent-kafka's HTTP client: httpx2 where installed, else httpx."""
+    errors = []
+    for module in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(module).HTTPError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
+def _registry_url(client: Any) -> str:
+    rest = getattr(client, "_rest_client", None)
+    urls = getattr(rest, "base_urls", None)
+    return ",".join(urls) if urls else type(client).__name__
+
+
+class DirectorySchemaSource(SchemaSource):
+    """A directory of exported schemas: `<id>.avsc` (schema JSON) or `<id>.json`.
+
+    A `.json` file holds the registry's `GET /schemas/ids/{id}` response, whose `schema` member
+    is the schema as a JSON string; a file holding the schema object itself is accepted too.
+    Files are read when their id is first asked for, so schemas added later are found.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise ConfigError(f"schema directory {self.directory} does not exist")
+        super().__init__(f"schema directory {self.directory}")
+
+    def _fetch(self, schema_id: int) -> str | None:
+        avsc = self.directory / f"{schema_id}.avsc"
+        if avsc.is_file():
+            return avsc.read_text(encoding="utf-8")
+        response = self.directory / f"{schema_id}.json"
+        if response.is_file():
+            return _schema_from_response(response.read_bytes(), f"{response}")
+        return None
+
+
+def _schema_from_response(data: bytes, where: str) -> str:
+    """The schema text of a registry response `{"schema": "...", "schemaType": ...}`."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"{where} is not JSON: {exc}") from exc
+    if isinstance(document, dict) and isinstance(document.get("schema"), str):
+        schema_type = document.get("schemaType") or "AVRO"
+        if schema_type != "AVRO":
+            raise DecodeError(f"{where} holds a {schema_type} schema, not Avro")
+        return document["schema"]
+    return data.decode("utf-8")
+
+
+class SchemasTopicSource(SchemaSource):
+    """An export of the registry's `_schemas` topic, read once when built.
+
+    Records with key `{"keytype": "SCHEMA", "subject", "version", "magic"}` carry the value
+    `{"subject", "version", "id", "schema", "schemaType"?, "deleted"?}`. Other key types
+    (CONFIG, MODE, NOOP, DELETE_SUBJECT, ...) are skipped. A deleted subject version (a value with
+    `"deleted": true`, or a null value) does not remove its id: ids are never reused, the registry
+    still serves soft-deleted schemas by id, and records written before the delete still name it.
+    """
+
+    def __init__(self, records: Iterable[KafkaRecord], description: str | None = None):
+        self._texts: dict[int, str] = {}
+        self.versions: dict[tuple[str, int], int] = {}  # (subject, version) -> id, live ones
+        count = 0
+        for record in records:
+            self._add(record)
+            count += 1
+        super().__init__(description or f"_schemas export ({count} records)")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SchemasTopicSource:
+        """Read a JSON Lines export (`key_b64`/`value_b64`, or kcat -J `key`/`payload` text),
+        optionally gzip-compressed, or a Parquet export with the Spark Kafka source columns."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"_schemas export {path} does not exist")
+        return cls(_read_export(path), f"_schemas export {path}")
+
+    def _add(self, record: KafkaRecord) -> None:
+        where = f"_schemas record at partition {record.partition}, offset {record.offset}"
+        if record.key is None:
+            return
+        try:
+            key = orjson.loads(record.key)
+            if not isinstance(key, dict) or key.get("keytype") != "SCHEMA":
+                return
+            subject_version = (str(key["subject"]), int(key["version"]))
+            if record.value is None:
+                self.versions.pop(subject_version, None)
+                return
+            value = orjson.loads(record.value)
+            schema_id, text = int(value["id"]), value["schema"]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where} is not a schema registration: {exc!r}") from exc
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: `schema` must be the schema JSON as a string")
+        if (value.get("schemaType") or "AVRO") != "AVRO":
+            return
+        known = self._texts.setdefault(schema_id, text)
+        if known != text:
+            raise ConfigError(f"{where} registers id {schema_id} again with a different schema")
+        if value.get("deleted"):
+            self.versions.pop(subject_version, None)
+        else:
+            self.versions[subject_version] = schema_id
+
+    def _fetch(self, schema_id: int) -> str | None:
+        return self._texts.get(schema_id)
+
+
+def _read_export(path: Path) -> list[KafkaRecord]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path, columns=["topic", "partition", "offset", "key", "value"])
+        return [KafkaRecord(**row) for row in rows.to_pylist()]
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as lines:
+        return [
+            _jsonl_record(line, path, number)
+            for number, line in enumerate(lines, 1)
+            if line.strip()
+        ]
+
+
+def _jsonl_record(line: bytes, path: Path, number: int) -> KafkaRecord:
+    try:
+        row = orjson.loads(line)
+        if "key_b64" in row or "value_b64" in row:
+            key, value = (_unbase64(row.get(f"{part}_b64")) for part in ("key", "value"))
+        else:
+            key, value = (_utf8(row.get(part)) for part in ("key", "payload"))
+        return KafkaRecord(
+            topic=row.get("topic", SCHEMAS_TOPIC),
+            partition=int(row.get("partition", 0)),
+            offset=int(row.get("offset", number - 1)),
+            key=key,
+            value=value,
+        )
+    except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path} line {number} is not an exported Kafka record: {exc}") from exc
+
+
+def _unbase64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text, validate=True)
+
+
+def _utf8(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8")
+
+
+class InMemorySchemaRegistry(SchemaSource):
+    """A registry in memory, assigning ids the way a Confluent registry does.
+
+    Ids count up from 1 in registration order and are global: registering a schema text that is
+    already known, under any subject, gives its existing id (a new version only if the subject
+    does not hold it yet). The Avro encoder registers into this as TiCDC registers into the real
+    registry: the key schema first, then the value schema, for every new table schema.
+    """
+
+    def __init__(self, first_id: int = 1):
+        super().__init__("in-memory schema registry")
+        self._next_id = first_id
+        self._ids_by_text: dict[str, int] = {}
+        self._texts: dict[int, str] = {}
+        self.subjects: dict[str, list[int]] = {}  # subject -> ids of versions 1, 2, ...
+        self._log: list[tuple[str, int, int]] = []  # (subject, version, id), registration order
+
+    def register(self, subject: str, schema_text: str) -> int:
+        """Register `schema_text` under `subject`; return its id."""
+        schema_id = self._ids_by_text.get(schema_text)
+        if schema_id is None:
+            schema_id = self._next_id
+            self._next_id += 1
+            self._ids_by_text[schema_text] = schema_id
+            self._texts[schema_id] = schema_text
+        versions = self.subjects.setdefault(subject, [])
+        if schema_id not in versions:
+            versions.append(schema_id)
+            self._log.append((subject, len(versions), schema_id))
+        return schema_id
+
+    def _fetch(self, schema_id: int) -> str | None:
+        return self._texts.get(schema_id)
+
+    def write_directory(self, directory: str | Path) -> Path:
+        """Write every schema as `<id>.avsc`, the layout DirectorySchemaSource reads."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for schema_id, text in self._texts.items():
+            (directory / f"{schema_id}.avsc").write_text(text, encoding="utf-8")
+        return directory
+
+    def schemas_records(self, topic: str = SCHEMAS_TOPIC, partition: int = 0) -> list[KafkaRecord]:
+        """The `_schemas` topic records a registry would have written for these registrations."""
+        records = []
+        for offset, (subject, version, schema_id) in enumerate(self._log):
+            key = {"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}
+            value = {
+                "subject": subject,
+                "version": version,
+                "id": schema_id,
+                "schema": self._texts[schema_id],
+                "deleted": False,
+            }
+            records.append(
+                KafkaRecord(topic, partition, offset, orjson.dumps(key), orjson.dumps(value))
+            )
+        return records
