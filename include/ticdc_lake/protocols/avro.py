@@ -1,0 +1,936 @@
+"""TiCDC's Avro protocol: Confluent-framed Avro records, one row change per Kafka message (§5).
+
+Wire format. Key and value are framed separately: byte 0 is the magic 0x00, bytes 1–4 the writer
+schema id (unsigned, big-endian), then the Avro binary record. The key record holds the handle-key
+columns; the value record every column plus, with the TiDB extension, `_tidb_op` ("c", "u", or
+with ticdc's before-value option "d"), `_tidb_commit_ts` and `_tidb_commit_physical_time`. A
+DELETE is a tombstone: the key and a null value. With `avro-enable-watermark` (test-only) a value
+may instead start with 0x01 (DDL JSON), 0x02 (8-byte big-endian checkpoint TS) or, from ticdc,
+0x03 (8-byte big-endian commit TS of a delete, in place of the tombstone's null value).
+
+Values. The writer schema says everything: `connect.parameters.tidb_type` names the TiDB type,
+`allowed` the ENUM/SET members (commas inside a member escaped as `\\,`), `length` the BIT width.
+Decoded values follow the event model, so every protocol gives the same value for the same row:
+DECIMAL bytes become the exact text with `scale` digits, BIGINT UNSIGNED written as a wrapped
+`long` gets 2**64 added back, BIT bytes become the big-endian integer, ENUM/SET names become the
+1-based index / bitmask.
+
+Without the TiDB extension a value carries no commit TS (commit_ts stays None) and no operation.
+Such a record is decoded as an `update` without an old image: it is the full new row of a key,
+which is what an upsert applies, and it claims nothing about whether the row existed before,
+which an `insert` would.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import fastavro
+import orjson
+
+from ticdc_lake import mysql
+from ticdc_lake.errors import ConfigError, DecodeError
+from ticdc_lake.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    Event,
+    ResolvedEvent,
+    RowEvent,
+)
+from ticdc_lake.protocols.base import (
+    MALFORMED_INPUT_ERRORS,
+    CodecSettings,
+    Decoder,
+    Encoder,
+    KafkaMessage,
+)
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.schema_registry import SchemaSource, WriterSchema, subject_for
+
+MAGIC_BYTE = 0x00
+DDL_BYTE = 0x01
+CHECKPOINT_BYTE = 0x02
+DELETE_MARKER_BYTE = 0x03
+HEADER_SIZE = 5
+
+OP_FIELD = "_tidb_op"
+COMMIT_TS_FIELD = "_tidb_commit_ts"
+PHYSICAL_TIME_FIELD = "_tidb_commit_physical_time"
+BEFORE_FIELD = "_ticdc_before"
+CHECKSUM_FIELDS = ("_tidb_row_level_checksum", "_tidb_corrupted", "_tidb_checksum_version")
+EXTENSION_FIELDS = frozenset({OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD, *CHECKSUM_FIELDS})
+OPERATIONS = {"c": INSERT, "u": UPDATE, "d": DELETE, "": UPDATE}
+
+KEY_FLAGS = mysql.FLAG_HANDLE_KEY | mysql.FLAG_PRIMARY_KEY
+_UINT64 = 1 << 64
+_TS = struct.Struct(">Q")
+_SCHEMA_ID = struct.Struct(">I")
+
+# tidb_type → MySQL type code, as tiflow's decoder maps it: the Avro schema does not say which
+# integer width or which string family a column had, so INT is Long and TEXT is Varchar.
+TIDB_TYPE_CODES = {
+    "INT": mysql.TYPE_LONG,
+    "INT UNSIGNED": mysql.TYPE_LONG,
+    "BIGINT": mysql.TYPE_LONGLONG,
+    "BIGINT UNSIGNED": mysql.TYPE_LONGLONG,
+    "FLOAT": mysql.TYPE_FLOAT,
+    "DOUBLE": mysql.TYPE_DOUBLE,
+    "BIT": mysql.TYPE_BIT,
+    "DECIMAL": mysql.TYPE_NEWDECIMAL,
+    "TEXT": mysql.TYPE_VARCHAR,
+    "BLOB": mysql.TYPE_LONG_BLOB,
+    "ENUM": mysql.TYPE_ENUM,
+    "SET": mysql.TYPE_SET,
+    "JSON": mysql.TYPE_JSON,
+    "DATE": mysql.TYPE_DATE,
+    "DATETIME": mysql.TYPE_DATETIME,
+    "TIMESTAMP": mysql.TYPE_TIMESTAMP,
+    "TIME": mysql.TYPE_DURATION,
+    "YEAR": mysql.TYPE_YEAR,
+    "TiDBVECTORFloat32": mysql.TYPE_VECTOR_FLOAT32,
+}
+
+
+# --- wire primitives -------------------------------------------------------------------------
+
+
+def read_confluent_header(data: bytes, part: str) -> int:
+    """The schema id of a Confluent-framed `part` (key or value).
+
+    Byte rule: byte 0 is the magic 0x00; bytes 1–4 are the schema id, unsigned big-endian.
+    """
+    if len(data) < HEADER_SIZE:
+        raise DecodeError(
+            f"{part}: a Confluent header needs {HEADER_SIZE} bytes (magic 0x00 + 4-byte schema "
+            f"id), got {len(data)}",
+            byte_offset=len(data),
+        )
+    if data[0] != MAGIC_BYTE:
+        raise DecodeError(
+            f"{part}: expected the Confluent magic byte 0x00, got 0x{data[0]:02x}", byte_offset=0
+        )
+    return _SCHEMA_ID.unpack_from(data, 1)[0]
+
+
+def confluent_header(schema_id: int) -> bytes:
+    return bytes([MAGIC_BYTE]) + _SCHEMA_ID.pack(schema_id)
+
+
+def read_ts_message(value: bytes, what: str) -> int:
+    """The TS of a 0x02 checkpoint or 0x03 delete marker: 1 type byte + 8 bytes big-endian."""
+    if len(value) != 9:
+        raise DecodeError(
+            f"value: a {what} is 9 bytes (0x{value[0]:02x} + 8-byte big-endian TS), "
+            f"got {len(value)}",
+            byte_offset=min(len(value), 9),
+        )
+    return _TS.unpack_from(value, 1)[0]
+
+
+def read_ddl_message(value: bytes) -> dict[str, Any]:
+    """A 0x01 DDL value: the type byte, then JSON {query, type, schema, table, commitTs}."""
+    try:
+        ddl = orjson.loads(value[1:])
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"value: DDL message JSON after byte 0x01 is invalid: {exc}") from exc
+    if not isinstance(ddl, dict):
+        raise DecodeError("value: DDL message must be a JSON object after byte 0x01")
+    expected = {"query": str, "type": int, "schema": str, "table": str, "commitTs": int}
+    for name, kind in expected.items():
+        if not isinstance(ddl.get(name), kind) or isinstance(ddl.get(name), bool):
+            raise DecodeError(
+                f"value: DDL message needs {kind.__name__} `{name}`, got {ddl!r:.200}"
+            )
+    if not 0 <= ddl["commitTs"] <= mysql.UINT64_MAX:
+        raise DecodeError(f"value: DDL commitTs {ddl['commitTs']} is not a uint64")
+    return ddl
+
+
+def decimal_text(unscaled: bytes, scale: int) -> str:
+    """Avro decimal bytes (big-endian two's complement unscaled integer) as exact text.
+
+    The text has exactly `scale` fraction digits, as TiDB prints the column: `129012.1230000`.
+    """
+    number = int.from_bytes(unscaled, "big", signed=True)
+    if scale <= 0:
+        return str(number)
+    digits = str(abs(number)).rjust(scale + 1, "0")
+    sign = "-" if number < 0 else ""
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+
+def decimal_bytes(text: str, scale: int) -> bytes:
+    """The inverse of `decimal_text`: minimal two's complement of the value times 10**scale."""
+    body = text.strip()
+    negative = body.startswith("-")
+    whole, _, fraction = body.lstrip("+-").partition(".")
+    if len(fraction) > scale or not (whole + fraction).isdigit() or not body.isascii():
+        raise ValueError(f"{text!r} is not a decimal with at most {scale} fraction digits")
+    number = int(whole + fraction.ljust(scale, "0"))
+    number = -number if negative else number
+    return number.to_bytes(number.bit_length() // 8 + 1, "big", signed=True)
+
+
+def bit_value(data: bytes) -> int:
+    """BIT bytes as an integer: big-endian, any length (tiflow writes the minimal length)."""
+    return int.from_bytes(data, "big")
+
+
+def bit_bytes(value: int) -> bytes:
+    """An integer as BIT bytes the way tiflow writes them: big-endian, minimal, at least one."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def split_allowed(text: str) -> tuple[str, ...]:
+    """The ENUM/SET members of `connect.parameters.allowed`: comma-separated, `\\,` inside one.
+
+    TiCDC escapes only commas, so a member ending in a backslash cannot be told apart; such
+    members do not occur in practice.
+    """
+    members, current, i = [], [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and text[i + 1 : i + 2] == ",":
+            current.append(",")
+            i += 2
+            continue
+        if char == ",":
+            members.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    members.append("".join(current))
+    return tuple(members)
+
+
+def join_allowed(members: Sequence[str]) -> str:
+    return ",".join(member.replace(",", "\\,") for member in members)
+
+
+def sql_type_list(base: str, members: Sequence[str]) -> str:
+    quoted = ("'" + member.replace("\\", "\\\\").replace("'", "''") + "'" for member in members)
+    return f"{base}({','.join(quoted)})"
+
+
+def sanitize_name(name: str) -> str:
+    """An Avro name as TiCDC makes it: characters outside [A-Za-z0-9_] become `_`; a leading
+    character that cannot start a name gets `_` in front if it is a digit, else is replaced."""
+    out = []
+    for i, char in enumerate(name):
+        valid_first = char.isascii() and (char.isalpha() or char == "_")
+        if i == 0 and not valid_first:
+            out.append("_" + char if char.isascii() and char.isdigit() else "_")
+        elif not (valid_first or (char.isascii() and char.isdigit())):
+            out.append("_")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+# --- reading schemas -------------------------------------------------------------------------
+
+
+class FieldPlan(NamedTuple):
+    """How one column field of a writer schema becomes a Column (a tuple: unpacked per row)."""
+
+    name: str
+    type_code: int | None
+    flags: int
+    mysql_type: str | None
+    convert: Callable[[Any], Any] | None
+
+
+@dataclass(frozen=True)
+class RecordPlan:
+    """A writer schema compiled once: the fastavro reader schema and the per-column plans."""
+
+    schema_id: int
+    schema: str
+    table: str
+    reader: Any  # fastavro-parsed schema, decimal logical types read as raw bytes
+    columns: tuple[FieldPlan, ...]
+    has_before: bool  # ticdc's `_ticdc_before` record (the old row) follows the columns
+
+
+def _unwrap_union(avro_type: Any) -> tuple[Any, bool]:
+    """(the non-null branch, nullable) of a field type; either branch order is accepted."""
+    if not isinstance(avro_type, list):
+        return avro_type, False
+    branches = [branch for branch in avro_type if branch != "null"]
+    if len(branches) != 1:
+        return avro_type, "null" in avro_type
+    return branches[0], len(branches) != len(avro_type)
+
+
+def _unsigned_long(value: int) -> int:
+    return value + _UINT64 if value < 0 else value
+
+
+def _unsigned_text(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) > mysql.UINT64_MAX:
+        raise ValueError(f"{value!r} is not a BIGINT UNSIGNED")
+    return int(value)
+
+
+def _decimal_reader(scale: int) -> Callable[[bytes], str]:
+    return lambda unscaled: decimal_text(unscaled, scale)
+
+
+def _enum_reader(members: tuple[str, ...]) -> Callable[[str], int]:
+    indexes = {member: i for i, member in enumerate(members, 1)}
+
+    def enum_index(name: str) -> int:
+        index = indexes.get(name)
+        if index is None:
+            if name == "":  # TiDB's invalid-value marker, index 0
+                return 0
+            raise ValueError(f"ENUM value {name!r} is not one of {list(members)}")
+        return index
+
+    return enum_index
+
+
+def _set_reader(members: tuple[str, ...]) -> Callable[[str], int]:
+    bits = {member: 1 << i for i, member in enumerate(members)}
+
+    def set_bitmask(names: str) -> int:
+        mask = 0
+        for name in names.split(",") if names else ():
+            bit = bits.get(name)
+            if bit is None:
+                raise ValueError(f"SET member {name!r} is not one of {list(members)}")
+            mask |= bit
+        return mask
+
+    return set_bitmask
+
+
+def compile_field(name: str, avro_type: Any) -> FieldPlan:
+    """The plan of one column field, from its Avro type and `connect.parameters`."""
+    branch, nullable = _unwrap_union(avro_type)
+    flags = mysql.FLAG_NULLABLE if nullable else 0
+    params = branch.get("connect.parameters") if isinstance(branch, dict) else None
+    primitive = branch.get("type") if isinstance(branch, dict) else branch
+    tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
+    convert, mysql_type = None, None
+    if isinstance(branch, dict) and branch.get("logicalType") == "decimal":
+        convert = _decimal_reader(int(branch.get("scale", 0)))
+        mysql_type = f"decimal({branch.get('precision')},{branch.get('scale', 0)})"
+    if tidb_type is None:
+        return FieldPlan(name, None, flags, mysql_type, convert)
+    if tidb_type not in TIDB_TYPE_CODES:
+        raise DecodeError(f"field {name!r} has an unknown tidb_type {tidb_type!r}")
+    if tidb_type.endswith("UNSIGNED"):
+        flags |= mysql.FLAG_UNSIGNED
+    if tidb_type == "BIGINT UNSIGNED":
+        convert = _unsigned_long if primitive == "long" else _unsigned_text
+    elif tidb_type == "FLOAT" and primitive == "double":
+        convert = (
+            mysql.float32
+        )  # before v7.0 FLOAT was written as double; fastavro's float is exact
+    elif tidb_type == "BIT":
+        convert = bit_value
+        mysql_type = f"bit({params['length']})" if "length" in params else None
+    elif tidb_type == "BLOB":
+        flags |= mysql.FLAG_BINARY
+    elif tidb_type in ("ENUM", "SET"):
+        members = split_allowed(params.get("allowed", ""))
+        convert = (_enum_reader if tidb_type == "ENUM" else _set_reader)(members)
+        mysql_type = sql_type_list(tidb_type.lower(), members)
+    elif tidb_type == "JSON":
+        mysql_type = "json"
+    return FieldPlan(name, TIDB_TYPE_CODES[tidb_type], flags, mysql_type, convert)
+
+
+def _raw_decimals(schema: Any) -> Any:
+    """A copy of `schema` with decimal logical types dropped, so fastavro hands us the raw bytes.
+
+    We turn them into exact text ourselves: faster than fastavro's Decimal, and never rounded to
+    the declared precision.
+    """
+    if isinstance(schema, list):
+        return [_raw_decimals(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copied = {key: _raw_decimals(value) for key, value in schema.items()}
+    if copied.get("logicalType") == "decimal":
+        del copied["logicalType"]
+    if "fields" in copied and isinstance(copied["fields"], list):
+        copied["fields"] = [_raw_decimals(field) for field in copied["fields"]]
+    return copied
+
+
+def _names(definition: dict) -> tuple[str, str]:
+    """(schema, table) from the record's namespace `<changefeed namespace>.<schema>` and name."""
+    name = definition.get("name")
+    if not isinstance(name, str):
+        raise DecodeError("the writer schema record has no name")
+    namespace = definition.get("namespace") or ""
+    if "." in name:
+        namespace, _, name = name.rpartition(".")
+    _, dot, schema = namespace.partition(".")
+    return (schema if dot else namespace), name
+
+
+def compile_record(writer: WriterSchema) -> RecordPlan:
+    definition = writer.definition
+    if not isinstance(definition, dict) or definition.get("type") != "record":
+        raise DecodeError(f"schema id {writer.schema_id} is not an Avro record schema")
+    fields = definition.get("fields")
+    if not isinstance(fields, list):
+        raise DecodeError(f"schema id {writer.schema_id} has no field list")
+    try:
+        reader = fastavro.parse_schema(_raw_decimals(definition))
+    except (fastavro.schema.SchemaParseException, fastavro.schema.UnknownType) as exc:
+        raise DecodeError(
+            f"schema id {writer.schema_id} is not a valid Avro schema: {exc}"
+        ) from exc
+    columns, before = [], None
+    for field in fields:
+        name = field["name"]
+        if name == BEFORE_FIELD:
+            before, _ = _unwrap_union(field["type"])
+        elif name not in EXTENSION_FIELDS:
+            columns.append(compile_field(name, field["type"]))
+    if before is not None:
+        _check_before_record(writer.schema_id, before, columns)
+    schema, table = _names(definition)
+    return RecordPlan(writer.schema_id, schema, table, reader, tuple(columns), before is not None)
+
+
+def _check_before_record(schema_id: int, before: Any, columns: list[FieldPlan]) -> None:
+    """The old row is read with the columns' plans, so its record must have the same fields."""
+    names = [f.get("name") for f in before.get("fields", ())] if isinstance(before, dict) else None
+    if names != [column.name for column in columns]:
+        raise DecodeError(
+            f"schema id {schema_id}: {BEFORE_FIELD} must be a record of the row's columns"
+        )
+
+
+# --- decoder ---------------------------------------------------------------------------------
+
+
+class AvroDecoder(Decoder):
+    """Decodes TiCDC Avro records with writer schemas from `settings.schema_source`."""
+
+    protocol = "avro"
+
+    def __init__(self, settings: CodecSettings | None = None):
+        super().__init__(settings)
+        if self.settings.schema_source is None:
+            raise ConfigError("avro needs a schema source (registry, directory or _schemas export)")
+        if self.settings.compression != "none":
+            raise ConfigError(
+                "TiCDC never compresses Avro values; set compression none for Avro topics"
+            )
+        self.source: SchemaSource = self.settings.schema_source
+        self._plans: dict[int, RecordPlan] = {}
+        self._keyed: dict[tuple[int, int], tuple[FieldPlan, ...]] = {}
+
+    def _plan(self, schema_id: int) -> RecordPlan:
+        plan = self._plans.get(schema_id)
+        if plan is None:
+            plan = self._plans[schema_id] = compile_record(self.source.get_schema(schema_id))
+        return plan
+
+    def _read(self, data: bytes, part: str) -> tuple[RecordPlan, dict]:
+        plan = self._plan(read_confluent_header(data, part))
+        stream = io.BytesIO(data)
+        stream.seek(HEADER_SIZE)
+        try:
+            record = fastavro.schemaless_reader(stream, plan.reader, None)
+        except MALFORMED_INPUT_ERRORS as exc:
+            at = stream.tell()
+            what = "ends early" if at >= len(data) else "is malformed"
+            raise DecodeError(
+                f"{part}: the Avro record of schema id {plan.schema_id} {what} "
+                f"(stopped at byte {at} of {len(data)}): {type(exc).__name__}: {exc}",
+                byte_offset=at,
+            ) from exc
+        if stream.tell() != len(data):
+            raise DecodeError(
+                f"{part}: {len(data) - stream.tell()} bytes left after the Avro record of schema "
+                f"id {plan.schema_id}",
+                byte_offset=stream.tell(),
+            )
+        return plan, record
+
+    def _decode(self, record: KafkaRecord) -> list[Event]:
+        key, value = record.key or None, record.value or None
+        if value is not None and value[0] != MAGIC_BYTE:
+            return [self._special(value, key, record)]
+        if key is None and value is None:
+            raise DecodeError("record has neither key nor value")
+        key_plan, key_record = self._read(key, "key") if key is not None else (None, None)
+        if value is None:
+            return [self._key_only_delete(key_plan, key_record, None, record)]
+        plan, values = self._read(value, "value")
+        if key_plan is not None and (key_plan.schema, key_plan.table) != (plan.schema, plan.table):
+            raise DecodeError(
+                f"key schema id {key_plan.schema_id} is for {key_plan.schema}.{key_plan.table} "
+                f"but value schema id {plan.schema_id} is for {plan.schema}.{plan.table}"
+            )
+        return [self._row(plan, values, key_plan, record)]
+
+    def _special(self, value: bytes, key: bytes | None, record: KafkaRecord) -> Event:
+        kind = value[0]
+        where = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+        if kind == CHECKPOINT_BYTE:
+            return ResolvedEvent(read_ts_message(value, "checkpoint message"), **where)
+        if kind == DDL_BYTE:
+            ddl = read_ddl_message(value)
+            return DdlEvent(
+                commit_ts=ddl["commitTs"],
+                schema=ddl["schema"],
+                table=ddl["table"],
+                query=ddl["query"],
+                ddl_type=ddl["type"] or None,  # 0 is TiDB's ActionNone: no type given
+                **where,
+            )
+        if kind == DELETE_MARKER_BYTE:
+            commit_ts = read_ts_message(value, "delete marker")
+            if key is None:
+                raise DecodeError("a delete marker (value 0x03) needs a key holding the row")
+            key_plan, key_record = self._read(key, "key")
+            return self._key_only_delete(key_plan, key_record, commit_ts, record)
+        raise DecodeError(
+            f"value: expected the Confluent magic byte 0x00 (or TiCDC's test-only 0x01 DDL, "
+            f"0x02 checkpoint, 0x03 delete marker), got 0x{kind:02x}",
+            byte_offset=0,
+        )
+
+    def _key_only_delete(
+        self, plan: RecordPlan, values: dict, commit_ts: int | None, record: KafkaRecord
+    ) -> RowEvent:
+        """A tombstone's delete: only the handle-key columns are known, and no commit TS."""
+        image = _image(plan.columns, values, KEY_FLAGS)
+        return _row_event(plan, DELETE, commit_ts, None, image, record, handle_key_only=True)
+
+    def _keyed_columns(self, key_plan: RecordPlan | None, plan: RecordPlan) -> tuple:
+        """The value's column plans with the key's columns flagged handle key and primary key."""
+        ids = (key_plan.schema_id if key_plan else -1, plan.schema_id)
+        columns = self._keyed.get(ids)
+        if columns is None:
+            names = {f.name for f in key_plan.columns} if key_plan else set()
+            columns = tuple(
+                FieldPlan(f.name, f.type_code, f.flags | KEY_FLAGS, f.mysql_type, f.convert)
+                if f.name in names
+                else f
+                for f in plan.columns
+            )
+            self._keyed[ids] = columns
+        return columns
+
+    def _row(
+        self, plan: RecordPlan, values: dict, key_plan: RecordPlan | None, record: KafkaRecord
+    ) -> RowEvent:
+        columns = self._keyed_columns(key_plan, plan)
+        operation = values.get(OP_FIELD, "")
+        op = OPERATIONS.get(operation)
+        if op is None:
+            raise DecodeError(f"value: unknown {OP_FIELD} {operation!r}; expected c, u or d")
+        commit_ts = values.get(COMMIT_TS_FIELD)
+        if commit_ts is not None:
+            commit_ts &= mysql.UINT64_MAX  # written as a signed long
+        before = values.get(BEFORE_FIELD)
+        old = _image(columns, before, 0) if before is not None else None
+        if op == DELETE:
+            if old is None:
+                raise DecodeError(f"value: {OP_FIELD} is d but {BEFORE_FIELD} is missing")
+            return _row_event(plan, DELETE, commit_ts, None, old, record)
+        return _row_event(plan, op, commit_ts, _image(columns, values, 0), old, record)
+
+
+def _row_event(
+    plan: RecordPlan,
+    op: str,
+    commit_ts: int | None,
+    columns: dict | None,
+    old_columns: dict | None,
+    record: KafkaRecord,
+    handle_key_only: bool = False,
+) -> RowEvent:
+    return RowEvent(
+        commit_ts=commit_ts,
+        schema=plan.schema,
+        table=plan.table,
+        op=op,
+        columns=columns,
+        old_columns=old_columns,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        handle_key_only=handle_key_only,
+    )
+
+
+def _image(columns: tuple[FieldPlan, ...], values: dict, extra_flags: int) -> dict[str, Column]:
+    image = {}
+    name = None
+    try:
+        for name, type_code, flags, mysql_type, convert in columns:
+            value = values[name]
+            if value is not None and convert is not None:
+                value = convert(value)
+            image[name] = Column(type_code, flags | extra_flags, value, mysql_type)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise DecodeError(f"column {name!r}: {exc}") from exc
+    return image
+
+
+# --- encoder ---------------------------------------------------------------------------------
+
+_NO_DEFAULT = object()
+_INT64_MAX = (1 << 63) - 1
+DECIMAL_MODES = ("precise", "string")
+BIGINT_UNSIGNED_MODES = ("long", "string")
+
+# MySQL type code → tidb_type, as tiflow's encoder names them (unsigned and binary refine it).
+_TIDB_TYPES = {
+    mysql.TYPE_TINY: "INT",
+    mysql.TYPE_SHORT: "INT",
+    mysql.TYPE_INT24: "INT",
+    mysql.TYPE_LONG: "INT",
+    mysql.TYPE_LONGLONG: "BIGINT",
+    mysql.TYPE_FLOAT: "FLOAT",
+    mysql.TYPE_DOUBLE: "DOUBLE",
+    mysql.TYPE_BIT: "BIT",
+    mysql.TYPE_NEWDECIMAL: "DECIMAL",
+    **dict.fromkeys(mysql.STRING_TYPES | mysql.BLOB_TYPES, "TEXT"),
+    mysql.TYPE_ENUM: "ENUM",
+    mysql.TYPE_SET: "SET",
+    mysql.TYPE_JSON: "JSON",
+    mysql.TYPE_DATE: "DATE",
+    mysql.TYPE_DATETIME: "DATETIME",
+    mysql.TYPE_TIMESTAMP: "TIMESTAMP",
+    mysql.TYPE_DURATION: "TIME",
+    mysql.TYPE_YEAR: "YEAR",
+    mysql.TYPE_VECTOR_FLOAT32: "TiDBVECTORFloat32",
+}
+
+
+def go_json(document: Any) -> str:
+    """Compact JSON as Go's encoding/json writes it, HTML characters escaped (schema text)."""
+    import json
+
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escape)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+@dataclass(frozen=True)
+class AvroOptions:
+    """The Avro knobs of CodecSettings.options (TiCDC's sink-URI parameters in brackets)."""
+
+    decimal_handling: str = "precise"  # precise | string   [avro-decimal-handling-mode]
+    bigint_unsigned_handling: str = "long"  # long | string [avro-bigint-unsigned-handling-mode]
+    enable_watermark: bool = False  # test-only DDL/checkpoint messages [avro-enable-watermark]
+    include_before_value: bool = False  # ticdc `_ticdc_before` [avro-include-before-value]
+    namespace: str = "default"  # changefeed namespace (tiflow) or keyspace (ticdc)
+    column_defaults: tuple[tuple[str, Any], ...] = ()  # column name → DEFAULT (event-model value)
+
+    @classmethod
+    def from_settings(cls, settings: CodecSettings) -> AvroOptions:
+        options = cls(
+            decimal_handling=settings.option("decimal_handling", "precise"),
+            bigint_unsigned_handling=settings.option("bigint_unsigned_handling", "long"),
+            enable_watermark=bool(settings.option("enable_watermark", False)),
+            include_before_value=bool(settings.option("include_before_value", False)),
+            namespace=settings.option("namespace", "default"),
+            column_defaults=tuple(dict(settings.option("column_defaults", None) or {}).items()),
+        )
+        if options.decimal_handling not in DECIMAL_MODES:
+            raise ConfigError(
+                f"decimal_handling must be precise or string, not {options.decimal_handling!r}"
+            )
+        if options.bigint_unsigned_handling not in BIGINT_UNSIGNED_MODES:
+            raise ConfigError(
+                "bigint_unsigned_handling must be long or string, "
+                f"not {options.bigint_unsigned_handling!r}"
+            )
+        return options
+
+
+@dataclass(frozen=True)
+class _ColumnWriter:
+    """How one column is written: its Avro field and the value conversion."""
+
+    column: str  # name in the event
+    field: dict  # the schema's field object, in Go's key order
+    to_avro: Callable[[Any], Any] | None
+
+
+def _wrap_unsigned(value: int) -> int:
+    return value - (1 << 64) if value > _INT64_MAX else value
+
+
+def _enum_writer(members: tuple[str, ...]) -> Callable[[int], str]:
+    def enum_name(index: int) -> str:
+        if index == 0:
+            return ""  # TiDB's invalid value; tiflow refuses it, Debezium writes ""
+        if not 0 < index <= len(members):
+            raise ValueError(f"ENUM index {index} is outside 1..{len(members)}")
+        return members[index - 1]
+
+    return enum_name
+
+
+def _set_writer(members: tuple[str, ...]) -> Callable[[int], str]:
+    def set_names(mask: int) -> str:
+        if mask >> len(members):
+            raise ValueError(f"SET bitmask {mask:#x} has bits beyond its {len(members)} members")
+        return ",".join(member for i, member in enumerate(members) if mask >> i & 1)
+
+    return set_names
+
+
+def _avro_type(column: Column, options: AvroOptions) -> tuple[dict, Callable | None]:
+    """(Avro type object, value conversion) of a column, as tiflow's columnToAvroSchema."""
+    code, flags = column.type_code, column.flags
+    unsigned, binary = bool(flags & mysql.FLAG_UNSIGNED), bool(flags & mysql.FLAG_BINARY)
+    tidb_type = _TIDB_TYPES.get(code)
+    if tidb_type is None:
+        raise ValueError(f"MySQL type code {code} has no Avro mapping in TiCDC")
+    if tidb_type in ("INT", "BIGINT") and unsigned:
+        tidb_type += " UNSIGNED"
+    elif tidb_type == "TEXT" and binary:
+        tidb_type = "BLOB"
+    params: dict[str, str] = {"tidb_type": tidb_type}
+    parsed = mysql.parse_column_type(column.mysql_type) if column.mysql_type else None
+    avro, convert, extra = "string", None, {}
+    if tidb_type.startswith("INT"):
+        avro = "long" if code == mysql.TYPE_LONG and unsigned else "int"
+    elif tidb_type == "BIGINT":
+        avro = "long"
+    elif tidb_type == "BIGINT UNSIGNED":
+        string = options.bigint_unsigned_handling == "string"
+        avro, convert = ("string", str) if string else ("long", _wrap_unsigned)
+    elif tidb_type in ("FLOAT", "DOUBLE"):
+        avro = tidb_type.lower()
+    elif tidb_type == "BIT":
+        params = {"length": str(parsed.length if parsed and parsed.length else 1), **params}
+        avro, convert = "bytes", bit_bytes
+    elif tidb_type == "DECIMAL" and options.decimal_handling == "precise":
+        precision = parsed.length if parsed and parsed.length else 10
+        scale = parsed.scale if parsed and parsed.scale is not None else 0
+        extra = {"logicalType": "decimal", "precision": precision, "scale": scale}
+        avro, convert = "bytes", lambda text, scale=scale: decimal_bytes(text, scale)
+    elif tidb_type == "BLOB":
+        avro = "bytes"
+    elif tidb_type in ("ENUM", "SET"):
+        if parsed is None or parsed.elements is None:
+            raise ValueError(f"{tidb_type} needs its members: give mysql_type, e.g. enum('a','b')")
+        params = {"allowed": join_allowed(parsed.elements), **params}
+        convert = (_enum_writer if tidb_type == "ENUM" else _set_writer)(parsed.elements)
+    elif tidb_type == "YEAR":
+        avro = "int"
+    return {"type": avro, "connect.parameters": params, **extra}, convert
+
+
+def _avro_default(value: Any) -> Any:
+    """A default in Avro's JSON form: bytes are a string of code points 0–255."""
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _column_writer(name: str, column: Column, options: AvroOptions) -> _ColumnWriter:
+    try:
+        avro_type, convert = _avro_type(column, options)
+    except ValueError as exc:
+        raise ValueError(f"column {name!r}: {exc}") from exc
+    nullable = bool(column.flags & mysql.FLAG_NULLABLE)
+    default = dict(options.column_defaults).get(name, _NO_DEFAULT)
+    if default is not _NO_DEFAULT and default is not None and convert is not None:
+        default = convert(default)
+    field: dict[str, Any] = {}
+    if "logicalType" in avro_type:  # goavro cannot take a logical-type default: never written
+        if nullable:
+            field = {"default": None, "name": sanitize_name(name), "type": ["null", avro_type]}
+        else:
+            field = {"name": sanitize_name(name), "type": avro_type}
+    elif nullable:
+        if default is _NO_DEFAULT or default is None:
+            field = {"default": None, "name": sanitize_name(name), "type": ["null", avro_type]}
+        else:
+            field = {
+                "default": _avro_default(default),
+                "name": sanitize_name(name),
+                "type": [avro_type, "null"],
+            }
+    elif default is not _NO_DEFAULT and default is not None:
+        field = {"default": _avro_default(default), "name": sanitize_name(name), "type": avro_type}
+    else:
+        field = {"name": sanitize_name(name), "type": avro_type}
+    return _ColumnWriter(name, field, convert)
+
+
+def _extension_fields(options: AvroOptions, enabled: bool) -> list[dict]:
+    op = {"default": "", "name": OP_FIELD, "type": "string"}
+    if not enabled:
+        return [op] if options.include_before_value else []
+    return [
+        op,
+        {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
+        {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
+    ]
+
+
+@dataclass
+class _TableWriter:
+    """The registered key and value schemas of one table version, and their writers."""
+
+    key_columns: tuple[_ColumnWriter, ...]
+    value_columns: tuple[_ColumnWriter, ...]
+    key_header: bytes
+    key_schema: Any
+    value_header: bytes
+    value_schema: Any
+
+    @staticmethod
+    def native(columns: tuple[_ColumnWriter, ...], image: dict[str, Column]) -> dict[str, Any]:
+        record = {}
+        for writer in columns:
+            column = image.get(writer.column)
+            if column is None:
+                raise ValueError(f"the row image has no column {writer.column!r}")
+            value = column.value
+            if value is not None and writer.to_avro is not None:
+                value = writer.to_avro(value)
+            record[writer.field["name"]] = value
+        return record
+
+
+def _write(schema: Any, header: bytes, record: dict) -> bytes:
+    stream = io.BytesIO()
+    stream.write(header)
+    fastavro.schemaless_writer(stream, schema, record)
+    return stream.getvalue()
+
+
+class AvroEncoder(Encoder):
+    """Encodes row events as tiflow does, registering schemas in `settings.schema_source`.
+
+    The schema source must be an InMemorySchemaRegistry (anything with `register(subject,
+    schema_text) -> id`). DDL and resolved events are written only with the test-only option
+    `enable_watermark` and the TiDB extension; otherwise TiCDC's Avro does not carry them and
+    they are left out. A DELETE of a table without a handle key has no key to rebuild it from
+    and is left out too, unless `include_before_value` writes the old row as a value.
+    """
+
+    protocol = "avro"
+
+    def __init__(self, settings: CodecSettings | None = None):
+        super().__init__(settings)
+        self.registry = self.settings.schema_source
+        if not callable(getattr(self.registry, "register", None)):
+            raise ConfigError(
+                "the Avro encoder registers its schemas: settings.schema_source must be an "
+                "InMemorySchemaRegistry"
+            )
+        self.options = AvroOptions.from_settings(self.settings)
+        self._watermarks = self.options.enable_watermark and self.settings.enable_tidb_extension
+        self._writers: dict[tuple, _TableWriter] = {}
+
+    def encode(self, events: Sequence[Event]) -> list[KafkaMessage]:
+        messages = []
+        for event in events:
+            if isinstance(event, RowEvent):
+                message = self._encode_row(event)
+            elif isinstance(event, ResolvedEvent):
+                message = self._encode_checkpoint(event) if self._watermarks else None
+            else:
+                message = self._encode_ddl(event) if self._watermarks else None
+            if message is not None:
+                messages.append(message)
+        return messages
+
+    def _encode_checkpoint(self, event: ResolvedEvent) -> KafkaMessage:
+        return KafkaMessage(None, bytes([CHECKPOINT_BYTE]) + _TS.pack(event.ts))
+
+    def _encode_ddl(self, event: DdlEvent) -> KafkaMessage:
+        ddl = {
+            "query": event.query,
+            "type": event.ddl_type or 0,
+            "schema": event.schema,
+            "table": event.table,
+            "commitTs": event.commit_ts or 0,
+        }
+        return KafkaMessage(None, bytes([DDL_BYTE]) + go_json(ddl).encode("utf-8"))
+
+    def _encode_row(self, event: RowEvent) -> KafkaMessage | None:
+        image = event.old_columns if event.op == DELETE else event.columns
+        if not image:
+            raise ValueError(f"{event.op} of {event.schema}.{event.table} has no row image")
+        writer = self._writer(event, image)
+        key = None
+        if writer.key_columns:
+            key = _write(
+                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
+            )
+        if event.op == DELETE and not self.options.include_before_value:
+            return None if key is None else KafkaMessage(key, None)
+        record = writer.native(writer.value_columns, image)
+        if self.options.include_before_value:
+            old = event.old_columns if event.op != INSERT else None
+            record[BEFORE_FIELD] = writer.native(writer.value_columns, old) if old else None
+        if self.settings.enable_tidb_extension:
+            if event.commit_ts is None:
+                raise ValueError("the TiDB extension needs the commit TS, and the event has none")
+            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
+            record[COMMIT_TS_FIELD] = _wrap_unsigned(event.commit_ts)
+            record[PHYSICAL_TIME_FIELD] = event.commit_ts >> 18
+        elif self.options.include_before_value:
+            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
+        return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
+
+    def _writer(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
+        signature = tuple((n, c.type_code, c.flags, c.mysql_type) for n, c in image.items())
+        cache_key = (event.topic, event.schema, event.table, signature)
+        writer = self._writers.get(cache_key)
+        if writer is None:
+            writer = self._writers[cache_key] = self._register(event, image)
+        return writer
+
+    def _register(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
+        """Build and register the key and value schemas of a table version (key first)."""
+        columns = tuple(_column_writer(n, c, self.options) for n, c in image.items())
+        names = [writer.field["name"] for writer in columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{event.table}: column names collide once sanitized: {names}")
+        keys = tuple(
+            w
+            for w, c in zip(columns, image.values(), strict=True)
+            if c.flags & mysql.FLAG_HANDLE_KEY
+        )
+        namespace = sanitize_name(self.options.namespace)
+        if sanitize_name(event.schema):
+            namespace += "." + sanitize_name(event.schema)
+        table = sanitize_name(event.table)
+
+        def record(name: str, fields: list[dict]) -> dict:
+            return {"type": "record", "name": name, "namespace": namespace, "fields": fields}
+
+        value_fields = [w.field for w in columns]
+        if self.options.include_before_value:
+            before = record(f"{table}_before", [w.field for w in columns])
+            value_fields.append({"default": None, "name": BEFORE_FIELD, "type": ["null", before]})
+        value_fields += _extension_fields(self.options, self.settings.enable_tidb_extension)
+        key_header, key_schema = b"", None
+        if keys:
+            key_header, key_schema = self._schema(
+                event.topic, "key", record(table, [w.field for w in keys])
+            )
+        value_header, value_schema = self._schema(event.topic, "value", record(table, value_fields))
+        return _TableWriter(keys, columns, key_header, key_schema, value_header, value_schema)
+
+    def _schema(self, topic: str, part: str, definition: dict) -> tuple[bytes, Any]:
+        schema_id = self.registry.register(subject_for(topic, part), go_json(definition))
+        return confluent_header(schema_id), fastavro.parse_schema(_raw_decimals(definition))

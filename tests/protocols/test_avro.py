@@ -1,0 +1,604 @@
+"""The Avro codec: upstream vectors, round trips in every mode, the wire rules, robustness."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import struct
+from decimal import ROUND_DOWN, Decimal
+
+import fastavro
+import pytest
+from ticdc_lake import mysql as m
+from ticdc_lake.cases import BY_NAME, make_column
+from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
+from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
+from ticdc_lake.protocols.avro import (
+    AvroDecoder,
+    AvroEncoder,
+    decimal_bytes,
+    decimal_text,
+    sanitize_name,
+    split_allowed,
+)
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.schema_registry import InMemorySchemaRegistry
+
+from tests.conftest import load_vector
+
+AVRO = "avro/"
+TOPIC = "cdc.testdb.avroencode"
+KEY = m.FLAG_HANDLE_KEY | m.FLAG_PRIMARY_KEY
+
+
+def _settings(registry=None, *, extension=True, **options) -> CodecSettings:
+    return CodecSettings(
+        schema_source=registry if registry is not None else InMemorySchemaRegistry(),
+        enable_tidb_extension=extension,
+        options=tuple(options.items()),
+    )
+
+
+def _record(key: bytes | None, value: bytes | None, offset: int = 7) -> KafkaRecord:
+    return KafkaRecord(TOPIC, 3, offset, key, value)
+
+
+def _framed(registry: InMemorySchemaRegistry, subject: str, schema: dict, native: dict) -> bytes:
+    """A Confluent-framed record written by fastavro itself (an independent writer)."""
+    schema_id = registry.register(subject, json.dumps(schema))
+    out = io.BytesIO()
+    out.write(b"\x00" + struct.pack(">I", schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), native)
+    return out.getvalue()
+
+
+# --- the upstream vectors --------------------------------------------------------------------
+
+CASES = load_vector(AVRO + "column_type_cases.json")
+GO_TYPES = {
+    "TypeTiny": m.TYPE_TINY,
+    "TypeShort": m.TYPE_SHORT,
+    "TypeInt24": m.TYPE_INT24,
+    "TypeLong": m.TYPE_LONG,
+    "TypeLonglong": m.TYPE_LONGLONG,
+    "TypeFloat": m.TYPE_FLOAT,
+    "TypeDouble": m.TYPE_DOUBLE,
+    "TypeBit": m.TYPE_BIT,
+    "TypeNewDecimal": m.TYPE_NEWDECIMAL,
+    "TypeTinyBlob": m.TYPE_TINY_BLOB,
+    "TypeMediumBlob": m.TYPE_MEDIUM_BLOB,
+    "TypeBlob": m.TYPE_BLOB,
+    "TypeLongBlob": m.TYPE_LONG_BLOB,
+    "TypeVarchar": m.TYPE_VARCHAR,
+    "TypeVarString": m.TYPE_VAR_STRING,
+    "TypeString": m.TYPE_STRING,
+    "TypeEnum": m.TYPE_ENUM,
+    "TypeSet": m.TYPE_SET,
+    "TypeJSON": m.TYPE_JSON,
+    "TypeDate": m.TYPE_DATE,
+    "TypeDatetime": m.TYPE_DATETIME,
+    "TypeTimestamp": m.TYPE_TIMESTAMP,
+    "TypeDuration": m.TYPE_DURATION,
+    "TypeYear": m.TYPE_YEAR,
+}
+# What each upstream case decodes to in the event model (the test inputs of avroTestColumns).
+DECODED = {
+    "bit": 683,
+    "decimal": "129012",  # the test column had no M,D, so scale 0: 129012.123 was cut to 129012
+    "float": m.float32(3.14),
+    "double": 3.14,
+    "enum": 1,
+    "set": 1,
+    "json": '{"key": "value"}',
+    "date": "2000-01-01",
+    "datetime": "2015-12-20 23:58:58",
+    "timestamp": "1973-12-30 15:30:00",
+    "time": "23:59:59",
+    "year": 1970,
+}
+
+
+def _decoded(case: dict):
+    name = case["column"]
+    if name in DECODED:
+        return DECODED[name]
+    if case["expected_native_value"].startswith("bytes"):
+        return b"hello world"
+    if case["expected_native_value"].startswith('"'):
+        return "hello world"
+    return 1
+
+
+def _native(case: dict, text: str | None = None):
+    """The Go native value of a case, as a Python value fastavro writes."""
+    text = text or case["expected_native_value"]
+    if text.startswith(("int32(", "int64(")):
+        return int(text[6:-1])
+    if text.startswith(("float32(", "float64(")):
+        return float(text[8:-1])
+    if text.startswith("bytes 02ab"):
+        return bytes.fromhex("02ab")
+    if text.startswith('bytes "'):
+        return text[7:-1].encode()
+    if text.startswith("big.Rat "):
+        numerator, denominator = map(int, text[8:].split("/"))
+        return (Decimal(numerator) / denominator).quantize(Decimal(1), rounding=ROUND_DOWN)
+    return json.loads(text)
+
+
+def _case_column(case: dict, nullable: bool = False) -> Column:
+    flags = case["ticdc_flag"] | (m.FLAG_NULLABLE if nullable else 0)
+    mysql_type = f"{case['column']}('a','b')" if case["column"] in ("enum", "set") else None
+    return Column(GO_TYPES[case["mysql_type"]], flags, _decoded(case), mysql_type)
+
+
+def _avroencode_image() -> dict[str, Column]:
+    """tiflow's avroencode test table: `id`, then every case column and its nullable twin."""
+    image = {"id": Column(m.TYPE_LONG, 0, 1)}
+    for case in CASES["cases"]:
+        image[case["column"]] = _case_column(case)
+        image[case["column"] + "nullable"] = dataclasses.replace(
+            _case_column(case, nullable=True), value=None
+        )
+    return image
+
+
+def _insert(image, *, schema="testdb", table="avroencode", commit_ts=417318403368288260):
+    return RowEvent(commit_ts, schema, table, INSERT, image, None, TOPIC, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("vector", "extension"),
+    [("schema_value_without_extension.json", False), ("schema_value_with_extension.json", True)],
+)
+def test_encoder_generates_tiflows_value_schemas(vector, extension):
+    registry = InMemorySchemaRegistry()
+    AvroEncoder(_settings(registry, extension=extension)).encode([_insert(_avroencode_image())])
+    # `id` carries no handle-key flag in tiflow's test, so the table has no key schema
+    assert registry.subjects == {"cdc_testdb_avroencode-value": [1]}
+    assert json.loads(registry.get_schema(1).text) == load_vector(AVRO + vector)
+
+
+def _native_row(schema: dict, nulls: bool) -> dict:
+    """A row for one of tiflow's avroencode schemas, filled with the upstream native values."""
+    by_column = {case["column"]: case for case in CASES["cases"]}
+    row = {}
+    for field in schema["fields"]:
+        name = field["name"]
+        base = name.removesuffix("nullable")
+        if name == "id":
+            row[name] = 1
+        elif name in by_column or base in by_column:
+            case = by_column[base]
+            string_mode = case.get("extra", {})
+            string_mode = next((v for k, v in string_mode.items() if k.startswith("with_")), None)
+            branch = field["type"][1] if isinstance(field["type"], list) else field["type"]
+            text = string_mode["native"] if string_mode and branch["type"] == "string" else None
+            row[name] = None if nulls and name != base else _native(case, text)
+        else:
+            row[name] = field["default"]
+    if "_tidb_op" in row:
+        row.update(_tidb_op="c", _tidb_commit_ts=417318403368288260)
+        row["_tidb_commit_physical_time"] = 417318403368288260 >> 18
+    return row
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [
+        "schema_value_without_extension.json",
+        "schema_value_with_extension.json",
+        "schema_value_with_extension_checksum.json",
+    ],
+)
+@pytest.mark.parametrize("nulls", [False, True])
+def test_decoder_reads_rows_written_with_tiflows_schemas(vector, nulls):
+    schema = load_vector(AVRO + vector)
+    registry = InMemorySchemaRegistry()
+    value = _framed(registry, "t-value", schema, _native_row(schema, nulls))
+    [event] = AvroDecoder(_settings(registry)).decode(_record(None, value))
+    assert (event.schema, event.table) == ("testdb", "avroencode")
+    extension = "_tidb_op" in json.dumps(schema)
+    assert event.op == (INSERT if extension else UPDATE)
+    assert event.commit_ts == (417318403368288260 if extension else None)
+    assert event.old_columns is None
+    checksum = "checksum" in vector  # this schema has decimals and unsigned bigints as strings
+    expected = {"id": 1}
+    for case in CASES["cases"]:
+        decoded = "129012.1230000" if checksum and case["column"] == "decimal" else _decoded(case)
+        expected[case["column"]] = decoded
+        expected[case["column"] + "nullable"] = None if nulls else decoded
+    assert {name: column.value for name, column in event.columns.items()} == expected
+    assert list(event.columns)[-1] == ("id" if checksum else "yearnullable")
+    assert event.columns["longlongunsigned"].flags == m.FLAG_UNSIGNED
+    assert event.columns["tinyblobnullable"].flags == m.FLAG_BINARY | m.FLAG_NULLABLE
+    assert event.columns["enum"].mysql_type == "enum('a','b')"
+    assert event.columns["decimal"].mysql_type == (None if checksum else "decimal(10,0)")
+
+
+@pytest.mark.parametrize("case", CASES["cases"], ids=lambda case: case["column"])
+def test_each_upstream_column_case_both_ways(case):
+    registry = InMemorySchemaRegistry()
+    schema = {
+        "type": "record",
+        "name": "t",
+        "namespace": "default.s",
+        "fields": [{"name": case["column"], "type": case["expected_field_type_schema"]}],
+    }
+    value = _framed(registry, "t-value", schema, {case["column"]: _native(case)})
+    [event] = AvroDecoder(_settings(registry)).decode(_record(None, value))
+    assert event.columns[case["column"]].value == _decoded(case)
+    assert event.columns[case["column"]].type_code is not None
+
+    ours = InMemorySchemaRegistry()
+    image = {case["column"]: _case_column(case)}
+    [message] = AvroEncoder(_settings(ours, extension=False)).encode([_insert(image, table="t")])
+    field = json.loads(ours.get_schema(1).text)["fields"][0]
+    assert field == {"name": case["column"], "type": case["expected_field_type_schema"]}
+    assert message.value[5:] == value[5:]
+
+
+@pytest.mark.parametrize(
+    ("column", "mode"),
+    [("longlongunsigned", "bigint_unsigned_handling"), ("decimal", "decimal_handling")],
+)
+def test_string_modes_match_the_upstream_cases(column, mode):
+    case = next(c for c in CASES["cases"] if c["column"] == column)
+    [extra] = [v for k, v in case["extra"].items() if k.startswith("with_")]
+    registry = InMemorySchemaRegistry()
+    encoder = AvroEncoder(_settings(registry, extension=False, **{mode: "string"}))
+    [message] = encoder.encode([_insert({column: _case_column(case)}, table="t")])
+    assert json.loads(registry.get_schema(1).text)["fields"][0]["type"] == extra["schema"]
+    [event] = AvroDecoder(_settings(registry)).decode(_record(message.key, message.value))
+    assert event.columns[column].value == _decoded(case)
+
+
+def test_confluent_envelope_example():
+    envelope = CASES["envelope_example"]
+    registry = InMemorySchemaRegistry(first_id=envelope["confluent_schema_id"])
+    registry.register("t-value", json.dumps(envelope["writer_schema"]))
+    value = bytes.fromhex(envelope["derived_confluent_message_hex"])
+    [event] = AvroDecoder(_settings(registry)).decode(_record(None, value))
+    assert (event.schema, event.table, event.op, event.commit_ts) == (
+        "testdb",
+        "avroenvelope",
+        UPDATE,
+        None,
+    )
+    assert event.columns == {"id": Column(None, 0, 7)}
+
+
+WATERMARKS = load_vector(AVRO + "watermark_and_ddl_test_only_messages.json")
+DDL_QUERY = "create table test.t(a int primary key)"
+
+
+def test_checkpoint_and_ddl_test_only_messages_both_ways():
+    checkpoint = bytes.fromhex(WATERMARKS["checkpoint"]["derived_value_hex"])
+    ddl = bytes.fromhex(WATERMARKS["ddl_value_layout"]["example_derived"])
+    decoder = AvroDecoder(_settings())
+    assert decoder.decode(_record(None, checkpoint)) == [ResolvedEvent(1591943372224, TOPIC, 3, 7)]
+    assert decoder.decode(_record(None, ddl)) == [
+        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, m.ACTION_CREATE_TABLE, TOPIC, 3, 7)
+    ]
+    events = [
+        ResolvedEvent(1591943372224, "t", 0, 0),
+        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, m.ACTION_CREATE_TABLE, "t", 0, 0),
+    ]
+    messages = AvroEncoder(_settings(enable_watermark=True)).encode(events)
+    assert [(message.key, message.value) for message in messages] == [
+        (None, checkpoint),
+        (None, ddl),
+    ]
+
+
+# --- the event rules ---------------------------------------------------------------------------
+
+
+def _orders(op=INSERT, *, commit_ts=1 << 62, amount="-12.50", note="hi", uid=(1 << 64) - 1):
+    """A keyed row: handle key `id`, a decimal, a nullable text and an unsigned bigint."""
+    image = {
+        "id": make_column(BY_NAME["c_bigint"], 42, key=True),
+        "amount": Column(m.TYPE_NEWDECIMAL, m.FLAG_BINARY, amount, "decimal(8,2)"),
+        "note": make_column(BY_NAME["c_varchar"], note),
+        "uid": make_column(BY_NAME["c_bigint_unsigned"], uid),
+    }
+    old = {**image, "note": dataclasses.replace(image["note"], value="before")}
+    columns, old_columns = {
+        INSERT: (image, None),
+        UPDATE: (image, old),
+        DELETE: (None, image),
+    }[op]
+    return RowEvent(commit_ts, "shop", "orders", op, columns, old_columns, TOPIC, 0, 0)
+
+
+def _round_trip(events, settings):
+    messages = make_encoder("avro", settings).encode(events)
+    decoder = make_decoder("avro", settings)
+    return messages, [
+        event
+        for offset, message in enumerate(messages)
+        for event in decoder.decode(_record(message.key, message.value, offset))
+    ]
+
+
+def test_update_carries_new_values_and_key_columns_are_flagged():
+    messages, [event] = _round_trip([_orders(UPDATE)], _settings())
+    assert messages[0].key[:5] == b"\x00\x00\x00\x00\x01"  # the key schema is registered first
+    assert messages[0].value[:5] == b"\x00\x00\x00\x00\x02"
+    assert (event.op, event.commit_ts, event.old_columns) == (UPDATE, 1 << 62, None)
+    assert event.handle_key == ("id",)
+    assert event.columns["id"].flags == KEY  # TiDB's binary-charset bit is not carried
+    assert event.columns["amount"] == Column(m.TYPE_NEWDECIMAL, 0, "-12.50", "decimal(8,2)")
+    assert event.columns["uid"] == Column(
+        m.TYPE_LONGLONG, m.FLAG_UNSIGNED | m.FLAG_NULLABLE, (1 << 64) - 1
+    )
+
+
+def test_delete_is_rebuilt_from_the_tombstones_key():
+    messages, [event] = _round_trip([_orders(DELETE)], _settings())
+    assert messages[0].value is None
+    assert event.op == DELETE
+    assert event.commit_ts is None  # a tombstone carries none: never invented
+    assert event.handle_key_only
+    assert event.columns is None
+    assert event.old_columns == {"id": Column(m.TYPE_LONGLONG, KEY, 42)}
+
+
+def test_delete_marker_value_gives_the_commit_ts():
+    registry = InMemorySchemaRegistry()
+    [message] = AvroEncoder(_settings(registry)).encode([_orders(DELETE)])
+    marker = b"\x03" + struct.pack(">Q", 1 << 62)
+    [event] = AvroDecoder(_settings(registry)).decode(_record(message.key, marker))
+    assert (event.op, event.commit_ts, event.handle_key_only) == (DELETE, 1 << 62, True)
+    with pytest.raises(DecodeError, match="needs a key"):
+        AvroDecoder(_settings(registry)).decode(_record(None, marker))
+
+
+@pytest.mark.parametrize("extension", [True, False])
+def test_before_value_gives_old_images_and_full_deletes(extension):
+    settings = _settings(extension=extension, include_before_value=True)
+    events = [_orders(INSERT), _orders(UPDATE), _orders(DELETE)]
+    messages, decoded = _round_trip(events, settings)
+    assert all(message.value for message in messages)
+    schema = json.loads(settings.schema_source.get_schema(2).text)
+    assert [f["name"] for f in schema["fields"]][4:] == ["_ticdc_before", "_tidb_op"] + (
+        ["_tidb_commit_ts", "_tidb_commit_physical_time"] if extension else []
+    )
+    assert schema["fields"][4]["type"][1]["name"] == "orders_before"
+    insert, update, delete = decoded
+    assert [e.op for e in decoded] == [INSERT, UPDATE, DELETE]
+    assert [e.commit_ts for e in decoded] == [1 << 62 if extension else None] * 3
+    assert insert.old_columns is None
+    assert update.old_columns["note"].value == "before"
+    assert update.columns["note"].value == "hi"
+    assert delete.columns is None and not delete.handle_key_only
+    assert delete.old_columns == update.columns
+    assert delete.handle_key == ("id",)
+
+
+def test_nullable_columns_with_a_default_put_null_second():
+    settings = _settings(column_defaults={"note": "n/a", "uid": 7})
+    _, [event] = _round_trip([_orders(note=None)], settings)
+    schema = json.loads(settings.schema_source.get_schema(2).text)
+    fields = {f["name"]: f for f in schema["fields"]}
+    assert fields["note"]["type"][1] == "null" and fields["note"]["default"] == "n/a"
+    assert fields["uid"]["type"][1] == "null" and fields["uid"]["default"] == 7
+    # decimals never take a default (goavro cannot write one): null first
+    assert fields["amount"]["type"] == {
+        "type": "bytes",
+        "connect.parameters": {"tidb_type": "DECIMAL"},
+        "logicalType": "decimal",
+        "precision": 8,
+        "scale": 2,
+    }
+    assert event.columns["note"] == Column(m.TYPE_VARCHAR, m.FLAG_NULLABLE, None)
+
+
+def test_bigint_unsigned_in_long_mode_wraps_and_is_restored():
+    registry = InMemorySchemaRegistry()
+    [message] = AvroEncoder(_settings(registry)).encode([_orders(uid=(1 << 63) + 5)])
+    native = fastavro.schemaless_reader(
+        io.BytesIO(message.value[5:]),
+        fastavro.parse_schema(json.loads(registry.get_schema(2).text)),
+        None,
+    )
+    assert native["uid"] == -(1 << 63) + 5
+    [event] = AvroDecoder(_settings(registry)).decode(_record(message.key, message.value))
+    assert event.columns["uid"].value == (1 << 63) + 5
+
+
+def test_names_are_sanitised_as_tiflow_does():
+    assert sanitize_name("1abc") == "_1abc"
+    assert sanitize_name("中文") == "__"
+    assert sanitize_name("a-b.c") == "a_b_c"
+    assert sanitize_name("_ok9") == "_ok9"
+    event = dataclasses.replace(_orders(), schema="my-shop", table="2024 orders")
+    settings = _settings()
+    _, [decoded] = _round_trip([event], settings)
+    assert (decoded.schema, decoded.table) == ("my_shop", "_2024_orders")
+    schema = json.loads(settings.schema_source.get_schema(2).text)
+    assert (schema["namespace"], schema["name"]) == ("default.my_shop", "_2024_orders")
+    assert settings.schema_source.subjects.keys() == {
+        f"{TOPIC.replace('.', '_')}-{p}" for p in ("key", "value")
+    }
+
+
+def test_decimal_text_keeps_the_declared_scale():
+    assert decimal_text(decimal_bytes("129012.1230000", 7), 7) == "129012.1230000"
+    assert decimal_text(decimal_bytes("-0.05", 2), 2) == "-0.05"
+    assert decimal_text(decimal_bytes("0.00", 2), 2) == "0.00"
+    assert decimal_text(decimal_bytes("12", 3), 3) == "12.000"
+    assert decimal_text(b"\xff", 0) == "-1"
+    assert decimal_text(b"", 2) == "0.00"
+    with pytest.raises(ValueError, match="at most 2 fraction digits"):
+        decimal_bytes("1.234", 2)
+
+
+def test_enum_and_set_members_may_hold_escaped_commas():
+    assert split_allowed("a\\,b,c") == ("a,b", "c")
+    assert split_allowed("") == ("",)
+    column = Column(m.TYPE_ENUM, m.FLAG_NULLABLE, 2, "enum('x,y','it''s')")
+    image = {"e": column, "s": Column(m.TYPE_SET, 0, 0b101, "set('p','q','r')")}
+    settings = _settings()
+    _, [event] = _round_trip([_insert(image)], settings)
+    fields = json.loads(settings.schema_source.get_schema(1).text)["fields"]
+    assert fields[0]["type"][1]["connect.parameters"]["allowed"] == "x\\,y,it's"
+    assert event.columns["e"] == column
+    assert event.columns["s"].value == 0b101
+    assert event.columns["s"].mysql_type == "set('p','q','r')"
+
+
+def test_bit_bytes_of_any_length_are_big_endian():
+    registry = InMemorySchemaRegistry()
+    schema = {
+        "type": "record",
+        "name": "t",
+        "namespace": "default.s",
+        "fields": [
+            {
+                "name": "b",
+                "type": {
+                    "type": "bytes",
+                    "connect.parameters": {"tidb_type": "BIT", "length": "10"},
+                },
+            }
+        ],
+    }
+    decoder = AvroDecoder(_settings(registry))
+    for data, number in [(b"\x02\xab", 683), (b"\x00\x00\x02\xab", 683), (b"\x00", 0), (b"", 0)]:
+        [event] = decoder.decode(_record(None, _framed(registry, "s", schema, {"b": data})))
+        assert event.columns["b"] == Column(m.TYPE_BIT, 0, number, "bit(10)")
+
+
+def test_events_avro_cannot_carry_are_left_out():
+    keyless = {"v": make_column(BY_NAME["c_int"], 1)}
+    events = [
+        _insert(keyless),
+        dataclasses.replace(_insert(keyless), op=DELETE, columns=None, old_columns=keyless),
+        ResolvedEvent(5, "t", 0, 0),
+        DdlEvent(5, "s", "t", "truncate table t", m.ACTION_TRUNCATE_TABLE, "t", 0, 0),
+    ]
+    [insert] = AvroEncoder(_settings()).encode(events)
+    assert insert.key is None
+    # watermarks need the TiDB extension too, as in tiflow
+    assert AvroEncoder(_settings(extension=False, enable_watermark=True)).encode(events[2:]) == []
+
+
+def test_a_new_table_version_is_a_new_schema_version():
+    registry = InMemorySchemaRegistry()
+    encoder = AvroEncoder(_settings(registry))
+    first = _orders()
+    wider = dataclasses.replace(
+        first, columns={**first.columns, "extra": make_column(BY_NAME["c_int"], 1)}
+    )
+    encoder.encode([first, first, wider])
+    assert registry.subjects == {
+        "cdc_testdb_avroencode-key": [1],
+        "cdc_testdb_avroencode-value": [2, 3],
+    }
+
+
+# --- clear errors ------------------------------------------------------------------------------
+
+
+def _good() -> tuple[InMemorySchemaRegistry, bytes, bytes]:
+    registry = InMemorySchemaRegistry()
+    [message] = AvroEncoder(_settings(registry)).encode([_orders()])
+    return registry, message.key, message.value
+
+
+@pytest.mark.parametrize(
+    ("mangle", "reason"),
+    [
+        (lambda k, v: (k, v[:3]), "value: a Confluent header needs 5 bytes .* got 3"),
+        (
+            lambda k, v: (b"\x07" + k[1:], v),
+            "key: expected the Confluent magic byte 0x00, got 0x07",
+        ),
+        (lambda k, v: (k, b"\x09" + v[1:]), "expected the Confluent magic byte 0x00 .* got 0x09"),
+        (
+            lambda k, v: (k, v[:5] + b"\x00\x00" + v[5:]),
+            "value: the Avro record of schema id 2 is malformed|bytes left",
+        ),
+        (lambda k, v: (k, v + b"\x00"), "value: 1 bytes left after the Avro record of schema id 2"),
+        (
+            lambda k, v: (k, v[:-4]),
+            r"value: the Avro record of schema id 2 ends early \(stopped at byte \d+ of \d+\)",
+        ),
+        (lambda k, v: (k, b"\x00\x00\x00\x00\x63" + v[5:]), "schema id 99 is not in in-memory"),
+        (lambda k, v: (None, b"\x02\x00\x01"), "checkpoint message is 9 bytes .* got 3"),
+        (lambda k, v: (None, b"\x01{oops"), "DDL message JSON after byte 0x01 is invalid"),
+        (lambda k, v: (None, b'\x01{"query": "q"}'), "DDL message needs int `type`"),
+        (lambda k, v: (None, None), "neither key nor value"),
+    ],
+)
+def test_bad_records_raise_clear_decode_errors(mangle, reason):
+    registry, key, value = _good()
+    key, value = mangle(key, value)
+    with pytest.raises(DecodeError, match=reason) as caught:
+        AvroDecoder(_settings(registry)).decode(KafkaRecord("orders", 4, 99, key, value))
+    error = caught.value
+    assert (error.protocol, error.topic, error.partition, error.offset) == ("avro", "orders", 4, 99)
+
+
+def test_key_and_value_of_different_tables_are_refused():
+    registry = InMemorySchemaRegistry()
+    encoder = AvroEncoder(_settings(registry))
+    [orders] = encoder.encode([_orders()])
+    [items] = encoder.encode([dataclasses.replace(_orders(), table="items")])
+    with pytest.raises(
+        DecodeError, match=r"key schema id 3 is for shop\.items but value schema id 2"
+    ):
+        AvroDecoder(_settings(registry)).decode(_record(items.key, orders.value))
+
+
+def test_unknown_schema_id_is_a_schema_not_found_error():
+    registry, key, value = _good()
+    with pytest.raises(SchemaNotFoundError, match="schema id 99"):
+        AvroDecoder(_settings(registry)).decode(_record(key, b"\x00\x00\x00\x00\x63" + value[5:]))
+
+
+def test_value_errors_name_the_column():
+    registry = InMemorySchemaRegistry()
+    schema = {
+        "type": "record",
+        "name": "t",
+        "namespace": "default.s",
+        "fields": [
+            {"name": "op", "type": "string"},
+            {
+                "name": "e",
+                "type": {
+                    "type": "string",
+                    "connect.parameters": {"tidb_type": "ENUM", "allowed": "a,b"},
+                },
+            },
+            {"name": "_tidb_op", "type": "string"},
+        ],
+    }
+    decoder = AvroDecoder(_settings(registry))
+    bad_enum = _framed(registry, "s", schema, {"op": "", "e": "z", "_tidb_op": "c"})
+    with pytest.raises(DecodeError, match=r"column 'e': ENUM value 'z' is not one of \['a', 'b'\]"):
+        decoder.decode(_record(None, bad_enum))
+    bad_op = _framed(registry, "s", schema, {"op": "", "e": "", "_tidb_op": "x"})
+    with pytest.raises(DecodeError, match="unknown _tidb_op 'x'"):
+        decoder.decode(_record(None, bad_op))
+    [event] = decoder.decode(
+        _record(None, _framed(registry, "s", schema, {"op": "", "e": "", "_tidb_op": "c"}))
+    )
+    assert event.columns["e"].value == 0  # TiDB's invalid ENUM value
+
+
+def test_settings_that_cannot_work_are_config_errors():
+    with pytest.raises(ConfigError, match="schema source"):
+        AvroDecoder(CodecSettings())
+    with pytest.raises(ConfigError, match="never compresses Avro"):
+        AvroDecoder(CodecSettings(schema_source=InMemorySchemaRegistry(), compression="lz4"))
+    with pytest.raises(ConfigError, match="InMemorySchemaRegistry"):
+        AvroEncoder(CodecSettings())
+    with pytest.raises(ConfigError, match="decimal_handling"):
+        AvroEncoder(_settings(decimal_handling="double"))
+    with pytest.raises(ConfigError, match="bigint_unsigned_handling"):
+        AvroEncoder(_settings(bigint_unsigned_handling="int"))
