@@ -666,16 +666,23 @@ def _shortest_float32_digits(value: float) -> str:
     target = m.float32(value)
     for digits in range(1, 10):
         nearest = f"{target:.{digits - 1}e}"
-        if m.float32(float(nearest)) == target:
+        if _reads_back_as(nearest, target):
             return nearest
         # At a power of two the interval that rounds to `target` is lopsided, so a neighbour of
         # the nearest candidate can read back correctly when the nearest does not.
         mantissa, exponent = nearest.split("e")
         step = Decimal(1).scaleb(int(exponent) - (digits - 1))
         for neighbour in (Decimal(mantissa).scaleb(int(exponent)) + s for s in (step, -step)):
-            if m.float32(float(neighbour)) == target:
+            if _reads_back_as(str(neighbour), target):
                 return str(neighbour)
     return repr(target)
+
+
+def _reads_back_as(text: str, target: float) -> bool:
+    try:
+        return m.float32(float(text)) == target
+    except OverflowError:  # beyond the float32 range
+        return False
 
 
 # easyjson escapes what orjson leaves alone: `<`, `>`, `&`, U+2028/U+2029, and writes \b and \f
