@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import random
 import struct
 from decimal import ROUND_DOWN, Decimal
 
 import fastavro
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from ticdc_lake import mysql as m
-from ticdc_lake.cases import BY_NAME, make_column
+from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
@@ -24,9 +27,22 @@ from ticdc_lake.protocols.avro import (
     split_allowed,
 )
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import InMemorySchemaRegistry
+from ticdc_lake.schema_registry import (
+    DirectorySchemaSource,
+    InMemorySchemaRegistry,
+    SchemasTopicSource,
+)
 
 from tests.conftest import load_vector
+from tests.strategies import (
+    SAFE_NAMES,
+    ddl_events,
+    partition_streams,
+    resolved_events,
+    row_events,
+    values,
+    without_coordinates,
+)
 
 AVRO = "avro/"
 TOPIC = "cdc.testdb.avroencode"
@@ -602,3 +618,216 @@ def test_settings_that_cannot_work_are_config_errors():
         AvroEncoder(_settings(decimal_handling="double"))
     with pytest.raises(ConfigError, match="bigint_unsigned_handling"):
         AvroEncoder(_settings(bigint_unsigned_handling="int"))
+
+
+# --- round trips over every column type, in every mode -----------------------------------------
+
+MODES = st.fixed_dictionaries(
+    {
+        "extension": st.booleans(),
+        "decimal_handling": st.sampled_from(["precise", "string"]),
+        "bigint_unsigned_handling": st.sampled_from(["long", "string"]),
+        "include_before_value": st.booleans(),
+        "enable_watermark": st.booleans(),
+    }
+)
+
+
+@st.composite
+def column_defaults(draw):
+    """DEFAULT values for some columns: nullable columns with one put null second."""
+    chosen = draw(st.lists(st.sampled_from(COLUMN_TYPES), unique_by=lambda c: c.name, max_size=8))
+    return {column_type.name: draw(values(column_type)) for column_type in chosen}
+
+
+def _settings_for(mode: dict, defaults: dict) -> CodecSettings:
+    options = {k: v for k, v in mode.items() if k != "extension"}
+    return _settings(extension=mode["extension"], column_defaults=defaults, **options)
+
+
+def _expected_column(column: Column, is_key: bool, mode: dict) -> Column:
+    """What Avro keeps of a column: the tidb_type's type code, the flags it tells, the value."""
+    code, flags = column.type_code, column.flags
+    parsed = m.parse_column_type(column.mysql_type)
+    if code in (m.TYPE_TINY, m.TYPE_SHORT, m.TYPE_INT24):
+        code = m.TYPE_LONG
+    elif code in m.STRING_TYPES | m.BLOB_TYPES:
+        code = m.TYPE_LONG_BLOB if column.flags & m.FLAG_BINARY else m.TYPE_VARCHAR
+    kept = column.flags & m.FLAG_NULLABLE
+    if column.type_code in m.INTEGER_TYPES:
+        kept |= flags & m.FLAG_UNSIGNED
+    if code == m.TYPE_LONG_BLOB:
+        kept |= m.FLAG_BINARY
+    if is_key:
+        kept |= KEY
+    mysql_type = None
+    if code == m.TYPE_NEWDECIMAL and mode["decimal_handling"] == "precise":
+        mysql_type = f"decimal({parsed.length},{parsed.scale or 0})"
+    elif code == m.TYPE_BIT:
+        mysql_type = f"bit({parsed.length})"
+    elif code in (m.TYPE_ENUM, m.TYPE_SET, m.TYPE_JSON):
+        mysql_type = column.mysql_type
+    return Column(code, kept, column.value, mysql_type)
+
+
+def _expected(event, mode: dict) -> list:
+    """The events Avro gives back for `event`: PROTOCOLS.md §5 as a function."""
+    if not isinstance(event, RowEvent):
+        return [event] if mode["enable_watermark"] and mode["extension"] else []
+    image = event.old_columns if event.op == DELETE else event.columns
+    keys = {name for name, column in image.items() if column.flags & m.FLAG_HANDLE_KEY}
+
+    def kept(columns):
+        return {n: _expected_column(c, n in keys, mode) for n, c in columns.items()}
+
+    before = mode["include_before_value"]
+    row = dataclasses.replace(
+        event,
+        schema=sanitize_name(event.schema),
+        table=sanitize_name(event.table),
+        partition_id=None,
+        commit_ts=event.commit_ts if mode["extension"] else None,
+        op=event.op if mode["extension"] or before else UPDATE,
+        columns=None if event.op == DELETE else kept(event.columns),
+        old_columns=kept(event.old_columns) if before and event.op != INSERT else None,
+    )
+    if event.op == DELETE and not before:
+        key_only = {n: c for n, c in kept(event.old_columns).items() if n in keys}
+        row = dataclasses.replace(
+            row, op=DELETE, commit_ts=None, old_columns=key_only, handle_key_only=True
+        )
+    return [row]
+
+
+@given(partition_streams(), MODES, column_defaults())
+def test_round_trip_of_partition_streams_in_every_mode(events, mode, defaults):
+    _, decoded = _round_trip(events, _settings_for(mode, defaults))
+    expected = [e for event in events for e in _expected(event, mode)]
+    assert without_coordinates(decoded) == expected
+
+
+@given(row_events(names=SAFE_NAMES), MODES)
+def test_round_trip_keeps_names_that_need_no_sanitising(event, mode):
+    _, decoded = _round_trip([event], _settings_for(mode, {}))
+    assert [(e.schema, e.table) for e in decoded] == [(event.schema, event.table)]
+    assert without_coordinates(decoded) == _expected(event, mode)
+
+
+@given(st.lists(ddl_events() | resolved_events(), max_size=5))
+def test_ddl_and_resolved_events_round_trip_with_watermarks(events):
+    _, decoded = _round_trip(events, _settings(enable_watermark=True))
+    assert without_coordinates(decoded) == events
+
+
+def test_messages_decode_from_every_kind_of_schema_source(tmp_path):
+    registry = InMemorySchemaRegistry()
+    events = [_orders(INSERT), _orders(UPDATE), _orders(DELETE)]
+    messages, expected = _round_trip(events, _settings(registry))
+    sources = [
+        DirectorySchemaSource(registry.write_directory(tmp_path)),
+        SchemasTopicSource(registry.schemas_records()),
+    ]
+    for source in sources:
+        decoder = AvroDecoder(_settings(source))
+        decoded = [
+            event
+            for offset, message in enumerate(messages)
+            for event in decoder.decode(_record(message.key, message.value, offset))
+        ]
+        assert decoded == expected, source
+
+
+# --- robustness --------------------------------------------------------------------------------
+
+
+def _corpus(registry: InMemorySchemaRegistry) -> list[tuple[bytes | None, bytes | None]]:
+    """Valid messages of every kind: rows of every column type in every mode, DDL, checkpoints."""
+    rng = random.Random(20240901)
+    messages = []
+    for extension in (True, False):
+        for decimal, bigint, before in (
+            ("precise", "long", False),
+            ("string", "string", True),
+            ("precise", "string", True),
+        ):
+            settings = _settings(
+                registry,
+                extension=extension,
+                decimal_handling=decimal,
+                bigint_unsigned_handling=bigint,
+                include_before_value=before,
+                enable_watermark=True,
+                column_defaults={"c_int": 5, "c_varchar": "d"},
+            )
+            events = []
+            for op in (INSERT, UPDATE, DELETE, INSERT):
+                image = {"id": make_column(BY_NAME["c_bigint"], rng.randint(0, 99), key=True)}
+                for column_type in COLUMN_TYPES:
+                    value = random_value(column_type, rng) if rng.random() < 0.8 else None
+                    image[column_type.name] = make_column(column_type, value)
+                events.append(
+                    RowEvent(
+                        rng.randint(1, 1 << 62),
+                        "shop",
+                        "everything",
+                        op,
+                        None if op == DELETE else image,
+                        image if op != INSERT else None,
+                        TOPIC,
+                        0,
+                        0,
+                    )
+                )
+            events += [ResolvedEvent(1 << 60, TOPIC, 0, 0), _ddl_event()]
+            messages += [(m_.key, m_.value) for m_ in AvroEncoder(settings).encode(events)]
+    return messages
+
+
+def _ddl_event() -> DdlEvent:
+    return DdlEvent(7, "shop", "everything", DDL_QUERY, m.ACTION_CREATE_TABLE, TOPIC, 0, 0)
+
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    kind = rng.randrange(5)
+    if kind == 0 or not data:  # truncate
+        return data[: rng.randrange(len(data) + 1)]
+    if kind == 1:  # flip bits
+        mutated = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(len(mutated))] ^= 1 << rng.randrange(8)
+        return bytes(mutated)
+    if kind == 2:  # overwrite a run with random bytes, mostly after the header
+        at = rng.randrange(len(data))
+        return data[:at] + rng.randbytes(rng.randint(1, 8)) + data[at + 8 :]
+    if kind == 3:  # insert random bytes
+        at = rng.randrange(len(data) + 1)
+        return data[:at] + rng.randbytes(rng.randint(1, 8)) + data[at:]
+    return data[:5] + rng.randbytes(rng.randint(0, 64))  # a valid header, random body
+
+
+def test_fuzzed_messages_raise_only_decode_errors_with_coordinates():
+    registry = InMemorySchemaRegistry()
+    corpus = _corpus(registry)
+    decoder = AvroDecoder(_settings(registry))
+    rng = random.Random(1234)
+    outcomes = {"events": 0, "errors": 0}
+    for offset in range(12_000):
+        key, value = rng.choice(corpus)
+        if rng.random() < 0.03:
+            key, value = None, rng.randbytes(rng.randint(0, 40))
+        elif key is not None and (value is None or rng.random() < 0.3):
+            key = _mutate(key, rng)
+        else:
+            value = _mutate(value, rng)
+        record = KafkaRecord("fuzz", offset % 7, offset, key, value)
+        try:
+            events = decoder.decode(record)
+        except DecodeError as error:
+            assert (error.topic, error.partition, error.offset) == ("fuzz", offset % 7, offset)
+            assert error.reason
+            outcomes["errors"] += 1
+        else:
+            assert all(isinstance(e, (RowEvent, DdlEvent, ResolvedEvent)) for e in events)
+            outcomes["events"] += 1
+    # both paths were exercised: mutations that still decode, and ones that are refused
+    assert min(outcomes.values()) > 1000, outcomes

@@ -325,7 +325,7 @@ def compile_field(name: str, avro_type: Any) -> FieldPlan:
         convert = _decimal_reader(int(branch.get("scale", 0)))
         mysql_type = f"decimal({branch.get('precision')},{branch.get('scale', 0)})"
     if tidb_type is None:
-        return FieldPlan(name, None, flags, mysql_type, convert)
+        return FieldPlan(name, None, flags, mysql_type, _keep_null(convert))
     if tidb_type not in TIDB_TYPE_CODES:
         raise DecodeError(f"field {name!r} has an unknown tidb_type {tidb_type!r}")
     if tidb_type.endswith("UNSIGNED"):
@@ -333,9 +333,9 @@ def compile_field(name: str, avro_type: Any) -> FieldPlan:
     if tidb_type == "BIGINT UNSIGNED":
         convert = _unsigned_long if primitive == "long" else _unsigned_text
     elif tidb_type == "FLOAT" and primitive == "double":
-        convert = (
-            mysql.float32
-        )  # before v7.0 FLOAT was written as double; fastavro's float is exact
+        # Before v7.0 FLOAT was written as a double. A float field needs no rounding: fastavro
+        # widens the float32 it read, which is exactly what mysql.float32 gives.
+        convert = mysql.float32
     elif tidb_type == "BIT":
         convert = bit_value
         mysql_type = f"bit({params['length']})" if "length" in params else None
@@ -347,7 +347,14 @@ def compile_field(name: str, avro_type: Any) -> FieldPlan:
         mysql_type = sql_type_list(tidb_type.lower(), members)
     elif tidb_type == "JSON":
         mysql_type = "json"
-    return FieldPlan(name, TIDB_TYPE_CODES[tidb_type], flags, mysql_type, convert)
+    return FieldPlan(name, TIDB_TYPE_CODES[tidb_type], flags, mysql_type, _keep_null(convert))
+
+
+def _keep_null(convert: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
+    """`convert` passing NULL through, so rows are built without a per-value None test."""
+    if convert is None:
+        return None
+    return lambda value: None if value is None else convert(value)
 
 
 def _raw_decimals(schema: Any) -> Any:
@@ -573,17 +580,30 @@ def _row_event(
 
 
 def _image(columns: tuple[FieldPlan, ...], values: dict, extra_flags: int) -> dict[str, Column]:
-    image = {}
-    name = None
+    """The row image of a decoded record: one comprehension, the hot loop of the decoder."""
     try:
-        for name, type_code, flags, mysql_type, convert in columns:
-            value = values[name]
-            if value is not None and convert is not None:
-                value = convert(value)
-            image[name] = Column(type_code, flags | extra_flags, value, mysql_type)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise DecodeError(f"column {name!r}: {exc}") from exc
-    return image
+        return {
+            name: Column(
+                type_code,
+                flags | extra_flags,
+                values[name] if convert is None else convert(values[name]),
+                mysql_type,
+            )
+            for name, type_code, flags, mysql_type, convert in columns
+        }
+    except (ValueError, TypeError, OverflowError):
+        raise _column_error(columns, values) from None
+
+
+def _column_error(columns: tuple[FieldPlan, ...], values: dict) -> DecodeError:
+    """The error of the first column whose value cannot be converted (the slow path)."""
+    for plan in columns:
+        try:
+            if plan.convert is not None:
+                plan.convert(values[plan.name])
+        except (ValueError, TypeError, OverflowError) as exc:
+            return DecodeError(f"column {plan.name!r}: {exc}")
+    return DecodeError("a column value could not be converted")
 
 
 # --- encoder ---------------------------------------------------------------------------------
