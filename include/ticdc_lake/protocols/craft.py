@@ -796,6 +796,7 @@ def configure_speedups(module):
             model.INSERT,
             model.UPDATE,
             model.DELETE,
+            VALUE_LAYOUT,
         )
     except (TypeError, ValueError) as exc:
         # The event model changed shape under the extension: decoding stays correct in Python.
