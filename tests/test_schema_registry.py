@@ -357,7 +357,7 @@ def test_schemas_topic_reads_export_files(tmp_path):
         assert str(path) in source.description
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"key_b64": "***"}\n')
-    with pytest.raises(ConfigError, match="line 1 is not an exported Kafka record"):
+    with pytest.raises(ConfigError, match="cannot be read: unreadable export record"):
         SchemasTopicSource.from_file(broken)
     with pytest.raises(ConfigError, match="does not exist"):
         SchemasTopicSource.from_file(tmp_path / "missing.jsonl")

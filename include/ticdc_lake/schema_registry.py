@@ -21,8 +21,6 @@ because a server is down would hide the outage.
 
 from __future__ import annotations
 
-import base64
-import gzip
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -33,6 +31,7 @@ from typing import Any
 import orjson
 
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError, TicdcLakeError
+from ticdc_lake.exports import ExportError, read_export
 from ticdc_lake.records import KafkaRecord
 
 SCHEMAS_TOPIC = "_schemas"
@@ -238,12 +237,15 @@ class SchemasTopicSource(SchemaSource):
 
     @classmethod
     def from_file(cls, path: str | Path) -> SchemasTopicSource:
-        """Read a JSON Lines export (`key_b64`/`value_b64`, or kcat -J `key`/`payload` text),
-        optionally gzip-compressed, or a Parquet export with the Spark Kafka source columns."""
+        """Read an export file of the topic, in any layout `exports.read_export` reads."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"_schemas export {path} does not exist")
-        return cls(_read_export(path), f"_schemas export {path}")
+        try:
+            records = list(read_export(path))
+        except ExportError as exc:
+            raise ConfigError(f"_schemas export {path} cannot be read: {exc}") from exc
+        return cls(records, f"_schemas export {path}")
 
     def _add(self, record: KafkaRecord) -> None:
         where = f"_schemas record at partition {record.partition}, offset {record.offset}"
@@ -275,47 +277,6 @@ class SchemasTopicSource(SchemaSource):
 
     def _fetch(self, schema_id: int) -> str | None:
         return self._texts.get(schema_id)
-
-
-def _read_export(path: Path) -> list[KafkaRecord]:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(path, columns=["topic", "partition", "offset", "key", "value"])
-        return [KafkaRecord(**row) for row in rows.to_pylist()]
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as lines:
-        return [
-            _jsonl_record(line, path, number)
-            for number, line in enumerate(lines, 1)
-            if line.strip()
-        ]
-
-
-def _jsonl_record(line: bytes, path: Path, number: int) -> KafkaRecord:
-    try:
-        row = orjson.loads(line)
-        if "key_b64" in row or "value_b64" in row:
-            key, value = (_unbase64(row.get(f"{part}_b64")) for part in ("key", "value"))
-        else:
-            key, value = (_utf8(row.get(part)) for part in ("key", "payload"))
-        return KafkaRecord(
-            topic=row.get("topic", SCHEMAS_TOPIC),
-            partition=int(row.get("partition", 0)),
-            offset=int(row.get("offset", number - 1)),
-            key=key,
-            value=value,
-        )
-    except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{path} line {number} is not an exported Kafka record: {exc}") from exc
-
-
-def _unbase64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text, validate=True)
-
-
-def _utf8(text: str | None) -> bytes | None:
-    return None if text is None else text.encode("utf-8")
 
 
 class InMemorySchemaRegistry(SchemaSource):

@@ -457,6 +457,8 @@ class AvroDecoder(Decoder):
         except MALFORMED_INPUT_ERRORS as exc:
             at = stream.tell()
             what = "ends early" if at >= len(data) else "is malformed"
+            if isinstance(exc, IndexError) and at < len(data):
+                what += " (a union branch index is out of range)"
             raise DecodeError(
                 f"{part}: the Avro record of schema id {plan.schema_id} {what} "
                 f"(stopped at byte {at} of {len(data)}): {type(exc).__name__}: {exc}",
