@@ -426,7 +426,13 @@ def _check_before_record(schema_id: int, before: Any, columns: list[FieldPlan]) 
 
 
 class AvroDecoder(Decoder):
-    """Decodes TiCDC Avro records with writer schemas from `settings.schema_source`."""
+    """Decodes TiCDC Avro records with writer schemas from `settings.schema_source`.
+
+    Each schema id is fetched and compiled once. Bad records raise DecodeError (an unknown id
+    raises its subclass SchemaNotFoundError). A registry that is down or refuses the credentials
+    raises SchemaRegistryUnavailableError or ConfigError instead, on purpose: that is no fault of
+    the record, and the run should stop rather than quarantine every record of the topic.
+    """
 
     protocol = "avro"
 
