@@ -42,7 +42,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from ticdc_lake.errors import TicdcLakeError
+from ticdc_lake.errors import DecodeError, TicdcLakeError
+from ticdc_lake.events import Event
+from ticdc_lake.protocols.base import Decoder
 from ticdc_lake.records import KafkaRecord
 
 FORMATS = ("parquet", "jsonl", "kcat", "avro")
@@ -504,6 +506,24 @@ def _read_avro(path: str, _compression: str, report: ErrorHandler) -> Iterator[K
                 timestamp_ms=stamp,
                 headers=tuple((h["key"], h.get("value")) for h in row.get("headers") or ()),
             )
+
+
+def decode_exports(
+    paths: Iterable[str | os.PathLike],
+    decoder: Decoder,
+    *,
+    on_error: Callable[[TicdcLakeError], None],
+) -> Iterator[tuple[str, KafkaRecord, list[Event]]]:
+    """(path, record, events) for every record that decodes; every unreadable line and every
+    record that does not decode goes to `on_error` (an ExportError, or a DecodeError naming the
+    file, topic, partition and offset), and decoding goes on with the next record."""
+    for path, record in read_exports(paths, on_error=on_error):
+        try:
+            events = decoder.decode(record)
+        except DecodeError as exc:
+            on_error(exc.located(source_file=path))
+            continue
+        yield path, record, events
 
 
 # ---------------------------------------------------------------------------------------------

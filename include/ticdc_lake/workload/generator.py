@@ -1,0 +1,453 @@
+"""A seeded, simulated TiDB workload: transactions over the canonical tables, in commit order.
+
+What TiDB and TiCDC would produce, before any Kafka dispatch:
+
+* CREATE TABLE DDLs first, then transactions of 1–20 row changes over one or several tables,
+  all sharing the transaction's commit TS (a TSO: physical ms << 18 | logical, strictly
+  increasing per transaction);
+* inserts, updates (full old and new images), deletes (full old image), and handle-key changes
+  split into a delete of the old key and an insert of the new one with the same commit TS;
+  within a table of a transaction the events are ordered delete < update < insert, as TiCDC
+  sorts them;
+* DDLs with their own commit TS (ADD COLUMN, DROP COLUMN, TRUNCATE TABLE); later rows follow the
+  new schema, and a truncated partitioned table gets new physical partition ids;
+* resolved events every few transactions, with ts = the last committed TS.
+
+The expected contents of every table at each resolved TS are recorded as the workload is built
+(`Workload.expected`).
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ticdc_lake import mysql as m
+from ticdc_lake.cases import COLUMN_TYPES, integer_range, random_value
+from ticdc_lake.events import DELETE, INSERT, UPDATE, DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
+from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
+
+START_PHYSICAL_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z: fixed, so outputs are reproducible
+_ROWS_PER_TRANSACTION = ((1, 2, 3, 4, 6, 10, 20), (34, 20, 15, 10, 10, 8, 3))
+_OPS = (("insert", 45), ("update", 30), ("key_change", 7), ("delete", 18))
+_KEY_WORDS = ("acct", "客户", "ünï", "🎉party", "o'brien", "tab\tkey")
+_ORDER = {DELETE: 0, UPDATE: 1, INSERT: 2}
+_POOL_SIZE = 512
+NO_TOPIC = ""  # logical events have no Kafka coordinates until they are dispatched
+
+
+def tso(physical_ms: int, logical: int = 0) -> int:
+    """A TiDB timestamp: physical milliseconds in the high 46 bits, a logical counter below."""
+    return physical_ms << 18 | logical
+
+
+@dataclass
+class Transaction:
+    commit_ts: int
+    events: list[RowEvent]
+
+
+@dataclass
+class Workload:
+    """A generated workload: logical events in commit order and what the tables should hold."""
+
+    seed: int
+    tables: tuple[TableDef, ...]  # as created
+    final_tables: dict[str, TableDef]  # after every DDL
+    events: list[Event]  # CREATE TABLE DDLs, rows, DDLs and resolved events, in commit order
+    transactions: list[Transaction]
+    expected: ExpectedLog
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def row_events(self) -> list[RowEvent]:
+        return [event for event in self.events if isinstance(event, RowEvent)]
+
+    @property
+    def ddl_events(self) -> list[DdlEvent]:
+        return [event for event in self.events if isinstance(event, DdlEvent)]
+
+    @property
+    def resolved_ts(self) -> list[int]:
+        return [event.ts for event in self.events if isinstance(event, ResolvedEvent)]
+
+
+class _KeyPool:
+    """Live keys of a table with O(1) random choice and removal."""
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.index: dict[tuple, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self.index
+
+    def add(self, key: tuple) -> None:
+        self.index[key] = len(self.keys)
+        self.keys.append(key)
+
+    def remove(self, key: tuple) -> None:
+        at = self.index.pop(key)
+        last = self.keys.pop()
+        if at < len(self.keys):
+            self.keys[at] = last
+            self.index[last] = at
+
+    def choice(self, rng: random.Random) -> tuple:
+        return self.keys[rng.randrange(len(self.keys))]
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.index.clear()
+
+
+class _TableState:
+    """A table's current definition, rows (key → column values) and key bookkeeping."""
+
+    def __init__(self, table: TableDef):
+        self.table = table
+        self.rows: dict[tuple, dict[str, Any]] = {}
+        self.live = _KeyPool()
+        self.graveyard: list[tuple] = []  # deleted keys, sometimes inserted again
+        self.counter = 0
+
+    @property
+    def columns(self) -> list[str]:
+        return [column.name for column in self.table.columns]
+
+    def image(self, values: dict[str, Any]) -> dict:
+        return {column.name: column.column(values[column.name]) for column in self.table.columns}
+
+
+class _Generator:
+    def __init__(self, seed: int, transactions: int, resolved_every: tuple[int, int], ddl: bool):
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.transaction_count = transactions
+        self.resolved_every = resolved_every
+        self.initial = canonical_tables()
+        self.states = {table.full_name: _TableState(table) for table in self.initial}
+        self.names = list(self.states)
+        self.physical_ms = START_PHYSICAL_MS
+        self.last_commit_ts = 0
+        self.events: list[Event] = []
+        self.transactions: list[Transaction] = []
+        self.expected = ExpectedLog({t.full_name: t.handle for t in self.initial})
+        self.recorder = SnapshotRecorder(self.expected)
+        self.counts = dict.fromkeys(
+            (
+                "transactions",
+                "multi_table_transactions",
+                "row_events",
+                "inserts",
+                "updates",
+                "deletes",
+                "key_changes",
+                "ddl_events",
+                "resolved_points",
+            ),
+            0,
+        )
+        self.added_columns = 0
+        self.pools: dict[str, list] = {}
+        self.next_table_id = 1000
+        self.milestones = self._milestones(transactions) if ddl else {}
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def next_commit_ts(self) -> int:
+        self.physical_ms += self.rng.randint(1, 40)
+        self.last_commit_ts = tso(self.physical_ms, self.rng.randint(0, 3))
+        return self.last_commit_ts
+
+    # --- the run -----------------------------------------------------------------------------
+
+    def run(self) -> Workload:
+        for name in self.names:
+            table = self.states[name].table
+            self._ddl(table, table.create_sql(), m.ACTION_CREATE_TABLE)
+            self.recorder.truncated(name)
+        until_resolved = self.rng.randint(*self.resolved_every)
+        for number in range(self.transaction_count):
+            action = self.milestones.get(number)
+            if action is not None:
+                action()
+            elif self.milestones and self.rng.random() < 1 / 200:
+                self._random_ddl()
+            self._transaction()
+            until_resolved -= 1
+            if until_resolved == 0:
+                self._resolved()
+                until_resolved = self.rng.randint(*self.resolved_every)
+        if not self.events or not isinstance(self.events[-1], ResolvedEvent):
+            self._resolved()
+        return Workload(
+            seed=self.seed,
+            tables=self.initial,
+            final_tables={name: state.table for name, state in self.states.items()},
+            events=self.events,
+            transactions=self.transactions,
+            expected=self.expected,
+            counts=self.counts,
+        )
+
+    def _resolved(self) -> None:
+        ts = self.last_commit_ts
+        self.events.append(ResolvedEvent(ts, NO_TOPIC, 0, 0))
+        self.recorder.point(ts, {n: (s.columns, s.rows) for n, s in self.states.items()})
+        self.counts["resolved_points"] += 1
+
+    # --- row changes ------------------------------------------------------------------------
+
+    def _transaction(self) -> None:
+        commit_ts = self.next_commit_ts()
+        rows, weights = _ROWS_PER_TRANSACTION
+        size = self.rng.choices(rows, weights)[0]
+        touched: dict[str, set[tuple]] = {}
+        events: list[RowEvent] = []
+        for _ in range(size):
+            name = self.rng.choice(self.names)
+            events.extend(
+                self._row_change(commit_ts, self.states[name], touched.setdefault(name, set()))
+            )
+        # TiCDC emits a transaction table by table; within a table deletes, updates, inserts.
+        first_seen = {}
+        for event in events:
+            first_seen.setdefault(event.table, len(first_seen))
+        events.sort(key=lambda e: (first_seen[e.table], _ORDER[e.op]))
+        self.events.extend(events)
+        self.transactions.append(Transaction(commit_ts, events))
+        self.counts["transactions"] += 1
+        self.counts["row_events"] += len(events)
+        self.counts["multi_table_transactions"] += len(first_seen) > 1
+
+    def _row_change(
+        self, commit_ts: int, state: _TableState, touched: set[tuple]
+    ) -> list[RowEvent]:
+        """One row change (two events for a key change); no row is touched twice per transaction."""
+        op = self.rng.choices([o for o, _ in _OPS], [w for _, w in _OPS])[0]
+        free = len(state.live) - len(touched & state.live.index.keys())
+        if op != "insert" and free <= 0:
+            op = "insert"
+        if op == "insert" and len(state.live) >= 5000 and free > 0:
+            op = "delete"  # keep tables at a steady size in long runs
+        if op == "insert":
+            return [self._insert(commit_ts, state, touched)]
+        key = state.live.choice(self.rng)
+        while key in touched:
+            key = state.live.choice(self.rng)
+        touched.add(key)
+        if op == "update":
+            return [self._update(commit_ts, state, key)]
+        if op == "delete":
+            return [self._delete(commit_ts, state, key)]
+        self.counts["key_changes"] += 1
+        values = dict(state.rows[key])
+        delete = self._delete(commit_ts, state, key)
+        new_key = self._new_key(state, touched)
+        touched.add(new_key)
+        values.update(zip(state.table.handle, new_key, strict=True))
+        return [delete, self._put(commit_ts, state, new_key, values)]
+
+    def _insert(self, commit_ts: int, state: _TableState, touched: set[tuple]) -> RowEvent:
+        key = self._new_key(state, touched)
+        touched.add(key)
+        values = {column.name: self._value(column) for column in state.table.columns}
+        values.update(zip(state.table.handle, key, strict=True))
+        return self._put(commit_ts, state, key, values)
+
+    def _put(self, commit_ts: int, state: _TableState, key: tuple, values: dict) -> RowEvent:
+        state.rows[key] = values
+        state.live.add(key)
+        self.recorder.changed(state.table.full_name, key)
+        self.counts["inserts"] += 1
+        return self._event(commit_ts, state, INSERT, key, state.image(values), None)
+
+    def _update(self, commit_ts: int, state: _TableState, key: tuple) -> RowEvent:
+        old = state.rows[key]
+        new = dict(old)
+        candidates = [column for column in state.table.columns if not column.is_key]
+        for column in self.rng.sample(candidates, min(len(candidates), self.rng.randint(1, 3))):
+            new[column.name] = self._value(column)
+        for _ in range(20):  # TiDB writes no change event for an UPDATE that changes nothing
+            if new != old:
+                break
+            column = self.rng.choice(candidates)
+            new[column.name] = self._fresh_or_pooled(column)
+        state.rows[key] = new
+        self.recorder.changed(state.table.full_name, key)
+        self.counts["updates"] += 1
+        return self._event(commit_ts, state, UPDATE, key, state.image(new), state.image(old))
+
+    def _delete(self, commit_ts: int, state: _TableState, key: tuple) -> RowEvent:
+        old = state.rows.pop(key)
+        state.live.remove(key)
+        state.graveyard.append(key)
+        self.recorder.changed(state.table.full_name, key)
+        self.counts["deletes"] += 1
+        return self._event(commit_ts, state, DELETE, key, None, state.image(old))
+
+    def _event(self, commit_ts, state, op, key, columns, old_columns) -> RowEvent:
+        table = state.table
+        return RowEvent(
+            commit_ts=commit_ts,
+            schema=table.schema,
+            table=table.name,
+            op=op,
+            columns=columns,
+            old_columns=old_columns,
+            topic=NO_TOPIC,
+            partition=0,
+            offset=0,
+            partition_id=table.partition_of(key),
+        )
+
+    def _value(self, column: ColumnDef) -> Any:
+        if column.nullable and self.rng.random() < 0.15:
+            return None
+        return self._fresh_or_pooled(column)
+
+    def _fresh_or_pooled(self, column: ColumnDef) -> Any:
+        """A value from `cases.random_value`; once a type has drawn _POOL_SIZE of them, mostly one
+        of those again: drawing afresh costs ~50 µs, and long runs need hundreds of thousands."""
+        pool = self.pools.setdefault(column.column_type.name, [])
+        if len(pool) < _POOL_SIZE or self.rng.random() < 0.03:
+            value = random_value(column.column_type, self.rng)
+            if len(pool) < _POOL_SIZE:
+                pool.append(value)
+            return value
+        return pool[self.rng.randrange(_POOL_SIZE)]
+
+    def _new_key(self, state: _TableState, touched: set[tuple]) -> tuple:
+        """A key not live and not used in this transaction; now and then a deleted one again."""
+        if state.graveyard and self.rng.random() < 0.05:
+            key = state.graveyard.pop(self.rng.randrange(len(state.graveyard)))
+            if key not in state.live and key not in touched:
+                return key
+        while True:
+            key = tuple(self._key_part(state, column) for column in _key_columns(state.table))
+            if key not in state.live and key not in touched:
+                return key
+
+    def _key_part(self, state: _TableState, column: ColumnDef) -> Any:
+        if column.type_code in m.STRING_TYPES:
+            state.counter += 1
+            return f"{self.rng.choice(_KEY_WORDS)}-{state.counter}"
+        low, high = integer_range(column.column_type)
+        if self.rng.random() < 0.02:
+            return self.rng.choice((low, high, 0))
+        return self.rng.randint(low, high)
+
+    # --- DDL ----------------------------------------------------------------------------------
+
+    def _ddl(self, table: TableDef, query: str, action: int) -> None:
+        commit_ts = self.next_commit_ts()
+        self.events.append(
+            DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0)
+        )
+        self.counts["ddl_events"] += 1
+
+    def _milestones(self, transactions: int) -> dict[int, Any]:
+        """One DDL of each kind at fixed fractions of the run (when it is long enough)."""
+        if transactions < 10:
+            return {}
+        plan = {
+            0.25: lambda: self._add_column("shop.numbers"),
+            0.4: lambda: self._add_column("shop.strings"),
+            0.5: lambda: self._truncate("shop.orders"),
+            0.6: lambda: self._drop_column("shop.times", "c_datetime"),
+            0.8: lambda: self._drop_column("shop.numbers", None),
+        }
+        return {int(transactions * fraction): action for fraction, action in plan.items()}
+
+    def _random_ddl(self) -> None:
+        name = self.rng.choice(self.names)
+        kind = self.rng.choice(("add", "add", "drop", "truncate"))
+        if kind == "add":
+            self._add_column(name)
+        elif kind == "drop":
+            self._drop_column(name, None)
+        else:
+            self._truncate(name)
+
+    def _add_column(self, name: str) -> None:
+        state = self.states[name]
+        self.added_columns += 1
+        column = ColumnDef(f"c_added_{self.added_columns}", self.rng.choice(COLUMN_TYPES))
+        state.table = state.table.add_column(column)
+        for values in state.rows.values():
+            values[column.name] = None
+        self._ddl(
+            state.table,
+            f"ALTER TABLE {state.table.quoted} ADD COLUMN {state.table.columns[-1].sql()}",
+            m.ACTION_ADD_COLUMN,
+        )
+
+    def _drop_column(self, name: str, column_name: str | None) -> None:
+        """Drop `column_name`, or the last non-key column added or else present."""
+        state = self.states[name]
+        droppable = [c.name for c in state.table.columns if not c.is_key]
+        if len(droppable) < 2:
+            return
+        if column_name not in droppable:
+            added = [c for c in droppable if c.startswith("c_added_")]
+            column_name = (added or droppable)[-1]
+        state.table = state.table.drop_column(column_name)
+        for values in state.rows.values():
+            del values[column_name]
+        self._ddl(
+            state.table,
+            f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
+            m.ACTION_DROP_COLUMN,
+        )
+
+    def _truncate(self, name: str) -> None:
+        state = self.states[name]
+        self.next_table_id += 10
+        state.table = state.table.truncated(self.next_table_id)
+        state.graveyard.extend(state.live.keys)
+        state.rows.clear()
+        state.live.clear()
+        self._ddl(state.table, f"TRUNCATE TABLE {state.table.quoted}", m.ACTION_TRUNCATE_TABLE)
+        self.recorder.truncated(name)
+
+
+def _key_columns(table: TableDef) -> list[ColumnDef]:
+    return [table.by_name[name] for name in table.handle]
+
+
+def generate_workload(
+    seed: int = 0,
+    transactions: int = 200,
+    *,
+    resolved_every: tuple[int, int] = (2, 6),
+    ddl: bool = True,
+) -> Workload:
+    """A reproducible workload: the same arguments always give the same events and snapshots."""
+    if transactions < 0:
+        raise ValueError("transactions must not be negative")
+    low, high = resolved_every
+    if not 1 <= low <= high:
+        raise ValueError("resolved_every must be (low, high) with 1 <= low <= high")
+    with gc_paused():
+        return _Generator(seed, transactions, resolved_every, ddl).run()
+
+
+@contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector while building millions of acyclic event objects: its
+    full passes over the growing heap would otherwise take most of the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,301 @@
+"""Encode a routed workload with a protocol's encoder and write it out as a Kafka export.
+
+`write_generated(out_dir, options)` writes:
+
+* `exports/<topic><suffix>`: the Kafka records of every partition of the topic, in the order
+  they were produced (by timestamp, then partition and offset), in the chosen export layout;
+* `schemas/<id>.avsc` and `registry/_schemas.jsonl` (Avro): the registered writer schemas, as
+  a directory and as an export of the registry's `_schemas` topic;
+* `expected.jsonl`: the expected contents of every table at each resolved TS (expected.py);
+* `manifest.json`: the options, tables, DDLs, counts, replays, messages per partition, and the
+  row count of every table at every resolved TS;
+* `pipeline.yaml`: the pipeline config for the generated topics (`PIPELINE_CONFIG_DOC`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ticdc_lake import exports
+from ticdc_lake.events import Event, ResolvedEvent, RowEvent
+from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.schema_registry import InMemorySchemaRegistry
+from ticdc_lake.workload.dispatch import Routing, route
+from ticdc_lake.workload.generator import Workload, gc_paused, generate_workload
+
+TIME_ZONE = "UTC"  # the simulated TiCDC server's zone: TIMESTAMP values are local time there
+
+PIPELINE_CONFIG_DOC = """\
+# ticdc-lake pipeline config, written by `ticdc-lake generate`. Paths are relative to this file.
+#   inputs:        glob patterns of Kafka export files (Parquet, JSON Lines or kcat -J)
+#   time-zone:     the TiCDC server's time zone (TIMESTAMP values are local time there)
+#   topics:        per topic: protocol (open-protocol | craft | canal-json | avro), partitions,
+#                  compression (none | snappy | lz4; TiCDC never marks it in the message),
+#                  enable-tidb-extension, schema-dir (Avro: a directory of <id>.avsc schemas),
+#                  schemas-topic (Avro: an export of the registry's _schemas topic),
+#                  claim-check-roots (storage roots claim-check objects may be read from)
+#   changefeeds:   name -> topics whose watermarks are combined (the unit that gates gold);
+#                  watermarks: false when the protocol sends none (Avro without the test-only
+#                  watermark option, Canal-JSON without the extension): then gold needs a
+#                  cut-off-ts from the user.
+"""
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Everything `ticdc-lake generate` can be asked for."""
+
+    protocol: str
+    partitions: int = 4
+    seed: int = 0
+    transactions: int = 200
+    layout: str = "parquet"  # parquet | jsonl | kcat | avro
+    compression: str = "none"  # value compression: none | snappy | lz4
+    file_compression: str = "none"  # whole-file compression: none | gz | zstd
+    dispatcher: str = "index-value"  # index-value | table
+    idle_partitions: int = 1
+    replays: int = 3
+    tidb_extension: bool = True
+    avro_watermarks: bool = False  # Avro's test-only DDL/checkpoint messages
+    max_batch_size: int = 16
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}")
+        if self.transactions < 0:
+            raise ValueError("transactions must not be negative")
+
+    @property
+    def carries_watermarks(self) -> bool:
+        if self.protocol == "avro":
+            return self.avro_watermarks and self.tidb_extension
+        if self.protocol == "canal-json":
+            return self.tidb_extension
+        return True
+
+
+def codec_settings(options: GenerateOptions, schema_source: Any = None) -> CodecSettings:
+    codec_options: tuple = ()
+    if options.protocol == "avro":
+        codec_options = (("enable_watermark", options.avro_watermarks),)
+    return CodecSettings(
+        compression=options.compression,
+        enable_tidb_extension=options.tidb_extension,
+        schema_source=schema_source,
+        max_batch_size=options.max_batch_size,
+        options=codec_options,
+    )
+
+
+@dataclass
+class EncodedStream:
+    """One partition's Kafka records, and which offsets hold replayed (re-sent) messages."""
+
+    records: list[KafkaRecord] = field(default_factory=list)
+    replayed_offsets: list[tuple[int, int]] = field(default_factory=list)  # inclusive ranges
+
+
+def encode_routing(
+    routing: Routing, settings: CodecSettings
+) -> dict[tuple[str, int], EncodedStream]:
+    """Encode every partition's segments in order; offsets count from 0 per partition.
+
+    Each segment is encoded on its own (TiCDC flushes its batches before a resolved event, and
+    a replay starts afresh), and its messages are stamped with the time of its newest commit TS.
+    """
+    encoder = make_encoder(routing.protocol, settings)
+    encoded: dict[tuple[str, int], EncodedStream] = {}
+    with gc_paused():
+        for (topic, partition), segments in sorted(routing.streams.items()):
+            stream = encoded[(topic, partition)] = EncodedStream()
+            clock_ms = 0
+            for segment in segments:
+                newest = max((_ts(event) for event in segment.events), default=0) >> 18
+                clock_ms = clock_ms + 1 if segment.replay else max(clock_ms, newest)
+                first = len(stream.records)
+                for message in encoder.encode(segment.events):
+                    stream.records.append(
+                        KafkaRecord(
+                            topic,
+                            partition,
+                            len(stream.records),
+                            message.key,
+                            message.value,
+                            clock_ms,
+                        )
+                    )
+                if segment.replay and len(stream.records) > first:
+                    stream.replayed_offsets.append((first, len(stream.records) - 1))
+    return encoded
+
+
+def _ts(event: Event) -> int:
+    return (event.ts if isinstance(event, ResolvedEvent) else event.commit_ts) or 0
+
+
+@dataclass
+class GeneratedOutput:
+    out_dir: Path
+    workload: Workload
+    routing: Routing
+    encoded: dict[tuple[str, int], EncodedStream]
+    export_files: list[Path]
+    manifest: dict[str, Any]
+    config_path: Path
+    schema_dir: Path | None
+
+
+def write_generated(
+    out_dir: str | os.PathLike, options: GenerateOptions, workload: Workload | None = None
+) -> GeneratedOutput:
+    """Generate (unless `workload` is given), dispatch, encode and write everything to `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if workload is None:
+        workload = generate_workload(options.seed, options.transactions)
+    routing = route(
+        workload,
+        options.protocol,
+        partitions=options.partitions,
+        dispatcher=options.dispatcher,
+        idle_partitions=options.idle_partitions,
+        replays=options.replays,
+        avro_watermarks=options.avro_watermarks,
+    )
+    registry = InMemorySchemaRegistry() if options.protocol == "avro" else None
+    encoded = encode_routing(routing, codec_settings(options, registry))
+    export_files = _write_exports(out / "exports", encoded, options)
+    schema_dir = None
+    if registry is not None:
+        schema_dir = registry.write_directory(out / "schemas")
+        exports.write_export(
+            out / "registry" / "_schemas.jsonl", registry.schemas_records(), "jsonl"
+        )
+    workload.expected.write_jsonl(out / "expected.jsonl")
+    manifest = build_manifest(workload, routing, encoded, options, out, export_files, schema_dir)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    config_path = out / "pipeline.yaml"
+    config_path.write_text(
+        PIPELINE_CONFIG_DOC
+        + yaml.safe_dump(pipeline_config(options, routing, schema_dir is not None), sort_keys=False)
+    )
+    return GeneratedOutput(
+        out, workload, routing, encoded, export_files, manifest, config_path, schema_dir
+    )
+
+
+def _write_exports(
+    directory: Path, encoded: dict[tuple[str, int], EncodedStream], options: GenerateOptions
+) -> list[Path]:
+    by_topic: dict[str, list[KafkaRecord]] = {}
+    for (topic, _), stream in encoded.items():
+        by_topic.setdefault(topic, []).extend(stream.records)
+    paths = []
+    for topic, records in sorted(by_topic.items()):
+        # Produced order: what a consumer of the whole topic (kcat) would have seen.
+        records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
+        name = exports.export_file_name(topic, options.layout, options.file_compression)
+        exports.write_export(
+            directory / name, records, options.layout, file_compression=options.file_compression
+        )
+        paths.append(directory / name)
+    return paths
+
+
+def build_manifest(
+    workload: Workload,
+    routing: Routing,
+    encoded: dict[tuple[str, int], EncodedStream],
+    options: GenerateOptions,
+    out: Path,
+    export_files: list[Path],
+    schema_dir: Path | None,
+) -> dict[str, Any]:
+    messages = {
+        topic: {
+            str(partition): len(stream.records)
+            for (t, partition), stream in sorted(encoded.items())
+            if t == topic
+        }
+        for topic in routing.topics
+    }
+    counts = dict(workload.counts)
+    counts["messages"] = sum(len(stream.records) for stream in encoded.values())
+    counts["replayed_row_events"] = sum(replay["row_events"] for replay in routing.replays)
+    counts["replayed_messages"] = sum(
+        last - first + 1 for stream in encoded.values() for first, last in stream.replayed_offsets
+    )
+    counts["export_bytes"] = sum(path.stat().st_size for path in export_files)
+    return {
+        "options": dataclasses.asdict(options) | {"time_zone": TIME_ZONE},
+        "files": {
+            "exports": [str(path.relative_to(out)) for path in export_files],
+            "expected": "expected.jsonl",
+            "pipeline_config": "pipeline.yaml",
+            "schema_dir": str(schema_dir.relative_to(out)) if schema_dir else None,
+            "schemas_topic": "registry/_schemas.jsonl" if schema_dir else None,
+        },
+        "counts": counts,
+        "topics": {
+            topic: {"partitions": routing.partitions, "messages_per_partition": messages[topic]}
+            for topic in routing.topics
+        },
+        "idle_partitions": list(routing.idle_partitions),
+        "replays": [
+            replay | {"offsets": _replayed_offsets(encoded, replay["topic"], replay["partition"])}
+            for replay in routing.replays
+        ],
+        "tables": {table.full_name: table.describe() for table in workload.tables},
+        "final_tables": {name: table.describe() for name, table in workload.final_tables.items()},
+        "ddl": [
+            {
+                "commit_ts": event.commit_ts,
+                "table": f"{event.schema}.{event.table}",
+                "ddl_type": event.ddl_type,
+                "query": event.query,
+            }
+            for event in workload.ddl_events
+        ],
+        "resolved": [
+            {"ts": point["resolved_ts"], "row_counts": point["row_counts"]}
+            for point in workload.expected.points
+        ],
+        "last_commit_ts": max(
+            (e.commit_ts for e in workload.events if isinstance(e, RowEvent)), default=None
+        ),
+    }
+
+
+def _replayed_offsets(encoded, topic: str, partition: int) -> list[list[int]]:
+    return [list(span) for span in encoded[(topic, partition)].replayed_offsets]
+
+
+def pipeline_config(options: GenerateOptions, routing: Routing, has_schemas: bool) -> dict:
+    topic_settings: dict[str, Any] = {
+        "protocol": options.protocol,
+        "partitions": options.partitions,
+        "compression": options.compression,
+        "enable-tidb-extension": options.tidb_extension,
+    }
+    if has_schemas:
+        topic_settings |= {"schema-dir": "schemas", "schemas-topic": "registry/_schemas.jsonl"}
+    return {
+        "version": 1,
+        "time-zone": TIME_ZONE,
+        "inputs": ["exports/*"],
+        "topics": {topic: topic_settings | {"claim-check-roots": []} for topic in routing.topics},
+        "changefeeds": {
+            f"sample-{options.protocol}": {
+                "topics": routing.topics,
+                "watermarks": options.carries_watermarks,
+            }
+        },
+    }
