@@ -5,8 +5,8 @@ Values are lossless Python objects:
 | column kind                         | Python value                                        |
 |-------------------------------------|-----------------------------------------------------|
 | integers, YEAR, BIT                 | int (unsigned up to 2**64 - 1)                      |
-| ENUM / SET                          | int index / bitmask, or str names where the protocol |
-|                                     | sends names (Avro)                                  |
+| ENUM / SET                          | int 1-based index / bitmask (Avro's names are mapped |
+|                                     | back through the schema's `allowed` list)           |
 | FLOAT                               | float, rounded through float32 (`mysql.float32`)    |
 | DOUBLE                              | float                                               |
 | DECIMAL                             | str, the exact text as sent (`"129012.1230000"`)    |
