@@ -1,0 +1,249 @@
+"""Kafka export files: every layout and compression round-trips; bad lines are reported."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import random
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ticdc_lake import exports
+from ticdc_lake.errors import DecodeError, TicdcLakeError
+from ticdc_lake.exports import ExportError, read_export, write_export
+from ticdc_lake.protocols import make_decoder
+from ticdc_lake.records import KafkaRecord
+
+RECORDS = [
+    KafkaRecord("t", 0, 0, None, b'{"plain": "json \xc3\xa9"}', 1_700_000_000_000),
+    KafkaRecord("t", 1, 7, b"\x00\x01key", bytes(range(256)), 1_700_000_000_001),
+    KafkaRecord("t", 0, 1, b"k", None, None),  # a tombstone without a timestamp
+    KafkaRecord("other", 2, 2**40, b"", b"", 5, (("h1", b"\xff\x00"), ("h2", None))),
+]
+
+
+def collect(path):
+    errors: list[ExportError] = []
+    return list(read_export(path, on_error=errors.append)), errors
+
+
+@pytest.mark.parametrize("compression", exports.FILE_COMPRESSIONS)
+@pytest.mark.parametrize("layout", exports.FORMATS)
+def test_every_layout_and_compression_round_trips(tmp_path, layout, compression):
+    path = tmp_path / exports.export_file_name("x", layout, compression)
+    assert write_export(path, RECORDS, layout, file_compression=compression) == len(RECORDS)
+    assert collect(path) == (RECORDS, [])
+    assert exports.detect_format(path) == ("jsonl" if layout == "kcat" else layout, compression)
+
+
+def test_compression_is_told_by_magic_bytes_not_the_name(tmp_path):
+    misnamed = tmp_path / "records.json"  # really zstd-compressed Parquet
+    write_export(misnamed, RECORDS, "parquet", file_compression="zstd")
+    assert exports.detect_format(misnamed) == ("parquet", "zstd")
+    assert collect(misnamed) == (RECORDS, [])
+
+
+def test_parquet_has_the_spark_kafka_source_schema(tmp_path):
+    path = tmp_path / "x.parquet"
+    write_export(path, RECORDS, "parquet")
+    schema = pq.read_schema(path)
+    assert schema.names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    assert schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("headers").type.value_type == pa.struct(
+        [("key", pa.string()), ("value", pa.binary())]
+    )
+
+
+def test_parquet_from_another_writer_with_ms_timestamps_and_no_headers(tmp_path):
+    path = tmp_path / "spark.parquet"
+    table = pa.table(
+        {
+            "key": pa.array([None], pa.binary()),
+            "value": pa.array([b"v"], pa.binary()),
+            "topic": ["t"],
+            "partition": pa.array([3], pa.int32()),
+            "offset": pa.array([9], pa.int64()),
+            "timestamp": pa.array([1_700_000_000_123], pa.timestamp("ms")),
+        }
+    )
+    pq.write_table(table, path)
+    assert collect(path) == ([KafkaRecord("t", 3, 9, None, b"v", 1_700_000_000_123)], [])
+
+
+def test_parquet_rows_without_coordinates_are_reported_with_their_row(tmp_path):
+    path = tmp_path / "holes.parquet"
+    table = pa.table(
+        {
+            "key": pa.array([None, None, None], pa.binary()),
+            "value": pa.array([b"a", b"b", b"c"], pa.binary()),
+            "topic": ["t", "t", None],
+            "partition": pa.array([0, None, 0], pa.int32()),
+            "offset": pa.array([1, 2, 3], pa.int64()),
+        }
+    )
+    pq.write_table(table, path)
+    records, errors = collect(path)
+    assert [r.value for r in records] == [b"a"]
+    assert [(e.line, e.offset) for e in errors] == [(2, 2), (3, 3)]
+    assert all("must not be null" in e.reason for e in errors)
+
+
+def test_parquet_without_the_kafka_columns_is_a_file_error(tmp_path):
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"a": [1]}), path)
+    records, errors = collect(path)
+    assert records == []
+    assert len(errors) == 1
+    assert errors[0].line is None
+    assert "missing column(s) key, value, topic, partition, offset" in str(errors[0])
+
+
+def b64_line(partition, offset, value: bytes, **extra) -> bytes:
+    document = {
+        "topic": "t",
+        "partition": partition,
+        "offset": offset,
+        "timestamp": 1,
+        "key_b64": None,
+        "value_b64": base64.b64encode(value).decode(),
+    }
+    return orjson.dumps(document | extra) + b"\n"
+
+
+def test_malformed_lines_are_reported_not_dropped_and_the_file_goes_on(tmp_path):
+    lines = [
+        b64_line(0, 1, b"first"),
+        b"{not json\n",
+        b64_line(0, 2, b"", value_b64="***"),
+        b'{"topic": "t", "partition": 1, "value_b64": ""}\n',
+        b"[1, 2, 3]\n",
+        b"\n",  # blank lines hold no record
+        b'{"topic": "t", "partition": 0, "offset": 3, "something": "else"}\n',
+        b64_line(0, 4, b"last"),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(lines))
+    records, errors = collect(path)
+    assert [r.value for r in records] == [b"first", b"last"]
+    assert [e.line for e in errors] == [2, 3, 4, 5, 7]
+    assert errors[0].raw == b"{not json\n"
+    assert (errors[1].partition, errors[1].offset) == (0, 2)
+    assert "value_b64" in errors[1].reason and "base64" in errors[1].reason
+    assert "offset" in errors[2].reason and errors[2].partition == 1
+    assert "expected a JSON object" in errors[3].reason
+    assert "expected key_b64/value_b64" in errors[4].reason
+    assert f"file {path}, line 3, topic t, partition 0, offset 2" in str(errors[1])
+
+
+def test_without_a_callback_the_first_bad_line_raises(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b64_line(0, 1, b"ok") + b"garbage\n")
+    reader = read_export(path)
+    assert next(reader).value == b"ok"
+    with pytest.raises(ExportError, match="line 2"):
+        next(reader)
+
+
+def test_kcat_lines_as_kcat_prints_them(tmp_path):
+    path = tmp_path / "kcat.jsonl"
+    path.write_bytes(
+        b'{"topic":"t","partition":2,"offset":5,"tstype":"create","ts":1700000000000,'
+        b'"broker":1,"headers":["a","1","b",null],"key":null,"payload":"{\\"x\\":1}"}\n'
+        # kcat writes bytes that are not UTF-8 as they are
+        b'{"topic":"t","partition":2,"offset":6,"broker":1,"key":"k\xff","payload":"\x80\\u0000"}\n'
+        b'{"topic":"t","partition":2,"offset":7,"headers":{"h":["x","y"]},"key":null,'
+        b'"payload":null}\n'
+        b'{"topic":"t","partition":2,"offset":8,"key":null,"payload":null,'
+        b'"payload_error":"schema not found"}\n'
+    )
+    records, errors = collect(path)
+    assert records == [
+        KafkaRecord("t", 2, 5, None, b'{"x":1}', 1_700_000_000_000, (("a", b"1"), ("b", None))),
+        KafkaRecord("t", 2, 6, b"k\xff", b"\x80\x00", None),
+        KafkaRecord("t", 2, 7, None, None, None, (("h", b"x"), ("h", b"y"))),
+    ]
+    assert len(errors) == 1 and "schema not found" in errors[0].reason
+
+
+def test_a_truncated_compressed_file_keeps_what_was_read_and_reports_the_rest(tmp_path):
+    path = tmp_path / "cut.jsonl.gz"
+    body = b"".join(b64_line(0, offset, b"x" * 100) for offset in range(200))
+    path.write_bytes(gzip.compress(body)[:-200])
+    records, errors = collect(path)
+    assert 0 < len(records) < 200
+    assert [r.offset for r in records] == list(range(len(records)))
+    assert len(errors) == 1 and "corrupt or truncated" in errors[0].reason
+
+
+def test_a_missing_file_is_reported(tmp_path):
+    records, errors = collect(tmp_path / "nope.parquet")
+    assert records == [] and "cannot open" in errors[0].reason
+
+
+def test_read_exports_names_the_file_of_each_record(tmp_path):
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.parquet"
+    write_export(first, RECORDS[:2], "jsonl")
+    write_export(second, RECORDS[2:], "parquet")
+    found = list(exports.read_exports([first, second]))
+    assert [(path, record) for path, record in found] == [
+        (str(first), RECORDS[0]),
+        (str(first), RECORDS[1]),
+        (str(second), RECORDS[2]),
+        (str(second), RECORDS[3]),
+    ]
+
+
+def test_decode_exports_reports_undecodable_records_with_file_and_coordinates(tmp_path):
+    good_key = (1).to_bytes(8, "big") + (len(b'{"ts":5,"t":3}')).to_bytes(8, "big")
+    good = KafkaRecord("t", 0, 0, good_key + b'{"ts":5,"t":3}', (0).to_bytes(8, "big"))
+    bad = KafkaRecord("t", 3, 41, b"\x00\x00", b"junk")
+    path = tmp_path / "records.jsonl"
+    write_export(path, [good, bad, good], "jsonl")
+    errors: list[TicdcLakeError] = []
+    decoded = list(
+        exports.decode_exports([path], make_decoder("open-protocol"), on_error=errors.append)
+    )
+    assert [events[0].ts for _, _, events in decoded] == [5, 5]
+    (error,) = errors
+    assert isinstance(error, DecodeError)
+    assert (error.source_file, error.partition, error.offset) == (str(path), 3, 41)
+    assert f"file {path}" in str(error) and "partition 3, offset 41" in str(error)
+
+
+def test_fuzzed_lines_give_records_or_export_errors_only(tmp_path):
+    """Truncated, bit-flipped and random lines never raise anything but ExportError."""
+    rng = random.Random(20)
+    seeds = [
+        b64_line(1, 2, b"value"),
+        exports._kcat_line(RECORDS[3]),
+        exports._jsonl_line(RECORDS[1]),
+    ]
+    lines = []
+    for _ in range(3000):
+        line = bytearray(rng.choice(seeds).rstrip(b"\n"))
+        mutation = rng.randrange(3)
+        if mutation == 0:
+            del line[rng.randrange(len(line)) :]
+        elif mutation == 1:
+            for _ in range(rng.randint(1, 4)):
+                line[rng.randrange(len(line))] ^= 1 << rng.randrange(8)
+        else:
+            line = bytearray(rng.randbytes(rng.randint(1, 80)))
+        lines.append(bytes(line).replace(b"\n", b" ") + b"\n")
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(b"".join(lines))
+    records, errors = collect(path)
+    assert len(records) + len(errors) == sum(1 for line in lines if line.strip())
+    assert all(isinstance(record, KafkaRecord) for record in records)
+    assert all(error.line is not None for error in errors)
