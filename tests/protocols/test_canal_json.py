@@ -771,3 +771,17 @@ def test_fuzzed_messages_raise_only_decode_errors_with_coordinates():
             assert len(events) == 1
             outcomes["events"] += 1
     assert outcomes["events"] > 500 and outcomes["errors"] > 500, outcomes
+
+
+@given(value=st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_float32_text_is_positional_and_reads_back(value):
+    text = go_float_text(value, 32)
+    assert "e" not in text.lower()
+    assert m.float32(float(text)) == value
+
+
+@given(value=st.floats(allow_nan=False, allow_infinity=False))
+def test_double_text_is_positional_and_reads_back(value):
+    text = go_float_text(value, 64)
+    assert "e" not in text.lower() and not text.endswith(".0")
+    assert float(text) == value

@@ -27,7 +27,9 @@ Encoder options:
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
@@ -200,9 +202,14 @@ def _integer_converter(low: int, high: int) -> Callable[[str], int]:
 _UNSIGNED_64 = _integer_converter(0, _UINT64_MAX)
 
 
+_FLOAT32 = struct.Struct("<f")
+_pack_float32, _unpack_float32 = _FLOAT32.pack, _FLOAT32.unpack
+
+
 def _float32_value(text: str) -> float:
-    """FLOAT: decimal text at float32 precision, rounded to the nearest float32."""
-    return m.float32(float(text))
+    """FLOAT: decimal text at float32 precision, rounded to the nearest float32 (as
+    mysql.float32 does, inlined: FLOAT columns are common)."""
+    return _unpack_float32(_pack_float32(float(text)))[0]
 
 
 def _decimal_text(text: str) -> str:
@@ -657,19 +664,56 @@ def go_float_text(value: float, bits: int) -> str:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
-    shortest = repr(value) if bits == 64 else _shortest_float32_digits(value)
-    return format(Decimal(shortest).normalize(), "f")
+    if bits == 64:
+        shortest = repr(value)
+        if "e" not in shortest:  # repr is already positional: drop a bare ".0"
+            return shortest[:-2] if shortest.endswith(".0") else shortest
+    else:
+        shortest = _shortest_float32_digits(value)
+    return _positional(shortest)
+
+
+def _positional(text: str) -> str:
+    """`[-]d.ddde±x` or `[-]ddd.dd` as Go's 'f' format writes it: no exponent, no trailing
+    zeros after the point, no point when nothing follows it."""
+    sign = "-" if text[:1] == "-" else ""
+    mantissa, _, exponent = text.lstrip("-").lower().partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    point = len(whole) + (int(exponent) if exponent else 0)
+    digits = (whole + fraction).lstrip("0")
+    point -= len(whole + fraction) - len(digits)  # leading zeros moved the point left
+    digits = digits.rstrip("0")
+    if not digits:
+        return sign + "0"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
 def _shortest_float32_digits(value: float) -> str:
-    """Fewest significant digits that parse back to the same float32, nearest to it first."""
+    """Fewest significant digits that parse back to the same float32, nearest to it first.
+
+    Away from powers of two the interval that rounds to a float32 is symmetric, so if the
+    nearest p-digit decimal reads back, so does the nearest (p+1)-digit one: a binary search over
+    p finds the shortest. At a power of two the interval is lopsided (the gap below is half the
+    gap above), so a neighbour of the nearest candidate may read back when the nearest does not.
+    """
     target = m.float32(value)
+    if target == 0 or math.frexp(target)[0] not in (0.5, -0.5):
+        low, high = 1, 9  # 9 significant digits always identify a float32
+        while low < high:
+            middle = (low + high) // 2
+            if _reads_back_as(f"{target:.{middle - 1}e}", target):
+                high = middle
+            else:
+                low = middle + 1
+        return f"{target:.{high - 1}e}"
     for digits in range(1, 10):
         nearest = f"{target:.{digits - 1}e}"
         if _reads_back_as(nearest, target):
             return nearest
-        # At a power of two the interval that rounds to `target` is lopsided, so a neighbour of
-        # the nearest candidate can read back correctly when the nearest does not.
         mantissa, exponent = nearest.split("e")
         step = Decimal(1).scaleb(int(exponent) - (digits - 1))
         for neighbour in (Decimal(mantissa).scaleb(int(exponent)) + s for s in (step, -step)):
@@ -699,6 +743,9 @@ _EASYJSON_REPLACEMENTS = {
 }
 
 
+_EASYJSON_TRIGGERS = (b"<", b">", b"&", b"\\b", b"\\f", b"\xe2\x80")
+
+
 def _easyjson_escape(match: re.Match) -> bytes:
     text = match.group()
     return _EASYJSON_REPLACEMENTS.get(text, text)
@@ -706,7 +753,11 @@ def _easyjson_escape(match: re.Match) -> bytes:
 
 def dumps(document: dict) -> bytes:
     """Compact JSON escaped byte for byte as TiCDC's easyjson writer does."""
-    return _EASYJSON_FIXES.sub(_easyjson_escape, orjson.dumps(document))
+    out = orjson.dumps(document)
+    # Substring tests are far cheaper than a regex scan, and most messages need no fix.
+    if any(trigger in out for trigger in _EASYJSON_TRIGGERS):
+        return _EASYJSON_FIXES.sub(_easyjson_escape, out)
+    return out
 
 
 class CanalJsonEncoder(Encoder):
