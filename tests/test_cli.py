@@ -1,0 +1,133 @@
+"""`ticdc-lake decode | generate | demo`."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from ticdc_lake.cases import BY_NAME, make_column
+from ticdc_lake.cli import main
+from ticdc_lake.events import INSERT, RowEvent
+from ticdc_lake.exports import write_export
+from ticdc_lake.protocols import make_encoder
+from ticdc_lake.records import KafkaRecord
+
+
+def open_protocol_record(offset: int, **values) -> KafkaRecord:
+    columns = {"id": make_column(BY_NAME["c_bigint"], offset, key=True, nullable=False)}
+    columns |= {name: make_column(BY_NAME[name], value) for name, value in values.items()}
+    event = RowEvent(2**62 + offset, "db", "t", INSERT, columns, None, "topic", 0, 0)
+    (message,) = make_encoder("open-protocol").encode([event])
+    return KafkaRecord("topic", 1, offset, message.key, message.value, 1_700_000_000_000)
+
+
+def test_decode_prints_one_lossless_json_object_per_event(tmp_path, capsysbinary):
+    path = tmp_path / "records.parquet"
+    values = {
+        "c_bigint_unsigned": 2**64 - 1,
+        "c_decimal_wide": "-12345678901234567890123456789012345.123456789012345678901234567890",
+        "c_blob": b"\x00\xff",
+        "c_varchar": "中文 🎉",
+        "c_int": None,
+    }
+    write_export(path, [open_protocol_record(5, **values), open_protocol_record(6)], "parquet")
+    assert main(["decode", "--protocol", "open-protocol", str(path)]) == 0
+    captured = capsysbinary.readouterr()
+    lines = [orjson.loads(line) for line in captured.out.splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["kind"] == "row" and first["op"] == "insert"
+    assert (first["schema"], first["table"], first["commit_ts"]) == ("db", "t", 2**62 + 5)
+    assert (first["topic"], first["partition"], first["offset"], first["index"]) == (
+        "topic",
+        1,
+        5,
+        0,
+    )
+    assert first["columns"] == {
+        "id": 5,
+        "c_bigint_unsigned": 18446744073709551615,
+        "c_decimal_wide": values["c_decimal_wide"],
+        "c_blob": {"base64": "AP8="},
+        "c_varchar": "中文 🎉",
+        "c_int": None,
+    }
+    assert first["old_columns"] is None and first["handle_key"] == ["id"]
+    assert b"decoded 2 records into 2 events; 0 could not" in captured.err
+
+
+def test_decode_reports_bad_records_and_goes_on(tmp_path, capsysbinary):
+    good = tmp_path / "good.jsonl"
+    write_export(good, [open_protocol_record(1)], "jsonl")
+    bad = tmp_path / "bad.jsonl"
+    write_export(
+        bad,
+        [
+            open_protocol_record(2),
+            KafkaRecord("topic", 3, 77, b"\x00\x00\x00", b"junk"),
+            open_protocol_record(4),
+        ],
+        "jsonl",
+    )
+    with bad.open("ab") as sink:
+        sink.write(b"this line is not JSON\n")
+    status = main(["decode", "--protocol", "open-protocol", str(good), str(bad), str(bad)])
+    captured = capsysbinary.readouterr()
+    assert status == 1
+    offsets = [orjson.loads(line)["offset"] for line in captured.out.splitlines()]
+    assert offsets == [1, 2, 4, 2, 4]
+    errors = captured.err.decode().splitlines()
+    decode_errors = [line for line in errors if "offset 77" in line]
+    assert len(decode_errors) == 2
+    assert f"file {bad}" in decode_errors[0] and "partition 3" in decode_errors[0]
+    assert sum(f"file {bad}, line 4" in line for line in errors) == 2
+    assert "decoded 5 records into 5 events; 4 could not be read or decoded" in errors[-1]
+
+
+def test_decode_of_avro_needs_a_schema_source(tmp_path, capsys):
+    path = tmp_path / "x.jsonl"
+    write_export(path, [], "jsonl")
+    assert main(["decode", "--protocol", "avro", str(path)]) == 2
+    assert "--schema-dir" in capsys.readouterr().err
+
+
+def test_decode_reads_the_registry_password_from_the_named_variable(tmp_path, capsys):
+    path = tmp_path / "x.jsonl"
+    write_export(path, [], "jsonl")
+    argv = ["decode", "--protocol", "avro", "--schema-registry", "http://localhost:1"]
+    argv += ["--schema-registry-user", "u", "--schema-registry-password-env", "NO_SUCH_VAR_X"]
+    assert main([*argv, str(path)]) == 2
+    assert "NO_SUCH_VAR_X is not set" in capsys.readouterr().err
+
+
+def test_generate_writes_exports_manifest_and_config(tmp_path, capsys):
+    out = tmp_path / "gen"
+    argv = ["generate", "--out", str(out), "--protocol", "canal-json", "--transactions", "20"]
+    argv += ["--partitions", "3", "--format", "kcat", "--file-compression", "gz"]
+    argv += ["--compression", "snappy", "--seed", "5"]
+    assert main(argv) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["options"]["compression"] == "snappy"
+    assert manifest["files"]["exports"] == ["exports/ticdc-canal-json.kcat.jsonl.gz"]
+    assert (out / "expected.jsonl").is_file() and (out / "pipeline.yaml").is_file()
+    assert "canal-json: 20 transactions" in capsys.readouterr().out
+    export = str(out / manifest["files"]["exports"][0])
+    assert main(["decode", "--protocol", "canal-json", "--compression", "snappy", export]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == manifest["counts"]["messages"]  # Canal-JSON: one event per message
+
+
+def test_demo_runs_every_protocol_and_says_they_match(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--transactions", "15"]) == 0
+    out = capsys.readouterr().out
+    for protocol in ("open-protocol", "craft", "canal-json", "avro"):
+        assert f"{protocol}: MATCHES the generated events" in out
+        assert (tmp_path / protocol / "manifest.json").is_file()
+    assert "All protocols decode to the generated events." in out
+
+
+def test_unknown_subcommand_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bogus"])
+    assert exit_info.value.code == 2
