@@ -5,6 +5,8 @@ One JSON object per Kafka message, key null, the whole value possibly compressed
 * DML: `type` INSERT/UPDATE/DELETE, `data` a one-element array holding the row as column →
   string (or null); `old` the pre-update row on UPDATE (all columns, or only the changed ones with
   `only-output-updated-columns`/`content-compatible`). A DELETE carries its row in `data`.
+  Decoded, an UPDATE's old image is always the whole row: a column `old` leaves out did not
+  change, so it takes its value from `data`.
 * DDL: `isDdl: true`, a Canal type (CREATE, ALTER, ERASE, RENAME, CINDEX, DINDEX, TRUNCATE,
   QUERY) and the query in `sql`.
 * `TIDB_WATERMARK` (extension only): a resolved TS in `_tidb.watermarkTs`.
@@ -14,7 +16,8 @@ Every value is text. `mysqlType` says how to read it, in the bare form (`int uns
 Binary columns carry each byte as the code point of the same number (ISO-8859-1). The commit TS is
 `_tidb.commitTs`; `es` is only its physical part, so without the extension there is none.
 
-Decoder options (`CodecSettings.options`):
+The decoder reads `_tidb` whenever a message has it, whatever `enable_tidb_extension` says, and
+ignores the Kafka key (TiCDC sends none). Options (`CodecSettings.options`):
   content_compatible     mysqlType is the full type even where it has no parentheses
   claim_check_raw_value  claim-check objects hold the raw message, not a {key, value} document
 Encoder options:
@@ -188,7 +191,11 @@ _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigi
 
 
 def _integer_converter(low: int, high: int) -> Callable[[str], int]:
-    """Reads decimal integer text (Go `strconv.FormatInt`/`FormatUint`) within [low, high]."""
+    """Reads decimal integer text (Go `strconv.FormatInt`/`FormatUint`) within [low, high].
+
+    Python's int() also accepts surrounding spaces and `_` separators, which TiCDC never writes;
+    rejecting them would cost a second pass over every integer.
+    """
 
     def integer(text: str) -> int:
         value = int(text)
@@ -367,11 +374,13 @@ class CanalJsonDecoder(Decoder):
 
     def _build_specs(self, mysql_types: Any, pk_names: Any) -> dict[str, ColumnSpec]:
         if type(mysql_types) is not dict:
-            raise DecodeError(f"mysqlType must be an object of column → type, not {mysql_types!r}")
+            raise DecodeError(
+                f"mysqlType must be an object of column → type, not {mysql_types!r:.200}"
+            )
         if pk_names is None:
             pk_names = ()
         elif type(pk_names) is not list or any(type(name) is not str for name in pk_names):
-            raise DecodeError(f"pkNames must be a list of column names, not {pk_names!r}")
+            raise DecodeError(f"pkNames must be a list of column names, not {pk_names!r:.200}")
         specs = {}
         for name, type_text in mysql_types.items():
             convert, type_code, flags, full = self._spec(name, type_text)
@@ -447,7 +456,7 @@ def _extension_ts(extension: Any, name: str, historical_name: str) -> int | None
     if extension is None:
         return None
     if type(extension) is not dict:
-        raise DecodeError(f"_tidb must be an object, not {extension!r}")
+        raise DecodeError(f"_tidb must be an object, not {extension!r:.200}")
     ts = extension.get(name)
     if ts is None:
         ts = extension.get(historical_name)
