@@ -667,9 +667,10 @@ class OpenProtocolEncoder(Encoder):
             raise ValueError(f"{where} has no handle-key column to send")
         value: dict[str, Any] = {"u": new} if new else {}
         if event.op == UPDATE and self.output_old_value and event.old_columns is not None:
-            old = encode_image(event.old_columns, handle_key_only)
+            old_image = event.old_columns
             if self.only_output_updated_columns:
-                old = _changed_only(old, new)
+                old_image = _changed_only(old_image, event.columns)
+            old = encode_image(old_image, handle_key_only)
             if old:
                 value["p"] = old
         elif event.op not in (INSERT, UPDATE):
@@ -733,12 +734,14 @@ def _required(image: dict[str, Column] | None, where: str) -> dict[str, Column]:
     return image
 
 
-def _changed_only(old: dict[str, dict], new: dict[str, dict]) -> dict[str, dict]:
+def _changed_only(old: dict[str, Column], new: dict[str, Column]) -> dict[str, Column]:
     """Old columns whose type or value differs from the new image (only-output-updated-columns)."""
     return {
         name: column
         for name, column in old.items()
-        if name not in new or new[name]["t"] != column["t"] or new[name]["v"] != column["v"]
+        if name not in new
+        or new[name].type_code != column.type_code
+        or new[name].value != column.value
     }
 
 
