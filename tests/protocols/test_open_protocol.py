@@ -524,7 +524,7 @@ def test_value_count_mismatch():
         (ROW_KEY, '{"u":{"c":{"t":200,"f":0,"v":1}}}', "unknown column type code 200"),
         (ROW_KEY, '{"u":{"c":{"t":3,"f":65}}}', "column object lacks 'v'"),
         (ROW_KEY, '{"u":{"c":[3,65,1]}}', "a column must be a JSON object"),
-        (ROW_KEY, '{"x":{}}', "none of `u`, `p`, `d`"),
+        (ROW_KEY, '{"x":{}}', "neither `u` nor `d`"),
         (ROW_KEY, "", "row event but its value is empty"),
         ('{"ts":1,"t":3}', '{"u":{}}', "resolved event but its value is 8 bytes"),
         ('{"ts":1,"t":4}', "", "unknown event type t=4"),

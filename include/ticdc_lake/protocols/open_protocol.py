@@ -357,7 +357,7 @@ def decode_row_value(body: dict, index: int) -> tuple[str, dict | None, dict | N
         return DELETE, None, decode_image(deleted, index, "d")
     new = body.get("u")
     if new is None:
-        raise DecodeError(f"row value {index} has none of `u`, `p`, `d`: {sorted(body)!r}")
+        raise DecodeError(f"row value {index} has neither `u` nor `d`: keys {sorted(body)!r}")
     columns = decode_image(new, index, "u")
     previous = body.get("p")
     if previous is None:
@@ -602,7 +602,7 @@ class OpenProtocolEncoder(Encoder):
         return compress(self.settings.compression, value)
 
     def _ddl_message(self, event: DdlEvent) -> KafkaMessage:
-        key = {"ts": event.commit_ts}
+        key = {"ts": _known_ts(event)}
         if event.schema:
             key["scm"] = event.schema
         if event.table:
@@ -639,7 +639,7 @@ class OpenProtocolEncoder(Encoder):
     def _row_json(
         self, event: RowEvent, handle_key_only: bool, claim_check_location: str | None = None
     ) -> tuple[bytes, bytes]:
-        key: dict[str, Any] = {"ts": event.commit_ts}
+        key: dict[str, Any] = {"ts": _known_ts(event)}
         if event.schema:
             key["scm"] = event.schema
         if event.table:
@@ -705,6 +705,16 @@ class _Batch:
 
     def message(self) -> KafkaMessage:
         return KafkaMessage(bytes(self.key), bytes(self.value))
+
+
+def _known_ts(event: RowEvent | DdlEvent) -> int:
+    """The key's `ts`: the Open Protocol has no way to say "unknown"."""
+    if event.commit_ts is None:
+        raise ValueError(
+            f"{event.kind} event of {event.schema}.{event.table} has no commit TS; the Open "
+            "Protocol cannot carry it"
+        )
+    return event.commit_ts
 
 
 def _single_event_length(key: bytes, value: bytes) -> int:
