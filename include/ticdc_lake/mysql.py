@@ -116,7 +116,7 @@ class ParsedColumnType:
     zerofill: bool = False
 
 
-_TYPE_TEXT = re.compile(r"\s*([a-z]+)\s*(?:\((.*)\))?\s*((?:unsigned|zerofill|signed|\s)*)\s*$")
+_TYPE_TEXT = re.compile(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*((?:unsigned|zerofill|signed|\s)*)\s*$")
 
 
 def _quoted_elements(text: str) -> tuple[str, ...]:
