@@ -79,9 +79,8 @@ def index_value_hash(event: RowEvent) -> int:
     """CRC-32 over schema, table and the handle-key columns' names and values."""
     image = event.old_columns if event.columns is None else event.columns
     digest = zlib.crc32(f"{event.schema}\x00{event.table}".encode())
-    for name, column in image.items():
-        if name in event.handle_key:
-            digest = zlib.crc32(name.encode() + b"\x00" + _key_bytes(column.value), digest)
+    for name in event.handle_key:
+        digest = zlib.crc32(name.encode() + b"\x00" + _key_bytes(image[name].value), digest)
     return digest
 
 

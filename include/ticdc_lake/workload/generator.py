@@ -26,8 +26,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ticdc_lake import mysql as m
-from ticdc_lake.cases import COLUMN_TYPES, integer_range, random_value
-from ticdc_lake.events import DELETE, INSERT, UPDATE, DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.cases import COLUMN_TYPES, ColumnType, integer_range, random_value
+from ticdc_lake.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    Event,
+    ResolvedEvent,
+    RowEvent,
+)
 from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
 from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
 
@@ -112,18 +121,28 @@ class _TableState:
     """A table's current definition, rows (key → column values) and key bookkeeping."""
 
     def __init__(self, table: TableDef):
-        self.table = table
+        self.table = table  # a property: setting it refreshes the column specs below
         self.rows: dict[tuple, dict[str, Any]] = {}
         self.live = _KeyPool()
         self.graveyard: list[tuple] = []  # deleted keys, sometimes inserted again
         self.counter = 0
 
     @property
-    def columns(self) -> list[str]:
-        return [column.name for column in self.table.columns]
+    def table(self) -> TableDef:
+        return self._table
+
+    @table.setter
+    def table(self, table: TableDef) -> None:
+        self._table = table
+        self.columns = [column.name for column in table.columns]
+        self._specs = [(c.name, c.type_code, c.flags, c.mysql_type) for c in table.columns]
 
     def image(self, values: dict[str, Any]) -> dict:
-        return {column.name: column.column(values[column.name]) for column in self.table.columns}
+        # The hot path of generation: one Column per value, built without attribute lookups.
+        return {
+            name: Column(code, flags, values[name], mysql_type)
+            for name, code, flags, mysql_type in self._specs
+        }
 
 
 class _Generator:
@@ -156,7 +175,7 @@ class _Generator:
             0,
         )
         self.added_columns = 0
-        self.pools: dict[str, list] = {}
+        self.pools: dict[ColumnType, list] = {}
         self.next_table_id = 1000
         self.milestones = self._milestones(transactions) if ddl else {}
 
@@ -317,13 +336,15 @@ class _Generator:
     def _fresh_or_pooled(self, column: ColumnDef) -> Any:
         """A value from `cases.random_value`; once a type has drawn _POOL_SIZE of them, mostly one
         of those again: drawing afresh costs ~50 µs, and long runs need hundreds of thousands."""
-        pool = self.pools.setdefault(column.column_type.name, [])
-        if len(pool) < _POOL_SIZE or self.rng.random() < 0.03:
-            value = random_value(column.column_type, self.rng)
-            if len(pool) < _POOL_SIZE:
-                pool.append(value)
-            return value
-        return pool[self.rng.randrange(_POOL_SIZE)]
+        pool = self.pools.get(column.column_type)
+        if pool is None:
+            pool = self.pools[column.column_type] = []
+        if len(pool) == _POOL_SIZE and self.rng.random() >= 0.03:
+            return pool[int(self.rng.random() * _POOL_SIZE)]
+        value = random_value(column.column_type, self.rng)
+        if len(pool) < _POOL_SIZE:
+            pool.append(value)
+        return value
 
     def _new_key(self, state: _TableState, touched: set[tuple]) -> tuple:
         """A key not live and not used in this transaction; now and then a deleted one again."""
