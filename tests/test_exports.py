@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import random
 
@@ -247,3 +248,25 @@ def test_fuzzed_lines_give_records_or_export_errors_only(tmp_path):
     assert len(records) + len(errors) == sum(1 for line in lines if line.strip())
     assert all(isinstance(record, KafkaRecord) for record in records)
     assert all(error.line is not None for error in errors)
+
+
+@pytest.mark.parametrize("compression", exports.FILE_COMPRESSIONS)
+@pytest.mark.parametrize("layout", ["parquet", "avro"])
+def test_corrupted_binary_files_give_records_or_export_errors_only(tmp_path, layout, compression):
+    """Bit flips and truncations anywhere in a Parquet or Avro file (compressed or not)."""
+    rng = random.Random(f"{layout}-{compression}")
+    many = [dataclasses.replace(r, offset=i) for i, r in enumerate(RECORDS * 50)]
+    path = tmp_path / "good"
+    write_export(path, many, layout, file_compression=compression)
+    data = path.read_bytes()
+    for attempt in range(40):
+        mutated = bytearray(data)
+        if attempt % 3 == 0:
+            del mutated[rng.randrange(len(mutated)) :]
+        else:
+            for _ in range(rng.randint(1, 5)):
+                mutated[rng.randrange(len(mutated))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(mutated))
+        records, errors = collect(path)
+        assert all(isinstance(record, KafkaRecord) for record in records)
+        assert all(isinstance(error, ExportError) for error in errors)

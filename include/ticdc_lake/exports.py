@@ -32,6 +32,7 @@ import gzip
 import io
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -44,7 +45,7 @@ import zstandard
 
 from ticdc_lake.errors import DecodeError, TicdcLakeError
 from ticdc_lake.events import Event
-from ticdc_lake.protocols.base import Decoder
+from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS, Decoder
 from ticdc_lake.records import KafkaRecord
 
 FORMATS = ("parquet", "jsonl", "kcat", "avro")
@@ -106,6 +107,19 @@ AVRO_CONTAINER_SCHEMA = {
         },
     ],
 }
+
+
+# What reading a corrupt or truncated file raises, from the decompressors, pyarrow, fastavro
+# and the parsers under them.
+_CORRUPT_FILE_ERRORS = (
+    *MALFORMED_INPUT_ERRORS,
+    OSError,
+    zlib.error,
+    zstandard.ZstdError,
+    pa.ArrowException,
+    fastavro.schema.SchemaParseException,
+    fastavro.schema.UnknownType,
+)
 
 
 class ExportError(TicdcLakeError):
@@ -219,13 +233,13 @@ def read_export(
     report = on_error or _raise
     try:
         layout, compression = detect_format(path)
-    except (OSError, EOFError, zstandard.ZstdError) as exc:
+    except _CORRUPT_FILE_ERRORS as exc:
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
     readers = {"parquet": _read_parquet, "avro": _read_avro, "jsonl": _read_json_lines}
     try:
         yield from readers[layout](path, compression, report)
-    except (OSError, EOFError, zstandard.ZstdError, pa.ArrowException, ValueError) as exc:
+    except _CORRUPT_FILE_ERRORS as exc:
         # Corrupt or truncated files end here; the records already yielded stay valid.
         report(ExportError(f"{layout} file is corrupt or truncated: {exc}", path=path))
 
@@ -266,7 +280,7 @@ def _parse_json_line(line: bytes) -> dict:
     except orjson.JSONDecodeError as exc:
         try:
             document = json.loads(line.decode("utf-8", "surrogateescape"))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _BadLine(f"not valid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise _BadLine(f"expected a JSON object, found {type(document).__name__}")
