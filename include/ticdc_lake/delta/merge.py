@@ -1,0 +1,174 @@
+"""Upserts and deletes of a change set into a Delta table by key: delta-rs ``merge``.
+
+The change set is small next to the table (a compaction's new changes), so it is collected to
+the driver as Arrow and merged by delta-rs, which rewrites only the files holding matched keys.
+It must hold at most one row per key: choosing the last change per key is the caller's job.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame
+
+from ticdc_lake.delta.exceptions import MergeSourceError
+from ticdc_lake.delta.read import check_plain_files, table_path
+from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.txn import (
+    already_committed,
+    check_app_version,
+    commit_properties,
+    find_commit,
+)
+
+# Key types whose file statistics delta-rs reads back exactly, so that merge may skip files by
+# the change set's key range. delta-rs clamps DECIMAL(20,0) statistics above 2^63 − 1 and
+# rounds wide decimals through floats: skipping by them inserts a duplicate instead of updating
+# (seen with deltalake 1.6.6), so tables keyed by decimals or anything else are merged by a
+# full scan of the target.
+_PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date32)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    committed: bool
+    version: int | None
+    skipped: bool = False  # (app_id, version) was already in the table
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _source_table(changes: DataFrame | pa.Table) -> pa.Table:
+    if isinstance(changes, pa.Table):
+        return changes
+    if isinstance(changes, DataFrame):
+        return changes.toArrow()
+    raise TypeError(f"changes must be a Spark DataFrame or a pyarrow Table, not {type(changes)}")
+
+
+def _check_source(source: pa.Table, keys: Sequence[str], delete_column: str | None) -> None:
+    missing = [
+        k
+        for k in (*keys, *([delete_column] if delete_column else []))
+        if k not in source.column_names
+    ]
+    if missing:
+        raise MergeSourceError(f"change set lacks columns {missing}: it has {source.column_names}")
+    for key in keys:
+        if source.column(key).null_count:
+            raise MergeSourceError(f"key column {key!r} holds nulls")
+    if delete_column is not None:
+        column = source.column(delete_column)
+        if not pa.types.is_boolean(column.type) or column.null_count:
+            raise MergeSourceError(
+                f"delete column {delete_column!r} must be a boolean without nulls"
+            )
+    counts = source.group_by(list(keys), use_threads=False).aggregate([([], "count_all")])
+    duplicated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if duplicated.num_rows:
+        example = duplicated.slice(0, 3).select(list(keys)).to_pylist()
+        raise MergeSourceError(
+            f"{duplicated.num_rows} keys occur more than once in the change set, e.g. {example}: "
+            "keep the last change per key before merging"
+        )
+
+
+def _nullable(data: pa.Table) -> pa.Table:
+    """``data`` with every column nullable (Spark marks many non-null; see TableSchema)."""
+    from deltalake import Schema as DeltaSchema
+
+    arrow = TableSchema.from_delta(DeltaSchema.from_arrow(data.schema), []).to_arrow()
+    return data.cast(arrow)
+
+
+def merge_delta(
+    changes: DataFrame | pa.Table,
+    path: str | os.PathLike,
+    keys: Sequence[str],
+    *,
+    delete_column: str | None = None,
+    partition_by: Sequence[str] | None = None,
+    merge_schema: bool = False,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> MergeResult:
+    """Apply ``changes`` (one row per key) to the table at ``path``.
+
+    Rows whose ``delete_column`` is true delete the target row with their key (and are not
+    inserted); the others replace it, or are inserted. The delete column itself is not stored.
+    A missing table is created from the inserted rows (partitioned by ``partition_by``).
+    ``app_id``/``version`` make the merge idempotent, as in ``write_delta``. An empty change
+    set commits nothing. ``merge_schema`` lets new source columns extend the table.
+    """
+    check_app_version(app_id, version)
+    if not keys:
+        raise MergeSourceError("merge needs at least one key column")
+    location = table_path(path)
+    source = _source_table(changes)
+    _check_source(source, keys, delete_column)
+    write_id = uuid.uuid4().hex
+
+    if not DeltaTable.is_deltatable(location):
+        rows = source
+        if delete_column is not None:
+            rows = source.filter(pc.invert(source.column(delete_column))).drop_columns(
+                [delete_column]
+            )
+        write_deltalake(
+            location,
+            _nullable(rows),
+            mode="error",
+            partition_by=list(partition_by) if partition_by else None,
+            commit_properties=commit_properties(write_id, app_id, version),
+        )
+        return MergeResult(committed=True, version=DeltaTable(location).version())
+
+    table = DeltaTable(location)
+    check_plain_files(table)
+    if already_committed(table, app_id, version):
+        return MergeResult(committed=False, version=table.version(), skipped=True)
+    if source.num_rows == 0:
+        return MergeResult(committed=False, version=table.version())
+    start_version = table.version()
+
+    prunable = all(
+        any(test(source.schema.field(k).type) for test in _PRUNABLE_KEY_TYPES) for k in keys
+    )
+    predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+    merger = table.merge(
+        source,
+        predicate,
+        source_alias="s",
+        target_alias="t",
+        merge_schema=merge_schema,
+        # Not streamed: delta-rs then derives a file-skipping predicate from the change set's
+        # key range, so unchanged files are neither read nor rewritten.
+        streamed_exec=not prunable,
+        commit_properties=commit_properties(write_id, app_id, version),
+    )
+    if delete_column is None:
+        merger = merger.when_matched_update_all().when_not_matched_insert_all()
+    else:
+        deleted = f"s.{_quote(delete_column)}"
+        merger = (
+            merger.when_matched_delete(predicate=deleted)
+            .when_matched_update_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
+            .when_not_matched_insert_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
+        )
+    metrics = merger.execute()
+    info = find_commit(location, write_id, start_version)
+    return MergeResult(
+        committed=info is not None,
+        version=info["version"] if info else DeltaTable(location).version(),
+        metrics=metrics,
+    )

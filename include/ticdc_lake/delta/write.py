@@ -1,0 +1,139 @@
+"""Spark → Delta: ``write_delta``, the one way the pipeline writes a DataFrame to a table."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame
+
+from ticdc_lake.delta import partitions
+from ticdc_lake.delta.read import check_plain_files, table_path, table_schema
+from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.source import (
+    DEFAULT_MAX_FILE_BYTES,
+    SOURCE_NAME,
+    WritePlan,
+    register_delta_source,
+    resolve_target,
+)
+from ticdc_lake.delta.txn import (
+    FILES_KEY,
+    ROWS_KEY,
+    already_committed,
+    check_app_version,
+    find_commit,
+)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write did. ``committed`` is False for a replay (``skipped``) or a no-op append."""
+
+    committed: bool
+    version: int | None  # the version this write created, or the table's version if none
+    num_records: int = 0
+    num_files: int = 0
+    skipped: bool = False  # (app_id, version) was already in the table
+
+
+def _replace_where_text(replace_where: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
+    if replace_where is None:
+        return None
+    if not replace_where:
+        raise ValueError("replace_where needs at least one partition column")
+    result = {}
+    for column, value in replace_where.items():
+        values = value if isinstance(value, list | tuple | set | frozenset) else [value]
+        texts = [partitions.value_text(v) for v in values]
+        if None in texts:
+            raise ValueError(
+                f"replace_where {column}: null partitions cannot be replaced selectively"
+            )
+        result[column] = sorted(texts)
+    return result
+
+
+def write_delta(
+    df: DataFrame,
+    path: str | os.PathLike,
+    *,
+    mode: str = "append",
+    partition_by: Sequence[str] | None = None,
+    replace_where: Mapping[str, Any] | None = None,
+    overwrite_schema: bool = False,
+    app_id: str | None = None,
+    version: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> WriteResult:
+    """Write ``df`` to the Delta table at ``path`` in one transaction.
+
+    - ``mode``: ``append`` or ``overwrite``. Overwrite replaces every row, or with
+      ``replace_where={"col": value or [values]}`` only the rows of those partitions (the data
+      must lie inside them). The schema evolves by new nullable columns; ``overwrite_schema``
+      lets a full overwrite replace the columns instead.
+    - ``partition_by``: for a new table; for an existing one it must match (or be omitted).
+    - ``app_id``/``version``: the write is skipped, with no new Delta version, when the table
+      already records that version (or a later one) for ``app_id``; otherwise both are
+      recorded with the commit. Checked before the Spark job and again before the commit.
+    """
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"mode must be append or overwrite, not {mode!r}")
+    if replace_where is not None and mode != "overwrite":
+        raise ValueError("replace_where applies to mode='overwrite' only")
+    check_app_version(app_id, version)
+    location = table_path(path)
+    incoming = TableSchema.from_spark(df.schema, tuple(partition_by or ()))
+
+    start_version = None
+    if DeltaTable.is_deltatable(location):
+        table = DeltaTable(location)
+        check_plain_files(table)
+        if already_committed(table, app_id, version):
+            return WriteResult(committed=False, version=table.version(), skipped=True)
+        start_version = table.version()
+        plan_target_from = table_schema(table)
+    else:
+        plan_target_from = None
+
+    plan = WritePlan(
+        path=location,
+        write_id=uuid.uuid4().hex,
+        mode=mode,
+        incoming=incoming,
+        target=incoming,
+        replace_where=_replace_where_text(replace_where),
+        overwrite_schema=overwrite_schema,
+        app_id=app_id,
+        version=version,
+        start_version=start_version,
+        max_file_bytes=max_file_bytes,
+    )
+    if plan_target_from is not None:
+        plan.target = resolve_target(plan_target_from, plan)
+    if plan.replace_where:
+        unknown = set(plan.replace_where) - set(plan.target.partition_by)
+        if unknown:
+            raise ValueError(f"replace_where on non-partition columns {sorted(unknown)}")
+
+    register_delta_source(df.sparkSession)
+    df.write.format(SOURCE_NAME).mode(mode).option("plan", plan.to_json()).save(location)
+
+    info = find_commit(location, plan.write_id, start_version)
+    if info is None:
+        table = DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+        return WriteResult(
+            committed=False,
+            version=table.version() if table else None,
+            skipped=table is not None and already_committed(table, app_id, version),
+        )
+    return WriteResult(
+        committed=True,
+        version=info["version"],
+        num_records=info.get(ROWS_KEY, 0),
+        num_files=info.get(FILES_KEY, 0),
+    )

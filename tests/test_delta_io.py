@@ -1,0 +1,503 @@
+"""Table IO: Spark → Delta writes, Delta → Spark reads, idempotent commits and merges."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable, TableFeatures, write_deltalake
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+from ticdc_lake.delta import (
+    MergeSourceError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    UnsupportedTableError,
+    delta_table_exists,
+    merge_delta,
+    read_delta,
+    write_delta,
+)
+from ticdc_lake.delta.partitions import directory, directory_values
+from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.source import WritePlan, _TaskFiles, commit_files
+from ticdc_lake.delta.stats import FileStats
+
+from tests import spark_fixtures
+
+# Until conftest.py loads tests.spark_fixtures as a plugin, take the session fixture from it.
+spark = spark_fixtures.spark
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+U64_MAX = Decimal(2**64 - 1)
+D38_MAX = Decimal("9999999999999999999999999999.9999999999")
+
+EVERY_TYPE = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("u64", DecimalType(20, 0)),
+        StructField("dec", DecimalType(38, 10)),
+        StructField("raw", BinaryType()),
+        StructField("text", StringType()),
+        StructField("ts", TimestampType()),
+        StructField("day", DateType()),
+        StructField("real", DoubleType()),
+        StructField("flag", BooleanType()),
+        StructField("small", IntegerType()),
+        StructField("tags", ArrayType(LongType())),
+        StructField("attrs", MapType(StringType(), LongType())),
+        StructField(
+            "pos", StructType([StructField("x", LongType()), StructField("y", StringType())])
+        ),
+    ]
+)
+EVERY_TYPE_ROWS = [
+    (
+        1,
+        U64_MAX,
+        D38_MAX,
+        b"\x00\xff\xfe",
+        "héllo ✓ 𝄞",
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.date(9999, 12, 31),
+        1.5,
+        True,
+        -(2**31),
+        [1, None, 3],
+        {"a": 1, "b": None},
+        (1, "p"),
+    ),
+    (
+        2,
+        Decimal(0),
+        Decimal("-9999999999999999999999999999.9999999999"),
+        b"",
+        "",
+        dt.datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        dt.date(1000, 1, 1),
+        float("nan"),
+        False,
+        2**31 - 1,
+        [],
+        {},
+        (None, None),
+    ),
+    (
+        3,
+        Decimal(2**63),
+        Decimal("0.0000000001"),
+        bytes(range(256)),
+        "a" * 100,
+        dt.datetime(1000, 1, 1, tzinfo=UTC),
+        dt.date(1, 1, 1),
+        float("-inf"),
+        None,
+        0,
+        None,
+        None,
+        None,
+    ),
+    (4, None, None, None, None, None, None, None, None, None, None, None, None),
+]
+
+
+def _files_on_disk(path: Path) -> set[str]:
+    return {str(p) for p in path.rglob("*.parquet")}
+
+
+def _delta_rows(path: Path, sort_key: str) -> list[dict]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: r[sort_key])
+
+
+def _spark_rows(df, sort_key: str) -> list[dict]:
+    return sorted(df.toArrow().to_pylist(), key=lambda r: r[sort_key])
+
+
+# --- pure helpers (no Spark) ------------------------------------------------------------------
+
+
+def test_partition_directories_round_trip():
+    values = {"a": "x:y/z=1 %2F", "b": None, "c": "ünï"}
+    path = directory(values) + "/part-0.parquet"
+    assert path.startswith("a=x%3Ay%2Fz%3D1%20%252F/b=__HIVE_DEFAULT_PARTITION__/c=ünï/")
+    assert directory_values(path) == values
+
+
+def test_file_stats_bound_the_data_and_skip_what_is_inexact():
+    data = pa.table(
+        {
+            "ts": pa.array([1_000_500, 2_000_001, None], pa.timestamp("us", tz="UTC")),
+            "real": pa.array([1.0, float("nan"), 2.0]),
+            "long_text": pa.array(["b" * 40, "a" * 40, None]),
+            "short_text": pa.array(["b", "a", "c"]),
+            "u64": pa.array([U64_MAX, Decimal(1), None], pa.decimal128(20, 0)),
+            "d15": pa.array(
+                [Decimal("-1.5"), Decimal("12345678901.2345"), None], pa.decimal128(15, 4)
+            ),
+        }
+    )
+    stats = FileStats(data.schema)
+    stats.update(data.slice(0, 2))
+    stats.update(data.slice(2))
+    result = json.loads(stats.to_json())
+    assert result["numRecords"] == 3
+    assert result["nullCount"] == {
+        "ts": 1,
+        "real": 0,
+        "long_text": 1,
+        "short_text": 0,
+        "u64": 1,
+        "d15": 1,
+    }
+    # Millisecond precision: the minimum rounds down, the maximum up.
+    assert result["minValues"]["ts"] == "1970-01-01T00:00:01.000Z"
+    assert result["maxValues"]["ts"] == "1970-01-01T00:00:02.001Z"
+    assert "real" not in result["minValues"]  # NaN: no order to record
+    assert result["minValues"]["long_text"] == "a" * 32 and "long_text" not in result["maxValues"]
+    assert (result["minValues"]["short_text"], result["maxValues"]["short_text"]) == ("a", "c")
+    assert "u64" not in result["minValues"]  # delta-rs would read it back wrong
+    assert (result["minValues"]["d15"], result["maxValues"]["d15"]) == (-1.5, 12345678901.2345)
+
+
+def test_schema_evolution_rules():
+    table = TableSchema((("id", "long"), ("n", "integer"), ("p", "string")), ("p",))
+    evolved, added = table.evolve(TableSchema((("id", "integer"), ("new", "string"))))
+    assert added == ["new"] and evolved.names == ["id", "n", "p", "new"]
+    assert evolved.type_of("id") == "long"  # narrower data is cast up, the table keeps its type
+    with pytest.raises(SchemaMismatchError, match="cannot write"):
+        table.evolve(TableSchema((("n", "string"),)))
+    with pytest.raises(SchemaMismatchError, match="partitioned by"):
+        table.evolve(TableSchema((("id", "long"),), ("id",)))
+    with pytest.raises(SchemaMismatchError, match="only in case"):
+        table.evolve(TableSchema((("ID", "long"),)))
+
+
+# --- writes and reads -------------------------------------------------------------------------
+
+
+def test_every_type_round_trips(spark, tmp_path):
+    df = spark.createDataFrame(EVERY_TYPE_ROWS, EVERY_TYPE)
+    result = write_delta(df, tmp_path / "t")
+    assert (result.committed, result.version, result.num_records) == (True, 0, 4)
+
+    back = read_delta(spark, tmp_path / "t")
+    assert back.schema == EVERY_TYPE  # every column stored nullable, types exact
+    # (chispa's ignore_row_order cannot sort maps: order by id instead.)
+    assert_df_equality(df.orderBy("id"), back.orderBy("id"), allow_nan_equality=True)
+    # Plain delta-rs reads the same values (NaN compared as text).
+    as_text = [{k: repr(v) for k, v in row.items()} for row in _delta_rows(tmp_path / "t", "id")]
+    assert as_text == [{k: repr(v) for k, v in row.items()} for row in _spark_rows(back, "id")]
+    assert _delta_rows(tmp_path / "t", "id")[0]["u64"] == U64_MAX
+
+
+def test_partitioned_round_trip_keeps_partition_columns(spark, tmp_path):
+    awkward = ["x:y", "a/b=c", "sp ace%", "007", "ünï", "", None]
+    rows = [(i, awkward[i % len(awkward)], i % 3, dt.date(2024, 1, 1 + i % 2)) for i in range(40)]
+    df = spark.createDataFrame(rows, "id long, topic string, part int, day date")
+    write_delta(df, tmp_path / "t", partition_by=["topic", "part"])
+
+    back = read_delta(spark, tmp_path / "t")
+    assert back.columns == ["id", "topic", "part", "day"]
+    # Spark (and Delta) read an empty partition value as null.
+    expected = df.withColumn("topic", F.when(F.col("topic") == "", None).otherwise(F.col("topic")))
+    assert_df_equality(expected, back, ignore_row_order=True, ignore_nullable=True)
+    assert _spark_rows(back, "id") == _delta_rows(tmp_path / "t", "id")
+
+
+def test_append_overwrite_and_schema_evolution(spark, tmp_path):
+    path = tmp_path / "t"
+    write_delta(spark.createDataFrame([(1, "a")], "id long, v string"), path)
+    write_delta(spark.createDataFrame([(2, "b")], "id int, v string"), path)  # int fits long
+    evolved = write_delta(
+        spark.createDataFrame([(3, "c", 1.5)], "id long, v string, w double"), path
+    )
+    assert evolved.committed
+
+    back = read_delta(spark, path)
+    assert back.schema.simpleString() == "struct<id:bigint,v:string,w:double>"
+    assert sorted(map(tuple, back.collect())) == [(1, "a", None), (2, "b", None), (3, "c", 1.5)]
+
+    with pytest.raises(SchemaMismatchError, match="cannot write"):
+        write_delta(spark.createDataFrame([("x",)], "w string"), path)
+
+    write_delta(spark.createDataFrame([(9, "z")], "id long, v string"), path, mode="overwrite")
+    back = read_delta(spark, path)
+    assert [tuple(r) for r in back.collect()] == [(9, "z", None)]  # column w stays, null
+
+    write_delta(
+        spark.createDataFrame([("only",)], "name string"),
+        path,
+        mode="overwrite",
+        overwrite_schema=True,
+    )
+    assert [tuple(r) for r in read_delta(spark, path).collect()] == [("only",)]
+    # Time travel reads an older snapshot with its own schema.
+    assert read_delta(spark, path, version=0).collect()[0].asDict() == {"id": 1, "v": "a"}
+
+
+def test_overwrite_of_chosen_partitions(spark, tmp_path):
+    path = tmp_path / "t"
+    df = spark.createDataFrame(
+        [(i, t) for i in range(6) for t in ("a", "b", "c")], "id long, t string"
+    )
+    write_delta(df, path, partition_by=["t"])
+    version = DeltaTable(str(path)).version()
+
+    new_b = spark.createDataFrame([(100, "b")], "id long, t string")
+    write_delta(new_b, path, mode="overwrite", replace_where={"t": ["b"]})
+    counts = {r["t"]: r["count"] for r in read_delta(spark, path).groupBy("t").count().collect()}
+    assert counts == {"a": 6, "b": 1, "c": 6}
+
+    before = _files_on_disk(path)
+    outside = spark.createDataFrame([(200, "a")], "id long, t string")
+    with pytest.raises(Exception, match="replace_where"):
+        write_delta(outside, path, mode="overwrite", replace_where={"t": "c"})
+    assert DeltaTable(str(path)).version() == version + 1  # nothing committed
+    assert _files_on_disk(path) == before  # abort deleted the written file
+
+
+def test_empty_and_missing_tables(spark, tmp_path):
+    assert not delta_table_exists(tmp_path / "t")
+    with pytest.raises(TableNotFoundError):
+        read_delta(spark, tmp_path / "t")
+
+    empty = spark.createDataFrame([], "id long, amount decimal(20,0), p string")
+    result = write_delta(empty, tmp_path / "t", partition_by=["p"])
+    assert (result.committed, result.version, result.num_files) == (True, 0, 0)
+    back = read_delta(spark, tmp_path / "t")
+    assert back.count() == 0
+    assert back.schema.simpleString() == "struct<id:bigint,amount:decimal(20,0),p:string>"
+    # An empty append with nothing to record adds no version.
+    assert not write_delta(empty, tmp_path / "t").committed
+    assert DeltaTable(str(tmp_path / "t")).version() == 0
+
+
+def test_replayed_write_adds_nothing(spark, tmp_path):
+    path = tmp_path / "t"
+    df = spark.createDataFrame([(1,), (2,)], "id long")
+    assert write_delta(df, path, app_id="land", version=7).version == 0
+    replay = write_delta(df, path, app_id="land", version=7)
+    older = write_delta(df, path, app_id="land", version=3)
+    assert replay.skipped and older.skipped and not replay.committed
+    table = DeltaTable(str(path))
+    assert (table.version(), table.transaction_version("land")) == (0, 7)
+    assert read_delta(spark, path).count() == 2
+    assert write_delta(df, path, app_id="land", version=8).version == 1
+    assert write_delta(df, path, app_id="other", version=1).version == 2
+
+
+def test_commit_time_replay_check_drops_the_files(tmp_path):
+    """A write that started before another run committed the same (app, version) adds nothing."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    schema = TableSchema((("id", "long"),))
+    plan = WritePlan(path, "w1", "append", schema, schema, app_id="app", version=1, start_version=0)
+    files = _TaskFiles(plan)
+    files.write(pa.record_batch({"id": pa.array([2, 3], pa.int64())}))
+    adds = files.close()
+    assert all(os.path.exists(os.path.join(path, a["path"])) for a in adds)
+
+    DeltaTable(path).create_write_transaction(  # the concurrent run commits first
+        [], "append", pa.schema([("id", pa.int64())]), commit_properties=_txn("app", 1)
+    )
+    commit_files(plan, adds)
+    assert DeltaTable(path).version() == 1
+    assert not any(os.path.exists(os.path.join(path, a["path"])) for a in adds)
+
+
+def _txn(app_id, version):
+    from deltalake.transaction import CommitProperties, Transaction
+
+    return CommitProperties(app_transactions=[Transaction(app_id, version)])
+
+
+def test_failed_job_leaves_no_files(spark, tmp_path):
+    path = tmp_path / "t"
+    write_delta(spark.createDataFrame([(-1,)], "id long"), path)
+    before = _files_on_disk(path)
+    # One task fails after writing its first 10k-row batches; its failure cancels the stage,
+    # which may kill the other task's Python worker before that task can clean up.
+    boom = F.when(F.col("id") == 35_000, F.raise_error(F.lit("boom")))
+    ids = spark.range(0, 40_000, numPartitions=2)
+    failing = ids.select(boom.otherwise(F.col("id")).alias("id"))
+    with pytest.raises(Exception, match="boom"):
+        write_delta(failing, path)
+    assert _files_on_disk(path) == before
+    assert DeltaTable(str(path)).version() == 0
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from ticdc_lake.spark import build_session
+    from ticdc_lake.delta import write_delta
+
+    spark = build_session("killed-write", master="local[1]", conf={"spark.ui.enabled": "false"})
+
+    def slow(batches):
+        for batch in batches:
+            yield batch
+            time.sleep(0.5)
+
+    df = spark.range(0, 1_000_000, numPartitions=1).mapInArrow(slow, "id long")
+    write_delta(df, sys.argv[1], app_id="killed", version=1)
+    """
+)
+
+
+@pytest.mark.slow
+def test_killed_write_leaves_table_readable_and_rerun_correct(spark, tmp_path):
+    path = tmp_path / "t"
+    write_delta(spark.createDataFrame([(-1,)], "id long"), path)
+    committed = _files_on_disk(path)
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(path)],
+        start_new_session=True,  # its own process group: the JVM and Python workers die with it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (_files_on_disk(path) - committed):
+            assert child.poll() is None, "the writer ended before it started writing"
+            assert time.monotonic() < deadline, "the writer never started writing"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+    orphans = _files_on_disk(path) - committed
+    assert orphans
+    table = DeltaTable(str(path))
+    assert table.version() == 0 and table.transaction_version("killed") is None
+    assert [r.id for r in read_delta(spark, path).collect()] == [-1]
+
+    rerun = write_delta(spark.range(0, 1000), path, app_id="killed", version=1)
+    assert rerun.committed and read_delta(spark, path).count() == 1001
+    removed = DeltaTable(str(path)).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+    )
+    assert {str(path / f) for f in removed} == orphans
+    assert read_delta(spark, path).count() == 1001
+
+
+# --- merge ------------------------------------------------------------------------------------
+
+
+def _merge_rows(path) -> dict:
+    return {r["k"]: r["v"] for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+
+def test_merge_upserts_deletes_and_key_changes(spark, tmp_path):
+    path = tmp_path / "gold"
+    first = spark.createDataFrame(
+        [(k, f"v{k}", False) for k in range(1, 6)] + [(99, "gone", True)],
+        "k long, v string, deleted boolean",
+    )
+    created = merge_delta(first, path, ["k"], delete_column="deleted", app_id="gold", version=1)
+    assert created.committed and _merge_rows(path) == {k: f"v{k}" for k in range(1, 6)}
+    assert "deleted" not in DeltaTable(str(path)).schema().to_arrow().names
+
+    changes = spark.createDataFrame(
+        [
+            (1, "updated", False),  # update
+            (2, None, True),  # delete
+            (3, None, True),  # key change 3 → 30: a delete and an insert
+            (30, "v3", False),
+            (6, "new", False),  # insert
+            (77, None, True),  # delete of an absent key: nothing
+        ],
+        "k long, v string, deleted boolean",
+    )
+    merged = merge_delta(changes, path, ["k"], delete_column="deleted", app_id="gold", version=2)
+    assert merged.committed and merged.version == 1
+    expected = {1: "updated", 4: "v4", 5: "v5", 30: "v3", 6: "new"}
+    assert _merge_rows(path) == expected
+    assert {r.k: r.v for r in read_delta(spark, path).collect()} == expected
+
+    replay = merge_delta(changes, path, ["k"], delete_column="deleted", app_id="gold", version=2)
+    assert replay.skipped and DeltaTable(str(path)).version() == 1
+
+    with pytest.raises(MergeSourceError, match="more than once"):
+        merge_delta(pa.table({"k": [1, 1], "v": ["a", "b"]}), path, ["k"])
+    with pytest.raises(MergeSourceError, match="nulls"):
+        merge_delta(pa.table({"k": pa.array([None], pa.int64()), "v": ["a"]}), path, ["k"])
+
+
+def test_merge_by_unsigned_bigint_key_above_int64(tmp_path):
+    """delta-rs clamps DECIMAL(20,0) file statistics at 2^63 − 1; a merge that skipped files by
+    them would insert a second row for the key instead of updating it."""
+    path = str(tmp_path / "gold")
+    key = pa.decimal128(20, 0)
+    merge_delta(pa.table({"k": pa.array([U64_MAX, Decimal(1)], key), "v": ["a", "b"]}), path, ["k"])
+    merge_delta(pa.table({"k": pa.array([Decimal(5)], key), "v": ["e"]}), path, ["k"])
+    merge_delta(pa.table({"k": pa.array([U64_MAX], key), "v": ["updated"]}), path, ["k"])
+    assert _merge_rows(path) == {U64_MAX: "updated", Decimal(1): "b", Decimal(5): "e"}
+
+
+def test_merge_with_file_skipping_by_key_range(tmp_path):
+    path = str(tmp_path / "gold")
+    for start in (0, 200, 400):  # three files of even keys with disjoint ranges
+        keys = list(range(start, start + 200, 2))
+        merge_delta(pa.table({"k": keys, "v": ["old"] * 100}), path, ["k"])
+    # Two updates and an insert inside the middle file's range: the other files are skipped.
+    result = merge_delta(pa.table({"k": [250, 251, 300], "v": ["new"] * 3}), path, ["k"])
+    assert result.metrics["num_target_files_skipped_during_scan"] == 2
+    rows = _merge_rows(path)
+    assert len(rows) == 301 and rows[250] == rows[251] == rows[300] == "new"
+    assert rows[0] == rows[252] == rows[598] == "old"
+
+
+def test_reader_matches_deltalake_after_merges_and_deletes(spark, tmp_path):
+    path = tmp_path / "t"
+    df = spark.range(0, 500).select("id", (F.col("id") % 5).cast("string").alias("p"))
+    write_delta(df, path, partition_by=["p"])
+    merge_delta(pa.table({"id": [3, 1000], "p": ["3", "0"]}), path, ["id", "p"])
+    DeltaTable(str(path)).delete("id < 100")
+    back = read_delta(spark, path)
+    assert back.count() == 401
+    assert _spark_rows(back, "id") == _delta_rows(path, "id")
+
+
+def test_refuses_deletion_vectors_and_column_mapping(spark, tmp_path):
+    data = pa.table({"id": pa.array([1], pa.int64())})
+    write_deltalake(str(tmp_path / "dv"), data)
+    DeltaTable(str(tmp_path / "dv")).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+    write_deltalake(str(tmp_path / "cm"), data, configuration={"delta.columnMapping.mode": "name"})
+
+    with pytest.raises(UnsupportedTableError, match="deletion vectors"):
+        read_delta(spark, tmp_path / "dv")
+    with pytest.raises(UnsupportedTableError, match="column mapping"):
+        read_delta(spark, tmp_path / "cm")
+    with pytest.raises(UnsupportedTableError, match="column mapping"):
+        write_delta(spark.createDataFrame([(2,)], "id long"), tmp_path / "cm")
