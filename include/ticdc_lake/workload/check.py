@@ -23,7 +23,7 @@ from ticdc_lake.exports import decode_exports
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
 from ticdc_lake.schema_registry import DirectorySchemaSource
 from ticdc_lake.workload.dispatch import Routing
-from ticdc_lake.workload.generator import Workload, generate_workload
+from ticdc_lake.workload.generator import Workload, gc_paused, generate_workload
 from ticdc_lake.workload.losses import canonical, kept
 from ticdc_lake.workload.output import (
     GeneratedOutput,
@@ -68,6 +68,11 @@ def _options(generated: GeneratedOutput) -> GenerateOptions:
 
 def read_back(generated: GeneratedOutput) -> CheckReport:
     """Decode the export files of `generated` from disk and check them."""
+    with gc_paused():
+        return _read_back(generated)
+
+
+def _read_back(generated: GeneratedOutput) -> CheckReport:
     options = _options(generated)
     report = CheckReport(options.protocol, generated.out_dir, list(generated.export_files))
     settings = decoder_settings(generated)

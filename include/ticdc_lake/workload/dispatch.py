@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
-from ticdc_lake.workload.generator import Workload
+from ticdc_lake.workload.generator import Workload, gc_paused
 
 DISPATCHERS = ("index-value", "table")
 MAX_REPLAY_EVENTS = 40
@@ -107,10 +107,28 @@ def route(
     if partitions < 1 or not 0 <= idle_partitions < partitions:
         raise ValueError("need partitions >= 1 and 0 <= idle_partitions < partitions")
     row_partitions = partitions - idle_partitions
+    routing = Routing(
+        protocol=protocol,
+        partitions=partitions,
+        dispatcher=dispatcher,
+        idle_partitions=tuple(range(row_partitions, partitions)),
+        streams={},
+    )
+    with gc_paused():
+        _dispatch(workload, routing, row_partitions, protocol != "avro" or avro_watermarks)
+        _add_replays(routing, replays, random.Random(workload.seed if seed is None else seed))
+    return routing
+
+
+def _dispatch(
+    workload: Workload, routing: Routing, row_partitions: int, carries_control: bool
+) -> None:
+    """Fill `routing.streams`: segments of events per partition, each closed by a resolved TS."""
+    protocol = routing.protocol
     topics = _topics(workload, protocol)
-    open_segments = {(t, p): [] for t in topics for p in range(partitions)}
-    streams: dict[tuple[str, int], list[Segment]] = {key: [] for key in open_segments}
-    carries_control = protocol != "avro" or avro_watermarks
+    open_segments = {(t, p): [] for t in topics for p in range(routing.partitions)}
+    streams = routing.streams
+    streams.update((key, []) for key in open_segments)
 
     def send(event: Event, topic: str, partition: int) -> None:
         open_segments[(topic, partition)].append(
@@ -120,12 +138,12 @@ def route(
     for event in workload.events:
         if isinstance(event, RowEvent):
             topic = topic_name(protocol, event.schema, event.table)
-            send(event, topic, row_partition(event, dispatcher, row_partitions))
+            send(event, topic, row_partition(event, routing.dispatcher, row_partitions))
         elif isinstance(event, DdlEvent):
             if not carries_control:
                 continue
             topic = topic_name(protocol, event.schema, event.table)
-            for partition in [0] if protocol == "canal-json" else range(partitions):
+            for partition in [0] if protocol == "canal-json" else range(routing.partitions):
                 send(event, topic, partition)
         elif isinstance(event, ResolvedEvent):
             # A resolved TS closes every partition's segment, even where it is not sent (Avro).
@@ -138,15 +156,6 @@ def route(
     for key, events in open_segments.items():
         if events:
             streams[key].append(Segment(events))
-    routing = Routing(
-        protocol=protocol,
-        partitions=partitions,
-        dispatcher=dispatcher,
-        idle_partitions=tuple(range(row_partitions, partitions)),
-        streams=streams,
-    )
-    _add_replays(routing, replays, random.Random(workload.seed if seed is None else seed))
-    return routing
 
 
 def _topics(workload: Workload, protocol: str) -> list[str]:

@@ -152,11 +152,17 @@ class SnapshotRecorder:
         self._truncated.add(table)
 
     def point(
-        self, resolved_ts: int, tables: dict[str, tuple[list[str], dict[tuple, dict[str, Any]]]]
+        self,
+        resolved_ts: int,
+        tables: dict[str, tuple[list[str], dict[tuple, dict[str, Any]], tuple[str, ...]]],
     ) -> None:
-        """Record the state at `resolved_ts`; `tables` maps name → (columns, key → values)."""
+        """Record the state at `resolved_ts`.
+
+        `tables` maps name → (columns, key → row values in column order, binary columns). Rows
+        must never be changed in place afterwards: rows without bytes are kept as they are.
+        """
         changes: dict[str, dict[str, Any]] = {}
-        for name, (columns, rows) in sorted(tables.items()):
+        for name, (columns, rows, binary) in sorted(tables.items()):
             dirty = self._dirty.get(name, ())
             truncated = name in self._truncated
             if not dirty and not truncated and self._columns.get(name) == columns:
@@ -164,8 +170,9 @@ class SnapshotRecorder:
             self._columns[name] = list(columns)
             upserts, deletes = [], []
             for key in sorted(dirty, key=lambda k: tuple(map(_orderable, k))):
-                if key in rows:
-                    upserts.append(json_row(columns, rows[key]))
+                values = rows.get(key)
+                if values is not None:
+                    upserts.append(_json_form(values, binary))
                 elif not truncated:
                     deletes.append([json_value(part) for part in key])
             change: dict[str, Any] = {"columns": list(columns)}
@@ -173,7 +180,17 @@ class SnapshotRecorder:
                 change["truncated"] = True
             change.update(upserts=upserts, deletes=deletes)
             changes[name] = change
-        row_counts = {name: len(rows) for name, (_, rows) in sorted(tables.items())}
+        row_counts = {name: len(rows) for name, (_, rows, _) in sorted(tables.items())}
         self.log.add_point(resolved_ts, changes, row_counts)
         self._dirty.clear()
         self._truncated.clear()
+
+
+def _json_form(values: dict[str, Any], binary: tuple[str, ...]) -> dict[str, Any]:
+    """A row in JSON value form: only bytes differ, so other rows are shared, not copied."""
+    if not binary:
+        return values
+    row = dict(values)
+    for name in binary:
+        row[name] = json_value(row[name])
+    return row

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import random
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,9 @@ from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
 
 START_PHYSICAL_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z: fixed, so outputs are reproducible
 _ROWS_PER_TRANSACTION = ((1, 2, 3, 4, 6, 10, 20), (34, 20, 15, 10, 10, 8, 3))
-_OPS = (("insert", 45), ("update", 30), ("key_change", 7), ("delete", 18))
+_OP_NAMES = ("insert", "update", "key_change", "delete")
+_OP_CUMULATIVE = (45, 75, 82, 100)
+_NULL_CHANCE = 0.15
 _KEY_WORDS = ("acct", "客户", "ünï", "🎉party", "o'brien", "tab\tkey")
 _ORDER = {DELETE: 0, UPDATE: 1, INSERT: 2}
 _POOL_SIZE = 512
@@ -117,11 +120,44 @@ class _KeyPool:
         self.index.clear()
 
 
+class _Values:
+    """Column values from `cases.random_value`, one source per column type.
+
+    Once a type has drawn _POOL_SIZE values, it mostly hands out one of those again: a fresh
+    draw costs tens of µs, and long runs need millions of values.
+    """
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self._sources: dict[str, Callable[[], Any]] = {}
+
+    def source(self, column_type: ColumnType) -> Callable[[], Any]:
+        found = self._sources.get(column_type.name)
+        if found is None:
+            found = self._sources[column_type.name] = self._pooled(column_type)
+        return found
+
+    def _pooled(self, column_type: ColumnType) -> Callable[[], Any]:
+        pool: list = []
+        rng, chance = self.rng, self.rng.random
+
+        def draw() -> Any:
+            if len(pool) == _POOL_SIZE and chance() >= 0.03:
+                return pool[int(chance() * _POOL_SIZE)]
+            value = random_value(column_type, rng)
+            if len(pool) < _POOL_SIZE:
+                pool.append(value)
+            return value
+
+        return draw
+
+
 class _TableState:
     """A table's current definition, rows (key → column values) and key bookkeeping."""
 
-    def __init__(self, table: TableDef):
-        self.table = table  # a property: setting it refreshes the column specs below
+    def __init__(self, table: TableDef, values: _Values):
+        self.values = values
+        self.table = table  # a property: setting it refreshes the column plans below
         self.rows: dict[tuple, dict[str, Any]] = {}
         self.live = _KeyPool()
         self.graveyard: list[tuple] = []  # deleted keys, sometimes inserted again
@@ -136,6 +172,15 @@ class _TableState:
         self._table = table
         self.columns = [column.name for column in table.columns]
         self._specs = [(c.name, c.type_code, c.flags, c.mysql_type) for c in table.columns]
+        # (name, nullable, draw a value) of every non-key column, in table order
+        self.non_key = [
+            (c.name, c.nullable, self.values.source(c.column_type))
+            for c in table.columns
+            if not c.is_key
+        ]
+        self.binary_columns = tuple(
+            c.name for c in table.columns if m.is_binary_string(c.type_code, c.flags)
+        )
 
     def image(self, values: dict[str, Any]) -> dict:
         # The hot path of generation: one Column per value, built without attribute lookups.
@@ -152,7 +197,8 @@ class _Generator:
         self.transaction_count = transactions
         self.resolved_every = resolved_every
         self.initial = canonical_tables()
-        self.states = {table.full_name: _TableState(table) for table in self.initial}
+        self.values = _Values(self.rng)
+        self.states = {t.full_name: _TableState(t, self.values) for t in self.initial}
         self.names = list(self.states)
         self.physical_ms = START_PHYSICAL_MS
         self.last_commit_ts = 0
@@ -175,7 +221,6 @@ class _Generator:
             0,
         )
         self.added_columns = 0
-        self.pools: dict[ColumnType, list] = {}
         self.next_table_id = 1000
         self.milestones = self._milestones(transactions) if ddl else {}
 
@@ -220,7 +265,9 @@ class _Generator:
     def _resolved(self) -> None:
         ts = self.last_commit_ts
         self.events.append(ResolvedEvent(ts, NO_TOPIC, 0, 0))
-        self.recorder.point(ts, {n: (s.columns, s.rows) for n, s in self.states.items()})
+        self.recorder.point(
+            ts, {n: (s.columns, s.rows, s.binary_columns) for n, s in self.states.items()}
+        )
         self.counts["resolved_points"] += 1
 
     # --- row changes ------------------------------------------------------------------------
@@ -251,7 +298,7 @@ class _Generator:
         self, commit_ts: int, state: _TableState, touched: set[tuple]
     ) -> list[RowEvent]:
         """One row change (two events for a key change); no row is touched twice per transaction."""
-        op = self.rng.choices([o for o, _ in _OPS], [w for _, w in _OPS])[0]
+        op = self.rng.choices(_OP_NAMES, cum_weights=_OP_CUMULATIVE)[0]
         free = len(state.live) - len(touched & state.live.index.keys())
         if op != "insert" and free <= 0:
             op = "insert"
@@ -278,8 +325,11 @@ class _Generator:
     def _insert(self, commit_ts: int, state: _TableState, touched: set[tuple]) -> RowEvent:
         key = self._new_key(state, touched)
         touched.add(key)
-        values = {column.name: self._value(column) for column in state.table.columns}
-        values.update(zip(state.table.handle, key, strict=True))
+        values = dict(zip(state.table.handle, key, strict=True))
+        chance = self.rng.random
+        for name, nullable, draw in state.non_key:
+            values[name] = None if nullable and chance() < _NULL_CHANCE else draw()
+        values = {name: values[name] for name in state.columns}  # table column order
         return self._put(commit_ts, state, key, values)
 
     def _put(self, commit_ts: int, state: _TableState, key: tuple, values: dict) -> RowEvent:
@@ -292,14 +342,16 @@ class _Generator:
     def _update(self, commit_ts: int, state: _TableState, key: tuple) -> RowEvent:
         old = state.rows[key]
         new = dict(old)
-        candidates = [column for column in state.table.columns if not column.is_key]
-        for column in self.rng.sample(candidates, min(len(candidates), self.rng.randint(1, 3))):
-            new[column.name] = self._value(column)
+        candidates = state.non_key
+        chance = self.rng.random
+        changes = min(len(candidates), self.rng.randint(1, 3))
+        for name, nullable, draw in self.rng.sample(candidates, changes):
+            new[name] = None if nullable and chance() < _NULL_CHANCE else draw()
         for _ in range(20):  # TiDB writes no change event for an UPDATE that changes nothing
             if new != old:
                 break
-            column = self.rng.choice(candidates)
-            new[column.name] = self._fresh_or_pooled(column)
+            name, _, draw = self.rng.choice(candidates)
+            new[name] = draw()
         state.rows[key] = new
         self.recorder.changed(state.table.full_name, key)
         self.counts["updates"] += 1
@@ -327,24 +379,6 @@ class _Generator:
             offset=0,
             partition_id=table.partition_of(key),
         )
-
-    def _value(self, column: ColumnDef) -> Any:
-        if column.nullable and self.rng.random() < 0.15:
-            return None
-        return self._fresh_or_pooled(column)
-
-    def _fresh_or_pooled(self, column: ColumnDef) -> Any:
-        """A value from `cases.random_value`; once a type has drawn _POOL_SIZE of them, mostly one
-        of those again: drawing afresh costs ~50 µs, and long runs need hundreds of thousands."""
-        pool = self.pools.get(column.column_type)
-        if pool is None:
-            pool = self.pools[column.column_type] = []
-        if len(pool) == _POOL_SIZE and self.rng.random() >= 0.03:
-            return pool[int(self.rng.random() * _POOL_SIZE)]
-        value = random_value(column.column_type, self.rng)
-        if len(pool) < _POOL_SIZE:
-            pool.append(value)
-        return value
 
     def _new_key(self, state: _TableState, touched: set[tuple]) -> tuple:
         """A key not live and not used in this transaction; now and then a deleted one again."""
@@ -403,8 +437,8 @@ class _Generator:
         self.added_columns += 1
         column = ColumnDef(f"c_added_{self.added_columns}", self.rng.choice(COLUMN_TYPES))
         state.table = state.table.add_column(column)
-        for values in state.rows.values():
-            values[column.name] = None
+        # Rows are never changed in place: the expected log may hold them (SnapshotRecorder).
+        state.rows = {key: {**values, column.name: None} for key, values in state.rows.items()}
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} ADD COLUMN {state.table.columns[-1].sql()}",
@@ -421,8 +455,10 @@ class _Generator:
             added = [c for c in droppable if c.startswith("c_added_")]
             column_name = (added or droppable)[-1]
         state.table = state.table.drop_column(column_name)
-        for values in state.rows.values():
-            del values[column_name]
+        state.rows = {
+            key: {name: value for name, value in values.items() if name != column_name}
+            for key, values in state.rows.items()
+        }
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",

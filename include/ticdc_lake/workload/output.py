@@ -157,7 +157,13 @@ def write_generated(
     out_dir: str | os.PathLike, options: GenerateOptions, workload: Workload | None = None
 ) -> GeneratedOutput:
     """Generate (unless `workload` is given), dispatch, encode and write everything to `out_dir`."""
-    out = Path(out_dir)
+    with gc_paused():
+        return _write_generated(Path(out_dir), options, workload)
+
+
+def _write_generated(
+    out: Path, options: GenerateOptions, workload: Workload | None
+) -> GeneratedOutput:
     out.mkdir(parents=True, exist_ok=True)
     if workload is None:
         workload = generate_workload(options.seed, options.transactions)
