@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench bench-decode clean
 
 setup: $(VENV)/.installed
 
@@ -24,8 +24,10 @@ lint: setup
 test: lint
 	$(VENV)/bin/pytest
 
-bench: setup
-	$(PY) -m bench.decode
+bench: bench-decode
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+bench-decode: setup
+	$(PY) -m bench.decode
