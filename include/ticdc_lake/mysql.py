@@ -5,6 +5,7 @@ See PROTOCOLS.md §1.2–1.4. Names follow TiDB's own (`mysql.TypeLonglong`, `mo
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from dataclasses import dataclass, replace
@@ -151,6 +152,7 @@ def _quoted_elements(text: str) -> tuple[str, ...]:
     return tuple(elements)
 
 
+@functools.lru_cache(maxsize=4096)  # tables have few distinct types; rows repeat them
 def parse_column_type(text: str) -> ParsedColumnType:
     """Parse `bigint(20) unsigned`, `decimal(10,4)`, `enum('a','b')`, `varbinary(64)`, `text`."""
     match = _TYPE_TEXT.fullmatch(_lowercase_keywords(text))
