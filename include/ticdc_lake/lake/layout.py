@@ -1,0 +1,62 @@
+"""Where every table of the lake lives, under one root directory (or object-store prefix)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LakeLayout:
+    root: Path
+
+    @property
+    def bronze(self) -> Path:
+        """Raw Kafka records, append-only, one row per (topic, partition, offset)."""
+        return self.root / "bronze" / "records"
+
+    @property
+    def landed_files(self) -> Path:
+        """Which export files were landed in which batch (so re-landing adds nothing)."""
+        return self.root / "bronze" / "landed_files"
+
+    @property
+    def offset_gaps(self) -> Path:
+        """Offsets missing between landed records of a partition."""
+        return self.root / "bronze" / "offset_gaps"
+
+    @property
+    def changes(self) -> Path:
+        """Silver change log: one row per row event (silver.CHANGES_SCHEMA)."""
+        return self.root / "silver" / "changes"
+
+    @property
+    def ddl(self) -> Path:
+        return self.root / "silver" / "ddl"
+
+    @property
+    def resolved(self) -> Path:
+        """Every resolved event decoded, raw (the watermark stage aggregates it)."""
+        return self.root / "silver" / "resolved"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "silver" / "quarantine"
+
+    @property
+    def decode_log(self) -> Path:
+        """Per decode batch: bronze records read, decoded, quarantined (counts reconcile)."""
+        return self.root / "silver" / "decode_log"
+
+    @property
+    def watermarks(self) -> Path:
+        """Per (topic, partition): the max resolved TS seen."""
+        return self.root / "silver" / "watermarks"
+
+    @property
+    def gold_state(self) -> Path:
+        """Per gold table: the watermark it reflects and whether it is consistent."""
+        return self.root / "state" / "gold"
+
+    def gold(self, schema: str, table: str) -> Path:
+        return self.root / "gold" / schema / table
