@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["tests.spark_fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 # CI clones the repo with shared/ beside it; TICDC_SHARED points elsewhere if needed.
 SHARED = Path(os.environ.get("TICDC_SHARED", REPO.parent / "shared"))
