@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
@@ -31,7 +31,18 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
     "spark.ui.showConsoleProgress": "false",
+    # read_delta hands Spark the snapshot's file list; above this many paths Spark starts a
+    # whole job just to stat them, which costs more than it saves on a local file system.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
 }
+
+
+def _submitted_conf() -> SparkConf:
+    """The settings spark-submit started this driver with (empty when Python starts Spark)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # spark-submit launched the JVM first: connect to it, and SparkConf reads its settings.
+        SparkContext._ensure_initialized()
+    return SparkConf()
 
 
 def build_session(
@@ -42,22 +53,25 @@ def build_session(
 ) -> SparkSession:
     """A SparkSession for the pipeline, with the Delta data source registered.
 
-    ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Workers run this
-    interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow and
-    this package on the workers, which a system Python lacks.
+    ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
+    this interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow,
+    deltalake and this package on the workers, which a system Python lacks.
     """
-    # Both the environment variable and the conf: the variable is read by the launcher of
-    # local-mode workers, the conf by executors on a cluster.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-    builder = SparkSession.builder.appName(app_name)
-    if master is not None:
-        builder = builder.master(master)
-    elif not SparkConf().contains("spark.master"):
-        builder = builder.master("local[*]")
-    settings = {**DEFAULT_CONF, "spark.pyspark.python": os.environ["PYSPARK_PYTHON"]}
+    # Settings spark-submit was given (--conf, spark-defaults.conf) win over these defaults;
+    # ``conf`` wins over both.
+    submitted = _submitted_conf()
+    if master is None:
+        master = submitted.get("spark.master", "local[*]")
+    settings = {k: v for k, v in DEFAULT_CONF.items() if not submitted.contains(k)}
+    if master.startswith("local"):
+        # Local workers are forked from this machine: run them on this interpreter. (On a
+        # cluster the executors' Python is the cluster's to configure.) Both the variable,
+        # read by the worker launcher, and the conf, which wins over it.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     settings.update(conf or {})
+
+    builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -89,32 +90,29 @@ def write_delta(
     location = table_path(path)
     incoming = TableSchema.from_spark(df.schema, tuple(partition_by or ()))
 
-    start_version = None
+    current = None
     if DeltaTable.is_deltatable(location):
         table = DeltaTable(location)
         check_plain_files(table)
         if already_committed(table, app_id, version):
             return WriteResult(committed=False, version=table.version(), skipped=True)
-        start_version = table.version()
-        plan_target_from = table_schema(table)
-    else:
-        plan_target_from = None
+        current = (table.version(), table_schema(table))
 
     plan = WritePlan(
         path=location,
         write_id=uuid.uuid4().hex,
         mode=mode,
         incoming=incoming,
-        target=incoming,
+        target=incoming,  # a new table is the DataFrame's schema
         replace_where=_replace_where_text(replace_where),
         overwrite_schema=overwrite_schema,
         app_id=app_id,
         version=version,
-        start_version=start_version,
+        start_version=current[0] if current else None,
         max_file_bytes=max_file_bytes,
     )
-    if plan_target_from is not None:
-        plan.target = resolve_target(plan_target_from, plan)
+    if current is not None:
+        plan = dataclasses.replace(plan, target=resolve_target(current[1], plan))
     if plan.replace_where:
         unknown = set(plan.replace_where) - set(plan.target.partition_by)
         if unknown:
@@ -123,7 +121,7 @@ def write_delta(
     register_delta_source(df.sparkSession)
     df.write.format(SOURCE_NAME).mode(mode).option("plan", plan.to_json()).save(location)
 
-    info = find_commit(location, plan.write_id, start_version)
+    info = find_commit(location, plan.write_id, plan.start_version)
     if info is None:
         table = DeltaTable(location) if DeltaTable.is_deltatable(location) else None
         return WriteResult(
