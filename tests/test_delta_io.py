@@ -48,11 +48,6 @@ from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.source import WritePlan, _TaskFiles, commit_files
 from ticdc_lake.delta.stats import FileStats
 
-from tests import spark_fixtures
-
-# Until conftest.py loads tests.spark_fixtures as a plugin, take the session fixture from it.
-spark = spark_fixtures.spark
-
 pytestmark = pytest.mark.spark
 
 UTC = dt.UTC
