@@ -1,0 +1,202 @@
+"""Silver row images → typed gold columns, vectorised with pyarrow.
+
+A silver image is a list of ``(name, type_code, flags, mysql_type, text, binary)`` structs
+(lake/silver.py); gold wants one typed column per upstream column. ``column_values`` pulls every
+wanted column's text and bytes out of a batch of images in one pass, aligned with the rows (NULL
+where an image lacks the column), and ``convert`` turns them into the column's gold type.
+
+A value that does not fit its type raises ``ConversionError`` naming the table, the column, the
+value and the Kafka coordinates of the change it came from.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ticdc_lake.gold import types as t
+from ticdc_lake.gold.exceptions import ConversionError
+
+# MySQL's zero dates and dates with a zero month or day (allowed by some SQL modes): they name
+# no day, so gold holds NULL for them.
+_ZERO_DATE = r"^\d{4}-(00-\d\d|\d\d-00)|^0000-00-00"
+
+
+@dataclass(frozen=True)
+class Values:
+    """One column's raw silver values for a batch of rows (NULL where absent)."""
+
+    text: pa.Array  # string
+    binary: pa.Array  # binary
+
+    @property
+    def present(self) -> pa.Array:
+        return pc.or_(pc.is_valid(self.text), pc.is_valid(self.binary))
+
+
+@dataclass
+class Origin:
+    """Where each row came from, for error messages: the table and Kafka coordinates."""
+
+    table: str
+    topics: pa.Array
+    partitions: pa.Array
+    offsets: pa.Array
+
+    def describe(self, row: int) -> str:
+        return (
+            f"topic {self.topics[row].as_py()}, partition {self.partitions[row].as_py()}, "
+            f"offset {self.offsets[row].as_py()}"
+        )
+
+
+def column_values(images: pa.Array, names: Sequence[str]) -> dict[str, Values]:
+    """For each wanted column name, its text and bytes in every image, aligned with the rows."""
+    if isinstance(images, pa.ChunkedArray):
+        images = images.combine_chunks()
+    rows = len(images)
+    flat = pc.list_flatten(images)
+    parents = pc.list_parent_indices(images).to_numpy(zero_copy_only=False)
+    wanted = pa.array(list(names), pa.string())
+    slot = pc.fill_null(pc.index_in(flat.field("name"), value_set=wanted), -1)
+    slot = slot.to_numpy(zero_copy_only=False).astype(np.int64)
+    # Sort the flattened elements by wanted-column slot once; each column is then a slice.
+    order = np.argsort(slot, kind="stable")
+    sorted_slots = slot[order]
+    texts, binaries = flat.field("text"), flat.field("binary")
+    found: dict[str, Values] = {}
+    for index, name in enumerate(names):
+        low, high = np.searchsorted(sorted_slots, [index, index + 1])
+        picked = order[low:high]
+        position = np.full(rows, -1, dtype=np.int64)
+        position[parents[picked]] = np.arange(len(picked))
+        take = pa.array(position, mask=position < 0)
+        elements = pa.array(picked, pa.int64())
+        found[name] = Values(texts.take(elements).take(take), binaries.take(elements).take(take))
+    return found
+
+
+def convert(
+    values: Values,
+    gold: t.GoldType,
+    target: pa.DataType,
+    column: str,
+    origin: Origin,
+    zones: pa.Array | None = None,
+) -> tuple[pa.Array, int]:
+    """The column's gold values (of Arrow type ``target``) and how many zero dates became NULL.
+
+    ``zones`` holds each row's TiCDC time zone (TIMESTAMP columns only).
+    """
+    try:
+        typed, nulled = _convert(values, gold, zones)
+        if typed.type != target:
+            typed = typed.cast(target)
+        return typed, nulled
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, IndexError) as exc:
+        raise _explain(values, gold, target, column, origin, zones, exc) from exc
+
+
+def _text(values: Values) -> pa.Array:
+    """The values as text: bytes where only bytes were sent must be UTF-8."""
+    if values.binary.null_count == len(values.binary):
+        return values.text
+    return pc.coalesce(values.text, values.binary.cast(pa.string()))
+
+
+def _convert(values: Values, gold: t.GoldType, zones: pa.Array | None) -> tuple[pa.Array, int]:
+    kind = gold.kind
+    if kind == t.BYTES:
+        if values.text.null_count == len(values.text):
+            return values.binary, 0
+        return pc.coalesce(values.binary, values.text.cast(pa.binary())), 0
+    text = _text(values)
+    if kind == t.TEXT:
+        return text, 0
+    if kind == t.INTEGER:
+        return text.cast(pa.int64()).cast(gold.arrow), 0
+    if kind == t.DECIMAL:
+        return text.cast(gold.arrow), 0
+    if kind == t.FLOAT:
+        return text.cast(gold.arrow), 0
+    if kind in (t.DATE, t.DATETIME, t.TIMESTAMP):
+        zero = pc.fill_null(pc.match_substring_regex(text, _ZERO_DATE), False)
+        nulled = pc.sum(zero).as_py() or 0
+        text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
+        if kind == t.DATE:
+            return text.cast(pa.date32()), nulled
+        wall_clock = text.cast(t.WALL_CLOCK)
+        if kind == t.DATETIME:
+            return wall_clock, nulled
+        return _to_utc(wall_clock, zones), nulled
+    if kind == t.ENUM_NAME:
+        index = text.cast(pa.int64())
+        # Index 0 is MySQL's "invalid value" member, the empty string.
+        names = pa.array(["", *gold.members], pa.string())
+        if len(index) and (pc.max(index).as_py() or 0) >= len(names):
+            raise ValueError(f"ENUM index above the {len(gold.members)} members")
+        return names.take(index), 0
+    if kind == t.SET_NAMES:
+        return _set_names(text.cast(pa.int64()), gold.members), 0
+    raise ValueError(f"unknown conversion kind {kind!r}")
+
+
+def _to_utc(wall_clock: pa.Array, zones: pa.Array | None) -> pa.Array:
+    """Local times in each row's zone → UTC instants. Ambiguous times (a DST fall-back hour)
+    take the earlier instant; a time that does not exist in the zone is an error."""
+    if zones is None:
+        raise ValueError("TIMESTAMP values need the TiCDC time zone")
+    result = None
+    for zone in pc.unique(zones).to_pylist():
+        zoneinfo.ZoneInfo(zone)  # a clear error for a bad zone name
+        local = pc.assume_timezone(
+            wall_clock, zone, ambiguous="earliest", nonexistent="raise"
+        ).cast(t.UTC_TIMESTAMP)
+        result = local if result is None else pc.if_else(pc.equal(zones, zone), local, result)
+    return result if result is not None else wall_clock.cast(t.UTC_TIMESTAMP)
+
+
+def _set_names(mask: pa.Array, members: tuple[str, ...]) -> pa.Array:
+    distinct = pc.unique(mask.drop_null())
+    names = []
+    for bits in distinct.to_pylist():
+        if bits < 0 or bits >> len(members):
+            raise ValueError(f"SET bitmask {bits} names more than the {len(members)} members")
+        names.append(",".join(name for i, name in enumerate(members) if bits >> i & 1))
+    slot = pc.index_in(mask, value_set=distinct)
+    return pa.array(names, pa.string()).take(slot)
+
+
+def _explain(
+    values: Values,
+    gold: t.GoldType,
+    target: pa.DataType,
+    column: str,
+    origin: Origin,
+    zones: pa.Array | None,
+    exc: Exception,
+) -> ConversionError:
+    """Find the first value that fails on its own, to name it and the change it came from."""
+    text = values.text
+    for row in range(len(text)):
+        single = Values(values.text.slice(row, 1), values.binary.slice(row, 1))
+        try:
+            typed, _ = _convert(single, gold, None if zones is None else zones.slice(row, 1))
+            typed.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, IndexError) as error:
+            value = text[row].as_py()
+            if value is None:
+                value = values.binary[row].as_py()
+            return ConversionError(
+                f"{origin.table}.{column}: value {value!r} does not fit the gold type "
+                f"{t.delta_type_name(target)} ({error}); change at {origin.describe(row)}"
+            )
+    return ConversionError(
+        f"{origin.table}.{column}: values do not fit the gold type "
+        f"{t.delta_type_name(target)}: {exc}"
+    )

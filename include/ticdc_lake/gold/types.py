@@ -1,0 +1,254 @@
+"""Gold column types: from a MySQL column (type code, flags, full type text) to an Arrow/Delta type.
+
+A column is described by a ``ColumnSpec``, built either from a DDL column definition (CREATE TABLE
+or ALTER, the most complete source: DECIMAL precision, ENUM/SET members, BIT width) or from what
+a change row carries (type code, TiCDC flags, and the full type text when the protocol sends
+it). ``gold_type(spec)`` decides the gold type:
+
+| MySQL                               | gold (Delta)                                            |
+|-------------------------------------|---------------------------------------------------------|
+| TINYINT / SMALLINT / MEDIUMINT / INT | byte / short / integer / integer; unsigned one size up |
+| INT UNSIGNED, BIGINT                | long                                                    |
+| BIGINT UNSIGNED                     | decimal(20,0)                                           |
+| FLOAT / DOUBLE                      | float / double                                          |
+| DECIMAL(p,s), p <= 38               | decimal(p,s)                                            |
+| DECIMAL(p,s), p > 38, or p unknown  | string, the exact text (Delta decimals stop at 38)      |
+| DATE                                | date (zero dates such as 0000-00-00 become NULL)        |
+| DATETIME                            | timestamp_ntz (a wall-clock time without a zone)        |
+| TIMESTAMP                           | timestamp: the TiCDC zone's local text, normalised to UTC |
+| TIME                                | string as MySQL prints it (`-838:59:59.00`): no Delta |
+|                                     | interval type exists                                    |
+| YEAR                                | integer                                                 |
+| ENUM / SET with known members       | string: the member / the members joined by ','          |
+| ENUM / SET without members          | integer index / long bitmask, as TiCDC sent them        |
+| BIT(M), M <= 63 / M = 64 or unknown | long / decimal(20,0)                                    |
+| CHAR/VARCHAR/TEXT, JSON, VECTOR     | string                                                  |
+| BINARY/VARBINARY/BLOB, GEOMETRY     | binary                                                  |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ticdc_lake import mysql as m
+from ticdc_lake.gold.ddl import ColumnDef
+
+MAX_DECIMAL_PRECISION = 38
+
+# Base type names (as `mysql.parse_column_type` returns them) → MySQL type code.
+_BASE_CODES = {
+    "tinyint": m.TYPE_TINY,
+    "smallint": m.TYPE_SHORT,
+    "mediumint": m.TYPE_INT24,
+    "int": m.TYPE_LONG,
+    "integer": m.TYPE_LONG,
+    "bigint": m.TYPE_LONGLONG,
+    "float": m.TYPE_FLOAT,
+    "double": m.TYPE_DOUBLE,
+    "decimal": m.TYPE_NEWDECIMAL,
+    "date": m.TYPE_DATE,
+    "time": m.TYPE_DURATION,
+    "datetime": m.TYPE_DATETIME,
+    "timestamp": m.TYPE_TIMESTAMP,
+    "year": m.TYPE_YEAR,
+    "char": m.TYPE_STRING,
+    "varchar": m.TYPE_VARCHAR,
+    "binary": m.TYPE_STRING,
+    "varbinary": m.TYPE_VARCHAR,
+    "tinytext": m.TYPE_TINY_BLOB,
+    "text": m.TYPE_BLOB,
+    "mediumtext": m.TYPE_MEDIUM_BLOB,
+    "longtext": m.TYPE_LONG_BLOB,
+    "tinyblob": m.TYPE_TINY_BLOB,
+    "blob": m.TYPE_BLOB,
+    "mediumblob": m.TYPE_MEDIUM_BLOB,
+    "longblob": m.TYPE_LONG_BLOB,
+    "enum": m.TYPE_ENUM,
+    "set": m.TYPE_SET,
+    "bit": m.TYPE_BIT,
+    "json": m.TYPE_JSON,
+    "vector": m.TYPE_VECTOR_FLOAT32,
+}
+_BINARY_BASES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_GEOMETRY_BASES = {
+    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+    "multipolygon", "geometrycollection",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """An upstream column as far as it is known."""
+
+    type_code: int | None
+    unsigned: bool = False
+    binary: bool = False  # BINARY/VARBINARY/BLOB: values are bytes
+    length: int | None = None  # DECIMAL precision, BIT width, fsp, string length
+    scale: int | None = None  # DECIMAL scale
+    elements: tuple[str, ...] | None = None  # ENUM/SET members
+    mysql_type: str | None = None  # the type text it was built from, for the record
+    defined: bool = False  # from a DDL column definition
+
+    @classmethod
+    def from_ddl(cls, column: ColumnDef) -> ColumnSpec:
+        parsed = m.parse_column_type(column.type_text)
+        base = parsed.base
+        code = _BASE_CODES.get(base, m.TYPE_GEOMETRY if base in _GEOMETRY_BASES else None)
+        binary = base in _BINARY_BASES or base in _GEOMETRY_BASES
+        if column.binary_charset and code in m.STRING_TYPES | m.BLOB_TYPES:
+            binary = True  # VARCHAR(10) CHARACTER SET binary is a VARBINARY
+        return cls(
+            type_code=code,
+            unsigned=parsed.unsigned,
+            binary=binary,
+            length=parsed.length,
+            scale=parsed.scale,
+            elements=parsed.elements,
+            mysql_type=column.type_text,
+            defined=True,
+        )
+
+    @classmethod
+    def from_row(cls, type_code: int | None, flags: int | None, mysql_type: str | None):
+        """What a change row tells: its type code and flags, and the full type if it was sent
+        (Canal-JSON's bare `mysqlType` such as `decimal` or `enum` carries no parameters)."""
+        flags = flags or 0
+        parsed = None
+        if mysql_type:
+            try:
+                parsed = m.parse_column_type(mysql_type)
+            except ValueError:
+                parsed = None
+        if type_code is None and parsed is not None:
+            type_code = _BASE_CODES.get(parsed.base)
+        unsigned = bool(flags & m.FLAG_UNSIGNED) or bool(parsed and parsed.unsigned)
+        binary = type_code is not None and m.is_binary_string(type_code, flags)
+        if parsed is not None and parsed.base in _BINARY_BASES:
+            binary = True
+        return cls(
+            type_code=type_code,
+            unsigned=unsigned,
+            binary=binary,
+            length=parsed.length if parsed else None,
+            scale=parsed.scale if parsed else None,
+            elements=parsed.elements if parsed else None,
+            mysql_type=mysql_type,
+        )
+
+    def describe(self) -> str:
+        if self.mysql_type:
+            return self.mysql_type
+        return f"type code {self.type_code}{' unsigned' if self.unsigned else ''}"
+
+
+# Conversion kinds (convert.py implements one per kind).
+INTEGER = "integer"
+DECIMAL = "decimal"
+FLOAT = "float"
+DATE = "date"
+DATETIME = "datetime"
+TIMESTAMP = "timestamp"
+TEXT = "text"
+BYTES = "bytes"
+ENUM_NAME = "enum_name"
+SET_NAMES = "set_names"
+
+
+@dataclass(frozen=True)
+class GoldType:
+    """A gold column's Arrow type and how silver's text/binary becomes it."""
+
+    kind: str
+    arrow: pa.DataType
+    members: tuple[str, ...] | None = None  # ENUM/SET names
+
+    @property
+    def delta(self) -> str:
+        return delta_type_name(self.arrow)
+
+
+_SIGNED_INTS = {
+    m.TYPE_TINY: pa.int8(),
+    m.TYPE_SHORT: pa.int16(),
+    m.TYPE_INT24: pa.int32(),
+    m.TYPE_LONG: pa.int32(),
+    m.TYPE_LONGLONG: pa.int64(),
+}
+_UNSIGNED_INTS = {
+    m.TYPE_TINY: pa.int16(),
+    m.TYPE_SHORT: pa.int32(),
+    m.TYPE_INT24: pa.int32(),
+    m.TYPE_LONG: pa.int64(),
+    m.TYPE_LONGLONG: pa.decimal128(20, 0),
+}
+UINT64 = pa.decimal128(20, 0)
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+WALL_CLOCK = pa.timestamp("us")
+
+
+def gold_type(spec: ColumnSpec) -> GoldType:
+    code = spec.type_code
+    if code in _SIGNED_INTS:
+        arrow = (_UNSIGNED_INTS if spec.unsigned else _SIGNED_INTS)[code]
+        return GoldType(DECIMAL if pa.types.is_decimal(arrow) else INTEGER, arrow)
+    if code == m.TYPE_YEAR:
+        return GoldType(INTEGER, pa.int32())
+    if code == m.TYPE_FLOAT:
+        return GoldType(FLOAT, pa.float32())
+    if code == m.TYPE_DOUBLE:
+        return GoldType(FLOAT, pa.float64())
+    if code in (m.TYPE_NEWDECIMAL, m.TYPE_DECIMAL_OLD):
+        if spec.length is not None and spec.length <= MAX_DECIMAL_PRECISION:
+            return GoldType(DECIMAL, pa.decimal128(spec.length, spec.scale or 0))
+        return GoldType(TEXT, pa.string())  # exact text: no Delta decimal holds it
+    if code in (m.TYPE_DATE, m.TYPE_NEWDATE):
+        return GoldType(DATE, pa.date32())
+    if code == m.TYPE_DATETIME:
+        return GoldType(DATETIME, WALL_CLOCK)
+    if code == m.TYPE_TIMESTAMP:
+        return GoldType(TIMESTAMP, UTC_TIMESTAMP)
+    if code == m.TYPE_ENUM:
+        if spec.elements is not None:
+            return GoldType(ENUM_NAME, pa.string(), spec.elements)
+        return GoldType(INTEGER, pa.int32())
+    if code == m.TYPE_SET:
+        if spec.elements is not None:
+            return GoldType(SET_NAMES, pa.string(), spec.elements)
+        return GoldType(INTEGER, pa.int64())
+    if code == m.TYPE_BIT:
+        if spec.length is not None and spec.length <= 63:
+            return GoldType(INTEGER, pa.int64())
+        return GoldType(DECIMAL, UINT64)
+    if code == m.TYPE_GEOMETRY or spec.binary:
+        return GoldType(BYTES, pa.binary())
+    # Strings, TEXT, JSON, TIME, VECTOR, NULL-typed and unknown columns: the text as sent.
+    return GoldType(TEXT, pa.string())
+
+
+def delta_type_name(arrow: pa.DataType) -> str:
+    """The Delta (Spark) type name of an Arrow type that gold uses."""
+    if pa.types.is_int8(arrow):
+        return "byte"
+    if pa.types.is_int16(arrow):
+        return "short"
+    if pa.types.is_int32(arrow):
+        return "integer"
+    if pa.types.is_int64(arrow):
+        return "long"
+    if pa.types.is_float32(arrow):
+        return "float"
+    if pa.types.is_float64(arrow):
+        return "double"
+    if pa.types.is_decimal(arrow):
+        return f"decimal({arrow.precision},{arrow.scale})"
+    if pa.types.is_date32(arrow):
+        return "date"
+    if pa.types.is_timestamp(arrow):
+        return "timestamp" if arrow.tz else "timestamp_ntz"
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return "binary"
+    if pa.types.is_boolean(arrow):
+        return "boolean"
+    return "string"
