@@ -1,0 +1,424 @@
+"""What the DDL log says about each upstream table, and what each DDL does to its gold table.
+
+``Catalog`` folds parsed DDL actions (ddl.py) in commit order into ``TableInfo``s: the columns a
+DDL defined (with their types), the keys, the partitioning. ``Catalog.apply(action)`` updates it
+and returns the *effects* the action has on gold tables:
+
+- ``Create``: a new (or re-created) table, empty, with the DDL's columns;
+- ``AddColumns`` / ``DropColumns`` / ``AlterColumn`` (MODIFY, CHANGE, RENAME COLUMN);
+- ``Truncate``, ``Drop``, ``Move`` (RENAME TABLE: the rows go to the new name);
+- ``DeleteRows``: rows of dropped or truncated partitions, found by the partitioning;
+- ``Inconsistent``: the DDL changes rows in a way the change log cannot reproduce (EXCHANGE
+  PARTITION, dropping partitions of a table whose partitioning is unknown).
+
+Columns never named by a DDL (no CREATE TABLE in the log, as with Avro or a changefeed started
+after the table was created) are typed from the change rows instead; see stages/compact.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold.types import ColumnSpec
+
+TableName = d.TableName
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: TableName
+    columns: tuple[d.ColumnDef, ...] = ()  # the DDL-defined columns, in table order
+    complete: bool = False  # a CREATE TABLE was seen: `columns` are all the columns
+    primary_key: tuple[str, ...] | None = None
+    unique_keys: tuple[tuple[str, ...], ...] = ()
+    partitioning: d.Partitioning | None = None
+    partitioning_known: bool = False  # False: the table may be partitioned in ways unknown
+    exists: bool = True
+
+    def column(self, name: str) -> d.ColumnDef | None:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        return None
+
+    @property
+    def specs(self) -> dict[str, ColumnSpec]:
+        return {c.name: ColumnSpec.from_ddl(c) for c in self.columns}
+
+    @property
+    def handle(self) -> tuple[str, ...]:
+        """TiDB's handle: the primary key, else the first unique key of NOT NULL columns."""
+        if self.primary_key:
+            return self.primary_key
+        for key in self.unique_keys:
+            columns = [self.column(name) for name in key]
+            if key and all(c is not None and not c.nullable for c in columns):
+                return key
+        return ()
+
+
+# --- effects on gold ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Effect:
+    table: TableName
+
+
+@dataclass(frozen=True)
+class Create(Effect):
+    columns: tuple[tuple[str, ColumnSpec], ...] = ()
+    replace: bool = True  # an existing gold table is emptied and takes this schema
+
+
+@dataclass(frozen=True)
+class AddColumns(Effect):
+    columns: tuple[tuple[str, ColumnSpec], ...] = ()
+
+
+@dataclass(frozen=True)
+class DropColumns(Effect):
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AlterColumn(Effect):
+    old_name: str = ""
+    new_name: str = ""
+    spec: ColumnSpec | None = None  # None: only renamed
+
+
+@dataclass(frozen=True)
+class Truncate(Effect):
+    pass
+
+
+@dataclass(frozen=True)
+class Drop(Effect):
+    pass
+
+
+@dataclass(frozen=True)
+class Move(Effect):
+    new: TableName | None = None
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """Rows of some partitions: ``kind`` range (bounds), list (values) or hash (remainders)."""
+
+    kind: str
+    column: str
+    ranges: tuple[tuple[Any, Any], ...] = ()  # [low, high); None = unbounded (low None: NULLs)
+    values: tuple[Any, ...] = ()  # LIST values; None in it matches NULL
+    remainders: tuple[int, ...] = ()
+    modulus: int = 0  # HASH: abs(column) % modulus in remainders (NULL is partition 0)
+
+
+@dataclass(frozen=True)
+class DeleteRows(Effect):
+    rows: PartitionRows | None = None
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class Inconsistent(Effect):
+    reason: str = ""
+
+
+# --- the catalog ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Catalog:
+    tables: dict[TableName, TableInfo] = field(default_factory=dict)
+
+    def info(self, name: TableName) -> TableInfo:
+        return self.tables.get(name) or TableInfo(name)
+
+    def known(self, name: TableName) -> bool:
+        return name in self.tables and self.tables[name].exists
+
+    def copy(self) -> Catalog:
+        return Catalog(dict(self.tables))
+
+    def apply(self, action: d.Action, note: str = "") -> list[Effect]:
+        """Fold one action in; return its effects on gold. ``note`` names the DDL in reasons."""
+        handler = getattr(self, f"_{_snake(type(action).__name__)}")
+        return handler(action, note)
+
+    # --- tables --------------------------------------------------------------------------
+
+    def _create_table(self, action: d.CreateTable, note: str) -> list[Effect]:
+        name = action.table
+        if action.if_not_exists and self.known(name):
+            return []
+        if action.like is not None:
+            source = self.tables.get(action.like)
+            if source is None or not source.complete:
+                self.tables[name] = TableInfo(name)
+                return [Create(name, (), replace=True)]
+            info = dataclasses.replace(source, name=name, exists=True)
+        else:
+            info = TableInfo(
+                name,
+                columns=action.columns,
+                complete=True,
+                primary_key=action.primary_key,
+                unique_keys=action.unique_keys,
+                partitioning=action.partitioning,
+                partitioning_known=True,
+            )
+        self.tables[name] = info
+        return [Create(name, tuple(info.specs.items()), replace=True)]
+
+    def _truncate_table(self, action: d.TruncateTable, note: str) -> list[Effect]:
+        return [Truncate(action.table)]
+
+    def _drop_table(self, action: d.DropTable, note: str) -> list[Effect]:
+        self.tables[action.table] = dataclasses.replace(self.info(action.table), exists=False)
+        return [Drop(action.table)]
+
+    def _drop_schema(self, action: d.DropSchema, note: str) -> list[Effect]:
+        effects: list[Effect] = []
+        for name, info in list(self.tables.items()):
+            if name.schema == action.schema and info.exists:
+                self.tables[name] = dataclasses.replace(info, exists=False)
+                effects.append(Drop(name))
+        return effects
+
+    def _rename_table(self, action: d.RenameTable, note: str) -> list[Effect]:
+        old, new = action.table, action.new
+        info = self.info(old)
+        self.tables[new] = dataclasses.replace(info, name=new, exists=True)
+        self.tables[old] = dataclasses.replace(info, exists=False)
+        return [Move(old, new)]
+
+    # --- columns -------------------------------------------------------------------------
+
+    def _add_columns(self, action: d.AddColumns, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
+        self.tables[action.table] = dataclasses.replace(info, columns=kept + action.columns)
+        specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
+        return [AddColumns(action.table, specs)]
+
+    def _drop_columns(self, action: d.DropColumns, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        columns = tuple(c for c in info.columns if c.name not in action.names)
+        self.tables[action.table] = dataclasses.replace(info, columns=columns)
+        return [DropColumns(action.table, action.names)]
+
+    def _modify_column(self, action: d.ModifyColumn, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        column = action.column
+        if info.column(action.old_name) is not None:
+            columns = tuple(column if c.name == action.old_name else c for c in info.columns)
+        else:
+            columns = (*info.columns, column)
+        key = info.primary_key
+        if key and action.old_name in key:
+            key = tuple(column.name if k == action.old_name else k for k in key)
+        uniques = tuple(
+            tuple(column.name if k == action.old_name else k for k in unique)
+            for unique in info.unique_keys
+        )
+        self.tables[action.table] = dataclasses.replace(
+            info, columns=columns, primary_key=key, unique_keys=uniques
+        )
+        return [
+            AlterColumn(action.table, action.old_name, column.name, ColumnSpec.from_ddl(column))
+        ]
+
+    def _rename_column(self, action: d.RenameColumn, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        columns = tuple(
+            dataclasses.replace(c, name=action.new_name) if c.name == action.old_name else c
+            for c in info.columns
+        )
+        rename = {action.old_name: action.new_name}
+        self.tables[action.table] = dataclasses.replace(
+            info,
+            columns=columns,
+            primary_key=tuple(rename.get(k, k) for k in info.primary_key)
+            if info.primary_key
+            else info.primary_key,
+            unique_keys=tuple(tuple(rename.get(k, k) for k in u) for u in info.unique_keys),
+        )
+        return [AlterColumn(action.table, action.old_name, action.new_name, None)]
+
+    def _set_primary_key(self, action: d.SetPrimaryKey, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        columns = info.columns
+        if action.columns:
+            columns = tuple(
+                dataclasses.replace(c, nullable=False) if c.name in action.columns else c
+                for c in columns
+            )
+        self.tables[action.table] = dataclasses.replace(
+            info, columns=columns, primary_key=action.columns or None
+        )
+        return []
+
+    def _add_unique_key(self, action: d.AddUniqueKey, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        if action.columns:
+            self.tables[action.table] = dataclasses.replace(
+                info, unique_keys=(*info.unique_keys, action.columns)
+            )
+        return []
+
+    def _no_op(self, action: d.NoOp, note: str) -> list[Effect]:
+        return []
+
+    # --- partitions ----------------------------------------------------------------------
+
+    def _set_partitioning(self, name: TableName, partitioning: d.Partitioning | None) -> None:
+        info = self.info(name)
+        self.tables[name] = dataclasses.replace(
+            info, partitioning=partitioning, partitioning_known=info.partitioning_known
+        )
+
+    def _add_partitions(self, action: d.AddPartitions, note: str) -> list[Effect]:
+        partitioning = self.info(action.table).partitioning
+        if partitioning is not None:
+            if action.count:
+                partitioning = dataclasses.replace(
+                    partitioning, count=(partitioning.count or 0) + action.count
+                )
+            else:
+                partitioning = dataclasses.replace(
+                    partitioning, definitions=partitioning.definitions + action.definitions
+                )
+            self._set_partitioning(action.table, partitioning)
+        return []  # a new partition holds no rows
+
+    def _drop_partitions(self, action: d.DropPartitions, note: str) -> list[Effect]:
+        effects = self._partition_rows(action.table, action.names, "DROP PARTITION", note)
+        partitioning = self.info(action.table).partitioning
+        if partitioning is not None and partitioning.definitions:
+            kept = tuple(p for p in partitioning.definitions if p.name not in action.names)
+            self._set_partitioning(
+                action.table, dataclasses.replace(partitioning, definitions=kept)
+            )
+        return effects
+
+    def _truncate_partitions(self, action: d.TruncatePartitions, note: str) -> list[Effect]:
+        if not action.names:
+            return [Truncate(action.table)]
+        return self._partition_rows(action.table, action.names, "TRUNCATE PARTITION", note)
+
+    def _reorganize_partitions(self, action: d.ReorganizePartitions, note: str) -> list[Effect]:
+        partitioning = self.info(action.table).partitioning
+        if partitioning is not None and partitioning.definitions:
+            definitions = list(partitioning.definitions)
+            positions = [i for i, p in enumerate(definitions) if p.name in action.names]
+            at = positions[0] if positions else len(definitions)
+            definitions = [p for p in definitions if p.name not in action.names]
+            definitions[at:at] = action.definitions
+            self._set_partitioning(
+                action.table, dataclasses.replace(partitioning, definitions=tuple(definitions))
+            )
+        return []  # rows move between partitions; none change
+
+    def _exchange_partition(self, action: d.ExchangePartition, note: str) -> list[Effect]:
+        reason = (
+            f"{note}EXCHANGE PARTITION {action.name} WITH TABLE {action.other} swapped rows "
+            "without row events: gold cannot reproduce them"
+        )
+        return [Inconsistent(action.table, reason), Inconsistent(action.other, reason)]
+
+    def _repartition(self, action: d.Repartition, note: str) -> list[Effect]:
+        info = self.info(action.table)
+        if action.coalesce is not None:
+            if info.partitioning is not None:
+                count = max(1, (info.partitioning.count or 0) - action.coalesce)
+                self._set_partitioning(
+                    action.table, dataclasses.replace(info.partitioning, count=count)
+                )
+            return []
+        self.tables[action.table] = dataclasses.replace(
+            info, partitioning=action.partitioning, partitioning_known=True
+        )
+        return []  # repartitioning keeps every row
+
+    def _partition_rows(
+        self, table: TableName, names: tuple[str, ...], what: str, note: str
+    ) -> list[Effect]:
+        info = self.info(table)
+        rows, problem = partition_rows(info.partitioning, names)
+        if rows is None:
+            return [Inconsistent(table, f"{note}{what} {', '.join(names)}: {problem}")]
+        return [DeleteRows(table, rows, f"{what} {', '.join(names)}")]
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def partition_rows(
+    partitioning: d.Partitioning | None, names: tuple[str, ...]
+) -> tuple[PartitionRows | None, str]:
+    """The rows held by the named partitions, or None and why they cannot be told."""
+    if partitioning is None:
+        return None, "the table's partitioning is unknown (no CREATE TABLE in the DDL log)"
+    if len(partitioning.columns) != 1:
+        return None, (
+            f"partitioning by {partitioning.kind.upper()} ({partitioning.expression}) is not on "
+            "one plain column"
+        )
+    column = partitioning.columns[0]
+    all_names = partitioning.names
+    unknown = [n for n in names if n not in all_names]
+    if unknown:
+        return None, f"unknown partition(s) {', '.join(unknown)}; known: {', '.join(all_names)}"
+    if partitioning.kind == "hash":
+        modulus = len(all_names)
+        return PartitionRows(
+            "hash", column, remainders=tuple(all_names.index(n) for n in names), modulus=modulus
+        ), ""
+    if partitioning.kind == "key":
+        return None, "KEY partitioning uses TiDB's internal hash, which gold does not reproduce"
+    if partitioning.kind == "range":
+        ranges = []
+        low: Any = None
+        for position, definition in enumerate(partitioning.definitions):
+            bound = definition.less_than or ("MAXVALUE",)
+            high = None if bound[0].upper() == "MAXVALUE" else literal(bound[0])
+            if high is _NOT_LITERAL:
+                return None, f"the range bound {bound[0]} is an expression"
+            if definition.name in names:
+                # NULL sorts below every value: it lives in the first partition.
+                ranges.append((low if position else None, high))
+            low = high
+        return PartitionRows("range", column, ranges=tuple(ranges)), ""
+    values: list[Any] = []
+    for definition in partitioning.definitions:
+        if definition.name in names:
+            for value in definition.values_in or ():
+                parsed = literal(value[0])
+                if len(value) != 1 or parsed is _NOT_LITERAL:
+                    return None, f"the list value {value} is not a plain literal"
+                values.append(parsed)
+    return PartitionRows("list", column, values=tuple(values)), ""
+
+
+_NOT_LITERAL = object()
+
+
+def literal(text: str) -> Any:
+    """A SQL literal's value: integers, decimals, quoted strings, NULL; else _NOT_LITERAL."""
+    text = text.strip()
+    if text.upper() == "NULL":
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1].replace(text[0] * 2, text[0])
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return _NOT_LITERAL
+    return int(number) if number == number.to_integral_value() and "." not in text else number

@@ -1,0 +1,176 @@
+"""The DDL timeline of a compaction run: history, barriers, and the catalog at each barrier.
+
+DDL events are broadcast to every partition (Canal-JSON: partition 0 only), so the log holds
+each several times: they are deduplicated by event_id and ordered by (commit TS, Kafka order).
+Those at or below the TS already applied are *history* (folded into the catalog: the tables'
+columns and keys); those in (applied, target] are *barriers*, each with its effects on gold and
+the catalog right after it. A DDL without a commit TS (Canal-JSON without the TiDB extension)
+cannot be placed among the changes: in a changefeed that has TSs it only marks the tables it
+names as not consistent; in one without, it is applied after the run's changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ticdc_lake import mysql as m
+from ticdc_lake.gold import catalog as c
+from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold.exceptions import DdlParseError
+
+# ActionTypes (PROTOCOLS.md §1.4) that change neither columns, rows nor names: no need to parse.
+HARMLESS_ACTIONS = frozenset(
+    {m.ACTION_CREATE_SCHEMA, m.ACTION_ADD_INDEX, m.ACTION_DROP_INDEX, 9, 10, 13, 15, 16, 17, 18,
+     21, 22, 24, 26, 27, 28, 30, 31, 34, 35, 36, 39, 40, 41, 43, 44, 45, 48, *range(49, 60),
+     65, 67, 68, 69, 70}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DdlRecord:
+    """One DDL event of the silver DDL log (lake/silver.py DDL_SCHEMA)."""
+
+    event_id: str
+    commit_ts: int | None
+    schema: str
+    table: str
+    query: str
+    ddl_type: int | None
+    topic: str
+    partition: int
+    offset: int
+    index: int
+    bronze_batch: int
+
+    @property
+    def position(self) -> tuple:
+        return (self.topic, self.partition, self.offset, self.index)
+
+    def describe(self) -> str:
+        ts = "no commit TS" if self.commit_ts is None else f"commit TS {self.commit_ts}"
+        return f"DDL at {ts} (topic {self.topic}, partition {self.partition}, offset {self.offset})"
+
+
+@dataclass
+class ParsedDdl:
+    record: DdlRecord
+    actions: list[d.Action] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def table(self) -> c.TableName:
+        return c.TableName(self.record.schema, self.record.table)
+
+
+def unique_records(rows: list[dict[str, Any]]) -> list[DdlRecord]:
+    """One record per event_id (its first copy in Kafka order), in commit order; DDLs without a
+    commit TS last, in Kafka order."""
+    first: dict[str, DdlRecord] = {}
+    for row in rows:
+        record = DdlRecord(**{name: row[name] for name in DdlRecord.__dataclass_fields__})
+        known = first.get(record.event_id)
+        if known is None or record.position < known.position:
+            first[record.event_id] = record
+    return sorted(
+        first.values(),
+        key=lambda r: (r.commit_ts is None, r.commit_ts or 0, r.bronze_batch, r.position),
+    )
+
+
+def parse_record(record: DdlRecord) -> ParsedDdl:
+    if record.ddl_type in HARMLESS_ACTIONS:
+        return ParsedDdl(record, [d.NoOp(None, f"DDL type {record.ddl_type}")])
+    try:
+        return ParsedDdl(record, d.parse_ddl(record.query, record.schema))
+    except DdlParseError as exc:
+        return ParsedDdl(record, [], str(exc))
+
+
+@dataclass
+class Barrier:
+    ddl: ParsedDdl
+    effects: list[c.Effect]
+    catalog: c.Catalog  # right after the DDL
+    ts: int | None
+
+    @property
+    def tables(self) -> set[c.TableName]:
+        touched = {effect.table for effect in self.effects if effect.table is not None}
+        touched |= {e.new for e in self.effects if isinstance(e, c.Move) and e.new is not None}
+        return touched
+
+
+@dataclass
+class Timeline:
+    history: c.Catalog  # the catalog at the TS already applied
+    barriers: list[Barrier]
+
+    def catalog_for_segment(self, table: c.TableName, segment: int) -> c.Catalog:
+        """The catalog that a table's segment ``segment`` is typed by (after its barrier)."""
+        mine = self.barriers_of(table)
+        return self.history if segment == 0 else mine[segment - 1].catalog
+
+    def barriers_of(self, table: c.TableName) -> list[Barrier]:
+        return [barrier for barrier in self.barriers if table in barrier.tables]
+
+
+def _effects(parsed: ParsedDdl, catalog: c.Catalog) -> list[c.Effect]:
+    note = f"{parsed.record.describe()}: "
+    if parsed.error is not None:
+        return [c.Inconsistent(parsed.table, f"{note}not understood: {parsed.error}")]
+    effects: list[c.Effect] = []
+    for action in parsed.actions:
+        effects.extend(catalog.apply(action, note))
+    return effects
+
+
+def build_timeline(
+    parsed: list[ParsedDdl],
+    *,
+    initial: c.Catalog,
+    applied_ts: int,
+    applied_batch: int,
+    target_ts: int | None,
+) -> Timeline:
+    """Split the DDL log at the applied TS; fold the history, plan the barriers.
+
+    ``target_ts`` None: a changefeed without a consistent cut, whose barriers are every DDL
+    above the applied TS and every DDL without a TS from bronze batches not yet applied.
+    """
+    catalog = initial.copy()
+    barriers: list[Barrier] = []
+    for ddl in parsed:
+        ts = ddl.record.commit_ts
+        if ts is not None:
+            if ts <= applied_ts:
+                _effects(ddl, catalog)
+                continue
+            if target_ts is not None and ts > target_ts:
+                continue  # not yet: above the target
+        elif ddl.record.bronze_batch <= applied_batch:
+            _effects(ddl, catalog)
+            continue
+        effects = _effects(ddl, catalog)
+        if ts is None and target_ts is not None:
+            reason = (
+                f"{ddl.record.describe()} cannot be placed among the changes of a changefeed "
+                "with commit TSs; it was not applied"
+            )
+            tables = {e.table for e in effects if e.table is not None} or {ddl.table}
+            effects = [c.Inconsistent(name, reason) for name in sorted(tables, key=str)]
+        barriers.append(Barrier(ddl, effects, catalog.copy(), ts))
+    return Timeline(_history(parsed, initial, applied_ts, applied_batch), barriers)
+
+
+def _history(
+    parsed: list[ParsedDdl], initial: c.Catalog, applied_ts: int, applied_batch: int
+) -> c.Catalog:
+    catalog = initial.copy()
+    for ddl in parsed:
+        ts = ddl.record.commit_ts
+        if (ts is not None and ts <= applied_ts) or (
+            ts is None and ddl.record.bronze_batch <= applied_batch
+        ):
+            _effects(ddl, catalog)
+    return catalog

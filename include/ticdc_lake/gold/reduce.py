@@ -1,0 +1,182 @@
+"""Spark transforms from silver changes to the change set gold merges: DataFrame → DataFrame.
+
+In order (stages/compact.py strings them together):
+
+1. ``with_order_ts``: the TS a change sorts by. Its commit TS; for a change the protocol sent
+   without one (Avro deletes, Canal-JSON without the TiDB extension) the next known TS in its
+   Kafka partition (a later change's commit TS or a resolved TS): changes of a partition are in
+   commit order, so that TS bounds the change's own from above. None when nothing follows yet.
+2. ``with_selection``: which changes this run applies (per table: above the TS already applied,
+   up to the target TS; or, without TSs, the bronze batches not applied yet).
+3. ``with_duplicates_marked``: at-least-once replays share an event_id (and order TS); only the
+   first in Kafka order counts.
+4. ``with_segments``: DDL barriers cut a table's changes into segments applied in turn.
+5. ``key_actions``: each change as upserts/deletes keyed by its handle-key values (a delete by
+   the old key; an UPDATE that changed the key, as TiCDC sends it with
+   ``output-raw-change-event``, deletes the old key and upserts the new one).
+6. ``last_per_key``: per (table, segment, key) the last action by (order TS, topic, partition,
+   offset, index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+POSITION = ("topic", "partition", "offset", "index")
+NO_SEGMENT_TS = None
+
+
+def with_order_ts(changes: DataFrame, resolved: DataFrame | None) -> DataFrame:
+    """Add ``order_ts``; ``resolved`` (topic, partition, ts, offset, index) fills gaps."""
+    if resolved is None:
+        return changes.withColumn("order_ts", F.col("commit_ts"))
+    markers = resolved.select(
+        "topic", "partition", "offset", "index", F.col("ts").alias("commit_ts")
+    ).withColumn("_marker", F.lit(True))
+    rows = changes.withColumn("_marker", F.lit(False))
+    following = (
+        Window.partitionBy("topic", "partition")
+        .orderBy("offset", "index", "_marker")
+        .rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    )
+    return (
+        rows.unionByName(markers, allowMissingColumns=True)
+        .withColumn("order_ts", F.first("commit_ts", ignorenulls=True).over(following))
+        .where(~F.col("_marker"))
+        .drop("_marker")
+    )
+
+
+def with_selection(
+    changes: DataFrame,
+    applied: DataFrame,
+    *,
+    target_ts: int | None,
+    default_ts: int,
+    default_batch: int,
+) -> DataFrame:
+    """Add ``applied_ts``, ``applied_batch`` (per table, from ``applied``: schema, table,
+    applied_ts, applied_batch; tables not in it start at the defaults) and ``selected``.
+
+    With a target TS: selected when applied_ts < order_ts <= target. Without (a changefeed that
+    is not transactionally consistent): selected when the change's bronze batch is new.
+    """
+    known = applied.select(
+        F.col("schema").alias("_applied_schema"),
+        F.col("table").alias("_applied_table"),
+        F.col("applied_ts").alias("_applied_ts"),
+        F.col("applied_batch").alias("_applied_batch"),
+    )
+    match = (changes["schema"] == known["_applied_schema"]) & (
+        changes["table"] == known["_applied_table"]
+    )
+    joined = (
+        changes.join(F.broadcast(known), match, "left")
+        .withColumn("applied_ts", F.coalesce("_applied_ts", F.lit(default_ts)))
+        .withColumn("applied_batch", F.coalesce("_applied_batch", F.lit(default_batch)))
+        .drop("_applied_schema", "_applied_table", "_applied_ts", "_applied_batch")
+    )
+    if target_ts is None:
+        selected = F.col("bronze_batch") > F.col("applied_batch")
+    else:
+        order_ts = F.col("order_ts")
+        selected = (
+            order_ts.isNotNull() & (order_ts > F.col("applied_ts")) & (order_ts <= F.lit(target_ts))
+        )
+    return joined.withColumn("selected", selected)
+
+
+def with_duplicates_marked(changes: DataFrame) -> DataFrame:
+    """Add ``duplicate``: true for every copy of an event after its first in Kafka order."""
+    first = Window.partitionBy("event_id", "order_ts").orderBy(*POSITION)
+    return changes.withColumn("duplicate", F.row_number().over(first) > 1)
+
+
+def segment_of(barriers: Mapping[tuple[str, str], Sequence[int | None]]) -> Column:
+    """The segment number of each change: how many of its table's barriers it comes after.
+
+    A barrier of None (a DDL without a TS, applied after the run's changes) never comes first.
+    """
+    segment = F.lit(0)
+    cases = None
+    for (schema, table), points in barriers.items():
+        known = [point for point in points if point is not None]
+        if not known:
+            continue
+        order_ts = F.col("order_ts")
+        number = F.lit(len(known))
+        for position in reversed(range(len(known))):
+            number = F.when(
+                order_ts.isNotNull() & (order_ts < known[position]), position
+            ).otherwise(number)
+        match = (F.col("schema") == schema) & (F.col("table") == table)
+        cases = F.when(match, number) if cases is None else cases.when(match, number)
+    return segment if cases is None else cases.otherwise(segment)
+
+
+def _key_text(image: Column, handle: Column) -> Column:
+    """The handle-key values of an image as canonical JSON text (compared, never parsed)."""
+    key = F.filter(image, lambda c: F.array_contains(handle, c["name"]))
+    key = F.transform(
+        key, lambda c: F.struct(c["name"].alias("n"), c["text"].alias("t"), c["binary"].alias("b"))
+    )
+    return F.to_json(F.array_sort(key))
+
+
+def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], Sequence[str]]):
+    """One row per action: ``deleted``, ``image``, ``key`` (text), ``handle``, ``sub``.
+
+    ``fallback_handles`` gives, per table, the handle key the DDL log implies, for changes that
+    name none (Canal-JSON marks only primary keys).
+    """
+    fallback = F.lit(None).cast("array<string>")
+    for (schema, table), handle in fallback_handles.items():
+        if handle:
+            match = (F.col("schema") == schema) & (F.col("table") == table)
+            fallback = F.when(match, F.array(*[F.lit(n) for n in handle])).otherwise(fallback)
+    handle = F.when(F.size("handle_key") > 0, F.col("handle_key")).otherwise(fallback)
+    prepared = changes.withColumn("handle", F.coalesce(handle, F.array().cast("array<string>")))
+    new_key = _key_text(F.col("columns"), F.col("handle"))
+    old_key = _key_text(F.col("old_columns"), F.col("handle"))
+
+    def action(deleted: bool, image: str, key: Column, sub: int) -> Column:
+        return F.struct(
+            F.lit(deleted).alias("deleted"),
+            F.col(image).alias("image"),
+            key.alias("key"),
+            F.lit(sub).alias("sub"),
+        )
+
+    key_changed = (
+        (F.col("op") == "update") & F.col("old_columns").isNotNull() & (old_key != new_key)
+    )
+    actions = (
+        F.when(F.col("op") == "delete", F.array(action(True, "old_columns", old_key, 0)))
+        .when(
+            key_changed,
+            F.array(action(True, "old_columns", old_key, 0), action(False, "columns", new_key, 1)),
+        )
+        .otherwise(F.array(action(False, "columns", new_key, 0)))
+    )
+    return (
+        prepared.withColumn("_action", F.explode(actions))
+        .select("*", "_action.*")
+        .drop("_action", "columns", "old_columns")
+    )
+
+
+def last_per_key(actions: DataFrame) -> DataFrame:
+    """Keep the last action per (schema, table, segment, key). A change without any order TS
+    (only when nothing tells its TS) sorts after every change that has one."""
+    last = Window.partitionBy("schema", "table", "segment", "key").orderBy(
+        F.col("order_ts").desc_nulls_first(),
+        *[F.col(name).desc() for name in POSITION],
+        F.col("sub").desc(),
+    )
+    return actions.withColumn("_rank", F.row_number().over(last)).where("_rank = 1").drop("_rank")
+
+
+NO_KEY = "[]"  # the key text of an image without handle-key columns

@@ -1,0 +1,336 @@
+"""One gold table: typing a segment of changes, merging it, and carrying out DDL effects.
+
+Every commit to a gold table carries the app transaction ``(app_id, version)`` (merge_delta,
+write_delta), with versions that only grow along the change log (stages/compact.py chooses
+them), so each step of a compaction is done at most once however often a run is repeated, and a
+run killed between two steps resumes where it stopped.
+
+Rows merge by the table's handle key; ``_commit_ts`` holds the commit TS of a row's last change.
+Schema changes: ADD COLUMN adds a nullable column (metadata only); DROP/MODIFY/CHANGE/RENAME
+COLUMN, DROP/TRUNCATE PARTITION and RENAME TABLE rewrite the table through Spark; TRUNCATE and
+DROP TABLE replace it with no rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
+from ticdc_lake.delta.read import table_schema
+from ticdc_lake.gold import catalog as c
+from ticdc_lake.gold import types as t
+from ticdc_lake.gold.convert import Origin, column_values, convert
+from ticdc_lake.gold.exceptions import ConversionError, GoldError
+
+COMMIT_TS = "_commit_ts"
+DELETED = "_deleted"  # the merge's delete flag; never stored
+
+
+@dataclass
+class SegmentStats:
+    upserts: int = 0
+    deletes: int = 0
+    key_only: int = 0  # upserts whose images held only the handle key
+    zero_dates: int = 0
+
+
+@dataclass
+class TypedSegment:
+    data: pa.Table  # gold columns, _commit_ts, _deleted
+    keys: tuple[str, ...]
+    columns: list[dict] = field(default_factory=list)  # name, type, mysql_type (for the state)
+    stats: SegmentStats = field(default_factory=SegmentStats)
+
+
+def arrow_struct(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema made of gold's types."""
+    fields = [
+        {"name": f.name, "type": t.delta_type_name(f.type), "nullable": True, "metadata": {}}
+        for f in schema
+    ]
+    return StructType.fromJson({"type": "struct", "fields": fields})
+
+
+class GoldTable:
+    def __init__(self, spark: SparkSession, name: c.TableName, path: Path, app_id: str):
+        self.spark = spark
+        self.name = name
+        self.path = path
+        self.app_id = app_id
+
+    # --- what is there -------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return delta_table_exists(self.path)
+
+    def schema(self) -> pa.Schema | None:
+        if not self.exists():
+            return None
+        return table_schema(open_table(self.path)).to_arrow()
+
+    def version(self) -> int | None:
+        return open_table(self.path).version() if self.exists() else None
+
+    def rows(self) -> int:
+        if not self.exists():
+            return 0
+        actions = pa.table(open_table(self.path).get_add_actions(flatten=True))
+        return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+
+    def done(self, version: int) -> bool:
+        """Whether the step with this version was committed already (a rerun)."""
+        if not self.exists():
+            return False
+        recorded = open_table(self.path).transaction_version(self.app_id)
+        return recorded is not None and recorded >= version
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def merge(self, segment: TypedSegment, version: int) -> bool:
+        result = merge_delta(
+            segment.data,
+            self.path,
+            list(segment.keys),
+            delete_column=DELETED,
+            merge_schema=True,
+            app_id=self.app_id,
+            version=version,
+        )
+        return result.committed
+
+    # --- DDL effects ---------------------------------------------------------------------
+
+    def _write(self, frame: DataFrame, version: int, *, mode: str = "overwrite") -> bool:
+        result = write_delta(
+            frame,
+            self.path,
+            mode=mode,
+            overwrite_schema=mode == "overwrite",
+            app_id=self.app_id,
+            version=version,
+        )
+        return result.committed
+
+    def _empty(self, schema: pa.Schema) -> DataFrame:
+        return self.spark.createDataFrame([], arrow_struct(schema))
+
+    def create(self, schema: pa.Schema, version: int) -> bool:
+        """An empty table with ``schema`` (an existing one is emptied and takes it)."""
+        return self._write(self._empty(schema), version)
+
+    def empty(self, version: int) -> bool:
+        """TRUNCATE / DROP TABLE: no rows, the same columns."""
+        schema = self.schema()
+        if schema is None or self.done(version):
+            return False
+        return self._write(self._empty(schema), version)
+
+    def add_columns(self, added: list[pa.Field], version: int) -> bool:
+        schema = self.schema()
+        if schema is None or self.done(version):
+            return False
+        fields = [f for f in added if f.name not in schema.names]
+        if not fields:
+            return False
+        # Columns go before _commit_ts in a new table; Delta appends them after it here.
+        return self._write(self._empty(pa.schema([*schema, *fields])), version, mode="append")
+
+    def rewrite(self, transform, version: int) -> bool:
+        """Replace the rows with ``transform(rows)`` (a DataFrame → DataFrame)."""
+        if not self.exists() or self.done(version):
+            return False
+        return self._write(transform(read_delta(self.spark, self.path)), version)
+
+    def copy_to(self, other: GoldTable, version: int) -> bool:
+        """RENAME TABLE: this table's rows become ``other``'s."""
+        if not self.exists() or other.done(version):
+            return False
+        return other._write(read_delta(self.spark, self.path), version)
+
+
+# --- DDL effects as Spark transforms -----------------------------------------------------------
+
+
+def drop_columns(names: tuple[str, ...]):
+    def transform(frame: DataFrame) -> DataFrame:
+        return frame.drop(*[n for n in names if n in frame.columns])
+
+    return transform
+
+
+def alter_column(old: str, new: str, target: pa.DataType | None):
+    """Rename ``old`` to ``new`` and cast it to ``target`` (as MySQL converts the values)."""
+
+    def transform(frame: DataFrame) -> DataFrame:
+        columns = []
+        for name in frame.columns:
+            value = F.col(f"`{name}`")
+            if name == old:
+                if target is not None:
+                    value = value.cast(t.delta_type_name(target))
+                value = value.alias(new)
+            columns.append(value)
+        return frame.select(*columns)
+
+    return transform
+
+
+def partition_condition(rows: c.PartitionRows) -> Column:
+    """True for the rows a DROP/TRUNCATE PARTITION removes."""
+    column = F.col(f"`{rows.column}`")
+    if rows.kind == "hash":
+        remainder = F.coalesce(F.abs(column) % rows.modulus, F.lit(0))
+        return remainder.isin(list(rows.remainders))
+    if rows.kind == "list":
+        values = [v for v in rows.values if v is not None]
+        condition = column.isin(values) if values else F.lit(False)
+        if any(v is None for v in rows.values):
+            condition = condition | column.isNull()
+        return F.coalesce(condition, F.lit(False))
+    condition = F.lit(False)
+    for low, high in rows.ranges:
+        part = F.lit(True)
+        if low is not None:
+            part = part & (column >= F.lit(low))
+        if high is not None:
+            part = part & (column < F.lit(high))
+        if low is None:
+            part = part | column.isNull()
+        condition = condition | F.coalesce(part, F.lit(False))
+    return condition
+
+
+def delete_rows(rows: c.PartitionRows):
+    def transform(frame: DataFrame) -> DataFrame:
+        if rows.column not in frame.columns:
+            raise GoldError(f"partition column {rows.column!r} is not a gold column")
+        return frame.where(~partition_condition(rows))
+
+    return transform
+
+
+# --- typing a segment --------------------------------------------------------------------------
+
+
+def row_specs(images: pa.Array) -> dict[str, t.ColumnSpec]:
+    """Each column's spec as the change rows describe it (the first description wins)."""
+    if isinstance(images, pa.ChunkedArray):
+        images = images.combine_chunks()
+    flat = pc.list_flatten(images)
+    described = pa.table(
+        {
+            "name": flat.field("name"),
+            "type_code": flat.field("type_code"),
+            "flags": flat.field("flags"),
+            "mysql_type": flat.field("mysql_type"),
+        }
+    )
+    distinct = described.group_by(["name", "type_code", "flags", "mysql_type"]).aggregate([])
+    specs: dict[str, t.ColumnSpec] = {}
+    order = {name: i for i, name in enumerate(pc.unique(flat.field("name")).to_pylist())}
+    for row in sorted(distinct.to_pylist(), key=lambda r: order[r["name"]]):
+        spec = t.ColumnSpec.from_row(row["type_code"], row["flags"], row["mysql_type"])
+        known = specs.get(row["name"])
+        # A full type text (sent with some rows only, e.g. Canal-JSON) beats a bare one.
+        if known is None or (
+            known.length is None
+            and known.elements is None
+            and (spec.length is not None or spec.elements is not None)
+        ):
+            specs[row["name"]] = spec
+    return specs
+
+
+def type_segment(
+    rows: pa.Table,
+    table: c.TableInfo,
+    existing: pa.Schema | None,
+    zones: dict[str, str],
+) -> TypedSegment:
+    """The gold rows of one segment of reduced changes (reduce.last_per_key's columns)."""
+    name = str(table.name)
+    images = rows.column("image")
+    handles = {tuple(h) for h in rows.column("handle").to_pylist()}
+    if len(handles) != 1 or not next(iter(handles)):
+        raise GoldError(
+            f"{name}: the changes name no single handle key ({sorted(handles)}); gold needs the "
+            "primary key or a NOT NULL unique key (from the rows or a CREATE TABLE)"
+        )
+    keys = next(iter(handles))
+    from_rows = row_specs(images)
+    from_ddl = table.specs
+    present = [f.name for f in existing if f.name != COMMIT_TS] if existing is not None else []
+    order = present + [n for n in from_ddl if n not in present]
+    order += [n for n in from_rows if n not in order]
+    missing = [k for k in keys if k not in order]
+    if missing:
+        raise GoldError(f"{name}: handle key column(s) {missing} are in no change or DDL")
+    values = column_values(images, order)
+    origin = Origin(name, rows.column("topic"), rows.column("partition"), rows.column("offset"))
+    row_zones = pc.fill_null(
+        pa.array([zones.get(topic) for topic in rows.column("topic").to_pylist()], pa.string()),
+        "UTC",
+    )
+    existing_types = {f.name: f.type for f in existing} if existing is not None else {}
+    arrays, fields, described = [], [], []
+    stats = SegmentStats()
+    for column in order:
+        spec = from_ddl.get(column) or from_rows.get(column)
+        gold = t.gold_type(spec) if spec is not None else None
+        target = existing_types.get(column) or (gold.arrow if gold else pa.string())
+        if gold is None:
+            array = pa.nulls(rows.num_rows, target)  # only in gold: nothing to type
+        else:
+            array, nulled = convert(values[column], gold, target, column, origin, row_zones)
+            stats.zero_dates += nulled
+        arrays.append(array)
+        fields.append(pa.field(column, target))
+        described.append(
+            {
+                "name": column,
+                "type": t.delta_type_name(target),
+                "mysql_type": spec.describe() if spec else None,
+            }
+        )
+    deleted = pc.fill_null(rows.column("deleted"), False)
+    for key in keys:
+        position = order.index(key)
+        if arrays[position].null_count:
+            raise ConversionError(f"{name}: {arrays[position].null_count} changes lack key {key}")
+    upserts = pc.invert(deleted)
+    key_only = pc.and_(upserts, pc.fill_null(rows.column("handle_key_only"), False))
+    stats.upserts = int(pc.sum(upserts).as_py() or 0)
+    stats.deletes = rows.num_rows - stats.upserts
+    stats.key_only = int(pc.sum(key_only).as_py() or 0)
+    arrays.append(rows.column("commit_ts").cast(pa.int64()))
+    fields.append(pa.field(COMMIT_TS, pa.int64()))
+    arrays.append(deleted)
+    fields.append(pa.field(DELETED, pa.bool_()))
+    data = pa.Table.from_arrays(
+        [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
+        schema=pa.schema(fields),
+    )
+    return TypedSegment(data, keys, described, stats)
+
+
+def describe_schema(schema: pa.Schema | None, specs: dict[str, t.ColumnSpec]) -> str:
+    """The state table's ``columns`` JSON for a gold schema."""
+    if schema is None:
+        return "[]"
+    described = [
+        {
+            "name": f.name,
+            "type": t.delta_type_name(f.type),
+            "mysql_type": specs[f.name].describe() if f.name in specs else None,
+        }
+        for f in schema
+    ]
+    return json.dumps(described, ensure_ascii=False)
