@@ -1,0 +1,337 @@
+"""Watermark: per Kafka partition the highest resolved TS, per changefeed the global watermark.
+
+    watermark(spark, config) -> WatermarkResult
+
+Reads the resolved events Decode wrote (layout.resolved, partitioned by bronze batch) that are
+newer than the last run's bronze batch, and folds them into layout.watermarks, one row per
+(topic, partition):
+
+| column              | meaning                                                               |
+|---------------------|-----------------------------------------------------------------------|
+| topic, partition    | the Kafka partition                                                   |
+| resolved_ts         | the highest resolved TS seen: every change with commit TS <= it has   |
+|                     | been sent to this partition                                           |
+| offset              | Kafka offset of the resolved event that first reached it              |
+| events              | resolved events folded in                                             |
+| regressions         | resolved events below the partition's watermark when they were read   |
+|                     | (replays after a TiCDC restart): ignored, as TiCDC's consumer does    |
+| last_regression_ts, | the latest of them, and where it was                                  |
+| last_regression_offset |                                                                    |
+| bronze_batch        | the last bronze batch folded in (the next run reads the batches above) |
+
+Events are folded in arrival order: bronze batch, then offset and index. The global watermark
+of a changefeed (``changefeed_watermarks``) is the minimum over every partition of every topic
+in it, partition counts from the config: a partition never seen holds it at 0 (PROTOCOLS.md §8).
+It is computed from the table, not stored, so a config change is honoured at once.
+
+Idempotent: the table is replaced in one commit with app id ``watermark`` and version = the
+highest bronze batch folded in; a run with no new resolved events writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ticdc_lake.config import ChangefeedConfig, PipelineConfig
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta, write_delta
+from ticdc_lake.lake.layout import LakeLayout
+
+APP_ID = "watermark"
+
+WATERMARKS_SCHEMA = T.StructType(
+    [
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("resolved_ts", T.LongType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("events", T.LongType()),
+        T.StructField("regressions", T.LongType()),
+        T.StructField("last_regression_ts", T.LongType()),
+        T.StructField("last_regression_offset", T.LongType()),
+        T.StructField("bronze_batch", T.LongType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ChangefeedWatermark:
+    """A changefeed's global watermark and what holds it there."""
+
+    name: str
+    watermarks: bool  # False: the changefeed's protocol sends none (config)
+    watermark: int | None  # None when watermarks is False
+    holding: tuple[tuple[str, int], ...] = ()  # the partitions at the minimum
+    unseen: tuple[tuple[str, int], ...] = ()  # configured partitions with no resolved event
+    unexpected: tuple[tuple[str, int], ...] = ()  # seen partitions beyond the configured count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "watermarks": self.watermarks,
+            "watermark": self.watermark,
+            "holding": [list(p) for p in self.holding],
+            "unseen": [list(p) for p in self.unseen],
+            "unexpected": [list(p) for p in self.unexpected],
+        }
+
+
+@dataclass(frozen=True)
+class WatermarkResult:
+    resolved_read: int  # resolved events read this run
+    partitions: int  # rows of the watermarks table
+    advanced: int  # partitions whose watermark rose this run
+    regressions: int  # resolved events ignored this run (below their partition's watermark)
+    committed: bool
+    version: int | None  # the watermarks table's version after the run
+    changefeeds: tuple[ChangefeedWatermark, ...] = ()
+    unknown_topics: tuple[str, ...] = ()  # resolved events of topics not in the config
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resolved_read": self.resolved_read,
+            "partitions": self.partitions,
+            "advanced": self.advanced,
+            "regressions": self.regressions,
+            "committed": self.committed,
+            "version": self.version,
+            "changefeeds": [c.to_dict() for c in self.changefeeds],
+            "unknown_topics": list(self.unknown_topics),
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"watermark: {self.resolved_read} resolved events read, {self.advanced} of "
+            f"{self.partitions} partitions advanced, {self.regressions} regressions ignored"
+            + ("" if self.committed else " (nothing written)")
+        ]
+        for feed in self.changefeeds:
+            if not feed.watermarks:
+                lines.append(f"  {feed.name}: no watermarks (see cutoff-ts)")
+                continue
+            held = ", ".join(f"{t}[{p}]" for t, p in feed.holding[:4])
+            lines.append(f"  {feed.name}: {feed.watermark} held by {held or '-'}")
+            if feed.unseen:
+                unseen = ", ".join(f"{t}[{p}]" for t, p in feed.unseen[:4])
+                lines.append(f"    never seen: {unseen}{' ...' if len(feed.unseen) > 4 else ''}")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
+    """The watermarks table after folding ``new`` resolved events (topic, partition, ts, offset,
+    index, bronze_batch) into ``previous`` (WATERMARKS_SCHEMA or None)."""
+    before = (
+        previous.select(
+            "topic",
+            "partition",
+            F.col("resolved_ts").alias("old_ts"),
+            F.col("offset").alias("old_offset"),
+            F.col("events").alias("old_events"),
+            F.col("regressions").alias("old_regressions"),
+            F.col("last_regression_ts").alias("old_regression_ts"),
+            F.col("last_regression_offset").alias("old_regression_offset"),
+            F.col("bronze_batch").alias("old_batch"),
+        )
+        if previous is not None
+        else None
+    )
+    arrival = Window.partitionBy("topic", "partition").orderBy("bronze_batch", "offset", "index")
+    earlier = arrival.rowsBetween(Window.unboundedPreceding, -1)
+    events = new.select("topic", "partition", "ts", "offset", "index", "bronze_batch")
+    if before is not None:
+        events = events.join(
+            before.select("topic", "partition", "old_ts"), ["topic", "partition"], "left"
+        )
+    else:
+        events = events.withColumn("old_ts", F.lit(None).cast("long"))
+    # The partition's watermark just before each event: the previous run's, or a higher earlier
+    # event of this run.
+    running = F.greatest(F.col("old_ts"), F.max("ts").over(earlier))
+    events = events.withColumn("regression", F.coalesce(F.col("ts") < running, F.lit(False)))
+    last_regression = F.max_by(
+        F.struct(F.col("ts"), F.col("offset")),
+        F.when(F.col("regression"), F.struct("bronze_batch", "offset", "index")),
+    )
+    folded = events.groupBy("topic", "partition").agg(
+        F.max("ts").alias("new_ts"),
+        # The first event (in arrival order) that reached the partition's new maximum.
+        F.min_by("offset", F.struct(-F.col("ts"), "bronze_batch", "offset", "index")).alias(
+            "new_offset"
+        ),
+        F.count("*").alias("new_events"),
+        F.sum(F.col("regression").cast("long")).alias("new_regressions"),
+        last_regression.alias("new_last_regression"),
+        F.max("bronze_batch").alias("new_batch"),
+    )
+    if before is None:
+        merged = folded.select(
+            "topic",
+            "partition",
+            F.col("new_ts").alias("resolved_ts"),
+            F.col("new_offset").alias("offset"),
+            F.col("new_events").alias("events"),
+            F.col("new_regressions").alias("regressions"),
+            F.col("new_last_regression.ts").alias("last_regression_ts"),
+            F.col("new_last_regression.offset").alias("last_regression_offset"),
+            F.col("new_batch").alias("bronze_batch"),
+        )
+    else:
+        joined = before.join(folded, ["topic", "partition"], "full_outer")
+        rose = F.col("new_ts").isNotNull() & (
+            F.col("old_ts").isNull() | (F.col("new_ts") > F.col("old_ts"))
+        )
+        merged = joined.select(
+            "topic",
+            "partition",
+            F.when(rose, F.col("new_ts")).otherwise(F.col("old_ts")).alias("resolved_ts"),
+            F.when(rose, F.col("new_offset")).otherwise(F.col("old_offset")).alias("offset"),
+            (F.coalesce("old_events", F.lit(0)) + F.coalesce("new_events", F.lit(0))).alias(
+                "events"
+            ),
+            (
+                F.coalesce("old_regressions", F.lit(0)) + F.coalesce("new_regressions", F.lit(0))
+            ).alias("regressions"),
+            F.coalesce("new_last_regression.ts", "old_regression_ts").alias("last_regression_ts"),
+            F.coalesce("new_last_regression.offset", "old_regression_offset").alias(
+                "last_regression_offset"
+            ),
+            F.greatest(F.col("old_batch"), F.col("new_batch")).alias("bronze_batch"),
+        )
+    return merged.select(
+        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in WATERMARKS_SCHEMA.fields]
+    )
+
+
+def changefeed_watermarks(
+    config: PipelineConfig, partitions: Iterable[tuple[str, int, int]]
+) -> dict[str, ChangefeedWatermark]:
+    """Per changefeed the global watermark from (topic, partition, resolved_ts) rows."""
+    seen: dict[tuple[str, int], int] = {(t, p): ts for t, p, ts in partitions}
+    found = {}
+    for feed in config.changefeeds.values():
+        found[feed.name] = _changefeed_watermark(config, feed, seen)
+    return found
+
+
+def _changefeed_watermark(
+    config: PipelineConfig, feed: ChangefeedConfig, seen: dict[tuple[str, int], int]
+) -> ChangefeedWatermark:
+    if not feed.watermarks:
+        return ChangefeedWatermark(feed.name, False, None)
+    marks: dict[tuple[str, int], int] = {}
+    unseen, unexpected = [], []
+    for topic in feed.topics:
+        count = config.topic(topic).partitions
+        for partition in range(count):
+            if (topic, partition) in seen:
+                marks[(topic, partition)] = seen[(topic, partition)]
+            else:
+                marks[(topic, partition)] = 0  # never seen: holds the changefeed at 0
+                unseen.append((topic, partition))
+        # A partition beyond the configured count still counts (the config may be stale).
+        for (t, p), ts in seen.items():
+            if t == topic and p >= count:
+                marks[(t, p)] = ts
+                unexpected.append((t, p))
+    watermark = min(marks.values())
+    holding = tuple(sorted(key for key, ts in marks.items() if ts == watermark))
+    return ChangefeedWatermark(
+        feed.name, True, watermark, holding, tuple(sorted(unseen)), tuple(sorted(unexpected))
+    )
+
+
+def read_watermarks(spark: SparkSession, layout: LakeLayout) -> list[tuple[str, int, int]]:
+    """(topic, partition, resolved_ts) of every partition in the watermarks table."""
+    if not delta_table_exists(layout.watermarks):
+        return []
+    rows = read_delta(spark, layout.watermarks).select("topic", "partition", "resolved_ts")
+    return [(r.topic, r.partition, r.resolved_ts) for r in rows.collect()]
+
+
+def watermark(spark: SparkSession, config: PipelineConfig) -> WatermarkResult:
+    """Fold the new resolved events into the watermarks table; report every changefeed's."""
+    layout = LakeLayout(config.lake)
+    notes: list[str] = []
+    previous = None
+    cursor = -1
+    if delta_table_exists(layout.watermarks):
+        previous = read_delta(spark, layout.watermarks).persist()
+        cursor = previous.agg(F.max("bronze_batch")).first()[0]
+        cursor = -1 if cursor is None else cursor
+    new = None
+    if delta_table_exists(layout.resolved):
+        new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor).persist()
+    else:
+        notes.append(f"no resolved events yet ({layout.resolved} does not exist)")
+    try:
+        stats = (
+            new.agg(
+                F.count("*").alias("events"),
+                F.max("bronze_batch").alias("batch"),
+                F.collect_set("topic").alias("topics"),
+            ).first()
+            if new is not None
+            else None
+        )
+        read = stats["events"] if stats else 0
+        committed, version, advanced, regressions = False, None, 0, 0
+        topics = set(stats["topics"]) if stats else set()
+        if read:
+            folded = fold_resolved(new, previous).persist()
+            try:
+                advanced, regressions = _changes(folded, previous)
+                result = write_delta(
+                    folded, layout.watermarks, mode="overwrite", app_id=APP_ID,
+                    version=int(stats["batch"]),
+                )  # fmt: skip
+                committed, version = result.committed, result.version
+            finally:
+                folded.unpersist()
+        elif delta_table_exists(layout.watermarks):
+            version = open_table(layout.watermarks).version()
+        marks = read_watermarks(spark, layout)
+    finally:
+        for frame in (previous, new):
+            if frame is not None:
+                frame.unpersist()
+    unknown = tuple(sorted(topic for topic in topics if topic not in config.topics))
+    if unknown:
+        notes.append(f"resolved events of topics not in the config: {', '.join(unknown)}")
+    return WatermarkResult(
+        resolved_read=read,
+        partitions=len(marks),
+        advanced=advanced,
+        regressions=regressions,
+        committed=committed,
+        version=version,
+        changefeeds=tuple(changefeed_watermarks(config, marks).values()),
+        unknown_topics=unknown,
+        notes=tuple(notes),
+    )
+
+
+def _changes(folded: DataFrame, previous: DataFrame | None) -> tuple[int, int]:
+    """(partitions whose watermark rose, regressions added) between two versions of the table."""
+    if previous is None:
+        totals = folded.agg(F.count("*"), F.sum("regressions")).first()
+        return totals[0], totals[1] or 0
+    old = previous.select(
+        "topic",
+        "partition",
+        F.col("resolved_ts").alias("old_ts"),
+        F.col("regressions").alias("old_regressions"),
+    )
+    joined = folded.join(old, ["topic", "partition"], "left")
+    totals = joined.agg(
+        F.sum((F.col("old_ts").isNull() | (F.col("resolved_ts") > F.col("old_ts"))).cast("long")),
+        F.sum(F.col("regressions") - F.coalesce("old_regressions", F.lit(0))),
+    ).first()
+    return totals[0] or 0, totals[1] or 0
