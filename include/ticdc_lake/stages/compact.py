@@ -1,0 +1,848 @@
+"""Compact: the silver change log → one typed gold Delta table per upstream table.
+
+    compact(spark, config, *, changefeeds=None, until_ts=None, rebuild=False) -> CompactResult
+
+Per changefeed (config.changefeeds), the target of a run is
+
+- ``watermark`` mode: the changefeed's global watermark W (stages/watermark.py), capped by
+  ``until_ts``: gold then holds exactly the transactions with commit TS <= W, so a transaction
+  whose rows span partitions is wholly in or wholly out;
+- ``cutoff`` mode (``watermarks: false`` with ``cutoff-ts``): the same at the user's cut-off;
+- ``inconsistent`` mode (no watermarks, no cut-off, or a protocol without commit TSs): every
+  change received is applied in Kafka order per key; the state table says gold is not
+  transactionally consistent.
+
+A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): replays are
+recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
+index) wins; deletes remove rows; a key change (delete + insert at one commit TS) moves the row.
+DDL events are barriers (``gold/plan.py``): a table's changes before a DDL are merged under the
+old schema, then the DDL's effect is carried out on gold (``gold/tables.py``), then the changes
+after it. Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
+(``gold/types.py``); TIMESTAMP text is read in the topic's configured time zone.
+
+Incremental: only silver rows above the applied TS are read (the commit_ts filter is pushed down
+to Parquet statistics; changes without a commit TS are found by bronze batch, silver's partition
+column), and gold is changed by ``merge_delta``, which rewrites only the files holding changed
+keys. Only DDL rewrites (DROP/MODIFY COLUMN, partition drops, RENAME) rewrite a table.
+
+Idempotent: each gold commit carries an app transaction (``compact:<schema>.<table>#<gen>`` for
+merges with version = the segment's last TS, ``...:ddl`` for DDL effects with version = DDL TS
+x 8 + n), and the state table (gold/state.py) is written last with version = the target. A rerun
+changes nothing and adds no Delta version; a run killed anywhere resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ticdc_lake.config import ChangefeedConfig, PipelineConfig
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta
+from ticdc_lake.errors import ConfigError
+from ticdc_lake.gold import catalog as c
+from ticdc_lake.gold import reduce as r
+from ticdc_lake.gold import state as s
+from ticdc_lake.gold import tables as g
+from ticdc_lake.gold.exceptions import CompactError, GoldError
+from ticdc_lake.gold.plan import Barrier, Timeline, build_timeline, parse_record, unique_records
+from ticdc_lake.gold.types import ColumnSpec, gold_type
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.stages.watermark import ChangefeedWatermark, changefeed_watermarks, read_watermarks
+
+# Room for this many DDL effects on one table at one commit TS (versions are TS x 8 + n; a TSO
+# x 8 still fits a long until the year 2100).
+EFFECTS_PER_DDL = 8
+# Inconsistent mode numbers its steps from (bronze batch + 1) x STEPS_PER_RUN.
+STEPS_PER_RUN = 1 << 16
+REDUCED_COLUMNS = (
+    "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
+    "handle_key_only", "topic", "partition", "offset",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TableResult:
+    table: str
+    mode: str
+    watermark: int | None  # the TS gold reflects (None: inconsistent without TSs)
+    previous: int | None  # the applied TS before the run
+    changes: int = 0  # changes applied this run (replays not counted)
+    duplicates: int = 0  # replays recognised and skipped
+    upserts: int = 0  # rows written (after keeping the last change per key)
+    deletes: int = 0  # keys deleted
+    ddl: int = 0  # DDL effects carried out
+    rows: int = 0  # rows in gold after the run
+    version: int | None = None  # gold Delta version after the run
+    commits: int = 0  # gold commits this run
+    dropped: bool = False
+    reason: str | None = None  # why not consistent
+    zero_dates: int = 0  # zero dates (0000-00-00) stored as NULL
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ChangefeedResult:
+    name: str
+    mode: str
+    target: int | None  # the TS compacted to (None: inconsistent without TSs)
+    previous: int | None
+    generation: int
+    tables: tuple[TableResult, ...] = ()
+    noop: bool = False
+    pending: int = 0  # changes without a commit TS not yet placeable (held for a later run)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["tables"] = [t.to_dict() for t in self.tables]
+        data["notes"] = list(self.notes)
+        return data
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    changefeeds: tuple[ChangefeedResult, ...]
+    failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tables(self) -> dict[str, TableResult]:
+        return {t.table: t for feed in self.changefeeds for t in feed.tables}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "changefeeds": [feed.to_dict() for feed in self.changefeeds],
+            "failures": dict(self.failures),
+        }
+
+    def __str__(self) -> str:
+        lines = []
+        for feed in self.changefeeds:
+            at = "no TS" if feed.target is None else f"TS {feed.target}"
+            state = "nothing to do" if feed.noop else f"{len(feed.tables)} tables"
+            lines.append(f"compact {feed.name}: {feed.mode} at {at}, {state}")
+            for table in feed.tables:
+                flag = " [dropped]" if table.dropped else ""
+                flag += f" [not consistent: {table.reason}]" if table.reason else ""
+                lines.append(
+                    f"  {table.table}: {table.rows} rows; +{table.upserts} upserts, "
+                    f"-{table.deletes} deletes, {table.ddl} DDL, {table.duplicates} replays "
+                    f"skipped{flag}"
+                )
+            if feed.pending:
+                lines.append(f"  {feed.pending} changes without commit TS held for later")
+            lines.extend(f"  note: {note}" for note in feed.notes)
+        for table, reason in sorted(self.failures.items()):
+            lines.append(f"  FAILED {table}: {reason}")
+        return "\n".join(lines)
+
+
+def compact(
+    spark: SparkSession,
+    config: PipelineConfig,
+    *,
+    changefeeds: Sequence[str] | None = None,
+    until_ts: int | None = None,
+    rebuild: bool = False,
+) -> CompactResult:
+    """Bring every gold table of the chosen changefeeds (default: all) up to its target.
+
+    ``until_ts`` caps the target TS (backfills, tests). ``rebuild`` empties the changefeed's
+    gold tables and applies the change log again from the start. Raises CompactError (with
+    ``.result``) when some tables failed; the others are compacted and recorded.
+    """
+    layout = LakeLayout(config.lake)
+    names = list(changefeeds) if changefeeds is not None else list(config.changefeeds)
+    unknown = [name for name in names if name not in config.changefeeds]
+    if unknown:
+        raise ConfigError(
+            f"{config.source}: unknown changefeed(s) {unknown}; known: {sorted(config.changefeeds)}"
+        )
+    marks = changefeed_watermarks(config, read_watermarks(spark, layout))
+    states = s.read_state(spark, layout.gold_state)
+    results, failures = [], {}
+    for name in names:
+        run = _ChangefeedRun(
+            spark,
+            config,
+            layout,
+            config.changefeeds[name],
+            marks[name],
+            [state for state in states if state.changefeed == name],
+            until_ts=until_ts,
+            rebuild=rebuild,
+        )
+        results.append(run.run())
+        failures.update(run.failures)
+    result = CompactResult(tuple(results), failures)
+    if failures:
+        error = CompactError(failures)
+        error.result = result
+        raise error
+    return result
+
+
+def _carries_commit_ts(config: PipelineConfig, topic: str) -> bool:
+    """Whether the topic's changes carry commit TSs (Avro deletes never do)."""
+    settings = config.topic(topic)
+    return settings.enable_tidb_extension or settings.protocol not in ("avro", "canal-json")
+
+
+def _lacks_commit_ts(config: PipelineConfig, topic: str) -> bool:
+    """Whether some changes of the topic come without a commit TS (PROTOCOLS.md §4, §5.4)."""
+    settings = config.topic(topic)
+    return settings.protocol == "avro" or (
+        settings.protocol == "canal-json" and not settings.enable_tidb_extension
+    )
+
+
+def target_of(
+    config: PipelineConfig,
+    feed: ChangefeedConfig,
+    mark: ChangefeedWatermark,
+    until_ts: int | None,
+) -> tuple[str, int | None, list[str]]:
+    """(mode, target TS, notes) of a changefeed."""
+    notes = []
+    without_ts = [t for t in feed.topics if not _carries_commit_ts(config, t)]
+    if feed.watermarks:
+        target = mark.watermark or 0
+        mode = s.WATERMARK
+    elif feed.cutoff_ts is not None and not without_ts:
+        target, mode = feed.cutoff_ts, s.CUTOFF
+    else:
+        if feed.cutoff_ts is not None:
+            notes.append(
+                f"cutoff-ts {feed.cutoff_ts} ignored: topics {without_ts} carry no "
+                "commit TS (enable the TiDB extension)"
+            )
+        return s.INCONSISTENT, None, notes
+    if until_ts is not None and until_ts < target:
+        target = until_ts
+        notes.append(f"target capped at until_ts {until_ts}")
+    return mode, target, notes
+
+
+class _ChangefeedRun:
+    """One changefeed's compaction: plan, reduce, then steps in order, then the state."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: PipelineConfig,
+        layout: LakeLayout,
+        feed: ChangefeedConfig,
+        mark: ChangefeedWatermark,
+        prior: list[s.TableState],
+        *,
+        until_ts: int | None,
+        rebuild: bool,
+    ):
+        self.spark = spark
+        self.config = config
+        self.layout = layout
+        self.feed = feed
+        self.prior = {c.TableName(p.schema, p.table): p for p in prior}
+        self.mode, self.target, notes = target_of(config, feed, mark, until_ts)
+        self.notes = list(notes)
+        self.failures: dict[str, str] = {}
+        self.zones = {topic: config.topic(topic).time_zone for topic in feed.topics}
+        self.lacks_ts = any(_lacks_commit_ts(config, t) for t in feed.topics)
+        generation = max((p.generation for p in prior), default=0)
+        modes = {p.mode for p in prior if p.mode != s.INCONSISTENT or p.reason is None}
+        self.rebuild = bool(prior) and (rebuild or bool(modes - {self.mode}))
+        if self.rebuild:
+            if not rebuild:
+                self.notes.append(f"mode changed from {sorted(modes)} to {self.mode}: rebuilt")
+            generation += 1
+        self.generation = generation
+        applied = [p for p in prior] if not self.rebuild else []
+        self.low_ts = min((p.applied_ts for p in applied), default=-1)
+        self.low_batch = min((p.applied_batch for p in applied), default=-1)
+
+    # --- the run -------------------------------------------------------------------------
+
+    def run(self) -> ChangefeedResult:
+        noop = self._noop()
+        if noop is not None:
+            return noop
+        parsed = [parse_record(record) for record in self._ddl_records()]
+        initial = c.Catalog(
+            {name: c.TableInfo(name) for name, p in self.prior.items() if not p.dropped}
+        )
+        timeline = build_timeline(
+            parsed,
+            initial=initial,
+            applied_ts=self.low_ts,
+            applied_batch=self.low_batch,
+            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+        )
+        reduced, counts, batches = self._reduce(timeline)
+        tables = self._tables(timeline, reduced)
+        work = {name: _TableWork(name, self._gold(name), self.prior.get(name)) for name in tables}
+        if self.rebuild:
+            self._empty_for_rebuild(work)
+        self._execute(timeline, reduced, work, batches)
+        return self._finish(timeline, reduced, counts, batches, work)
+
+    def _noop(self) -> ChangefeedResult | None:
+        if self.rebuild or not self.prior:
+            return None
+        if self.mode != s.INCONSISTENT:
+            if all(p.applied_ts >= self.target for p in self.prior.values()):
+                if self.target < self.low_ts:
+                    self.notes.append(
+                        f"target {self.target} is below the TS already applied ({self.low_ts}): "
+                        "gold stays (was a partition added to the config?)"
+                    )
+                return self._unchanged()
+            return None
+        latest = _max_batch(self.layout.changes)
+        if latest is None or latest <= self.low_batch:
+            return self._unchanged()
+        return None
+
+    def _unchanged(self) -> ChangefeedResult:
+        tables = tuple(
+            TableResult(
+                table=p.full_name,
+                mode=p.mode,
+                watermark=p.watermark,
+                previous=p.applied_ts,
+                rows=p.rows,
+                version=p.gold_version,
+                dropped=p.dropped,
+                reason=p.reason,
+            )
+            for p in sorted(self.prior.values(), key=lambda p: p.full_name)
+        )
+        return ChangefeedResult(
+            self.feed.name,
+            self.mode,
+            self.target,
+            self.low_ts,
+            self.generation,
+            tables,
+            noop=True,
+            notes=tuple(self.notes),
+        )
+
+    def _gold(self, name: c.TableName) -> g.GoldTable:
+        return g.GoldTable(
+            self.spark, name, self.layout.gold(name.schema, name.name),
+            f"compact:{name}#{self.generation}",
+        )  # fmt: skip
+
+    # --- reading silver ------------------------------------------------------------------
+
+    def _topics(self) -> F.Column:
+        return F.col("topic").isin(list(self.feed.topics))
+
+    def _ddl_records(self):
+        if not delta_table_exists(self.layout.ddl):
+            return []
+        rows = read_delta(self.spark, self.layout.ddl).where(self._topics()).collect()
+        return unique_records([row.asDict() for row in rows])
+
+    def _changes(self) -> DataFrame | None:
+        if not delta_table_exists(self.layout.changes):
+            return None
+        changes = read_delta(self.spark, self.layout.changes).where(self._topics())
+        ts, batch = F.col("commit_ts"), F.col("bronze_batch")
+        if self.mode == s.INCONSISTENT:
+            return changes.where(batch > self.low_batch)
+        window = (ts > self.low_ts) & (ts <= self.target)
+        if self.lacks_ts:
+            # Changes without a TS, and their neighbours, from the batches not yet settled.
+            window = window | (batch > self.low_batch)
+        return changes.where(window)
+
+    def _markers(self) -> DataFrame | None:
+        """Resolved events and DDLs of the unsettled batches: known TSs in the partitions."""
+        frames = []
+        for path, ts in ((self.layout.resolved, "ts"), (self.layout.ddl, "commit_ts")):
+            if delta_table_exists(path):
+                frames.append(
+                    read_delta(self.spark, path)
+                    .where(self._topics() & (F.col("bronze_batch") > self.low_batch))
+                    .select("topic", "partition", F.col(ts).alias("ts"), "offset", "index")
+                )
+        if not frames:
+            return None
+        return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+
+    def _reduce(self, timeline: Timeline) -> tuple[pa.Table, dict, dict[str, int | None]]:
+        """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
+        changes = self._changes()
+        empty = pa.table({name: pa.array([], pa.null()) for name in REDUCED_COLUMNS})
+        if changes is None:
+            return empty, {}, {"max": None, "pending": None}
+        ordered = r.with_order_ts(changes, self._markers() if self.lacks_ts else None)
+        applied = self.spark.createDataFrame(
+            [
+                (name.schema, name.name, p.applied_ts, p.applied_batch)
+                for name, p in self.prior.items()
+                if not self.rebuild
+            ],
+            "schema string, table string, applied_ts long, applied_batch long",
+        )
+        selected = r.with_selection(
+            ordered,
+            applied,
+            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            default_ts=self.low_ts,
+            default_batch=self.low_batch,
+        )
+        marked = r.with_duplicates_marked(selected).persist()
+        try:
+            counts, batches = self._counts(marked)
+            barriers = {
+                (name.schema, name.name): [b.ts for b in timeline.barriers_of(name)]
+                for name in {n for b in timeline.barriers for n in b.tables}
+            }
+            handles = self._fallback_handles(timeline)
+            applying = marked.where(F.col("selected") & ~F.col("duplicate")).withColumn(
+                "segment", r.segment_of(barriers)
+            )
+            reduced = r.last_per_key(r.key_actions(applying, handles))
+            table = reduced.select(*REDUCED_COLUMNS).toArrow()
+        finally:
+            marked.unpersist()
+        return table, counts, batches
+
+    def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
+        selected, duplicate = F.col("selected"), F.col("duplicate")
+        waiting = F.col("commit_ts").isNull() & ~selected
+        if self.mode != s.INCONSISTENT:
+            waiting = waiting & (
+                F.col("order_ts").isNull() | (F.col("order_ts") > F.lit(self.target))
+            )
+        rows = (
+            marked.groupBy("schema", "table")
+            .agg(
+                F.sum((selected & ~duplicate).cast("long")).alias("changes"),
+                F.sum((selected & duplicate).cast("long")).alias("duplicates"),
+                F.sum(waiting.cast("long")).alias("pending"),
+                F.min(F.when(waiting, F.col("bronze_batch"))).alias("pending_batch"),
+                F.max("bronze_batch").alias("max_batch"),
+                F.max(F.when(selected, F.col("order_ts"))).alias("max_ts"),
+            )
+            .collect()
+        )
+        counts = {c.TableName(row.schema, row.table): row.asDict() for row in rows}
+        pending = [row.pending_batch for row in rows if row.pending_batch is not None]
+        batches = {
+            "max": max((row.max_batch for row in rows), default=None),
+            "pending": min(pending) if pending else None,
+        }
+        return counts, batches
+
+    def _fallback_handles(self, timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:
+        """Per table the handle the DDL log implies (the latest catalog that knows it)."""
+        handles = {}
+        for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
+            for name, info in catalog.tables.items():
+                if info.handle:
+                    handles[(name.schema, name.name)] = info.handle
+        return handles
+
+    # --- planning the steps --------------------------------------------------------------
+
+    def _tables(self, timeline: Timeline, reduced: pa.Table) -> list[c.TableName]:
+        names = set(self.prior)
+        for barrier in timeline.barriers:
+            names |= barrier.tables
+        for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
+            names |= {name for name, info in catalog.tables.items() if info.complete}
+        if reduced.num_rows:
+            pairs = reduced.select(["schema", "table"]).group_by(["schema", "table"]).aggregate([])
+            names |= {c.TableName(a, b) for a, b in zip(*pairs.to_pydict().values(), strict=True)}
+        return sorted(names, key=str)
+
+    def _versions(self, batches: dict[str, int | None]) -> _Versions:
+        if self.mode == s.INCONSISTENT:
+            top = max(self.low_batch, batches["max"] if batches["max"] is not None else -1)
+            return _Versions(None, (top + 1) * STEPS_PER_RUN)
+        return _Versions(self.target, None)
+
+    def _empty_for_rebuild(self, work: dict[c.TableName, _TableWork]) -> None:
+        for item in work.values():
+            if item.gold.exists():
+                # Version 0 of the new generation's ddl app: before every later step.
+                ddl = item.ddl_gold()
+                item.commits += ddl.empty(0)
+
+    def _execute(
+        self,
+        timeline: Timeline,
+        reduced: pa.Table,
+        work: dict[c.TableName, _TableWork],
+        batches: dict[str, int | None],
+    ) -> None:
+        versions = self._versions(batches)
+        segments = _split_segments(reduced)
+        steps: list[tuple[tuple, Any]] = []
+        for name, item in work.items():
+            known = [b for b in timeline.barriers_of(name) if b.ts is not None]
+            for number in range(len(known) + 1):
+                rows = segments.get((name.schema, name.name, number))
+                if rows is None:
+                    continue
+                end = known[number].ts if number < len(known) else None
+                key = (end if end is not None else _INFINITY, 0, str(name))
+                steps.append((key, ("merge", item, number, rows, end)))
+        for position, barrier in enumerate(timeline.barriers):
+            ts = barrier.ts if barrier.ts is not None else _INFINITY
+            steps.append(((ts, 1, position), ("ddl", barrier)))
+        steps.sort(key=lambda step: step[0])
+        for number, (_, step) in enumerate(steps):
+            if step[0] == "merge":
+                _, item, segment, rows, end = step
+                version = versions.merge(end, number)
+                self._merge(timeline, item, segment, rows, version)
+            else:
+                self._ddl(step[1], work, versions, number)
+
+    def _merge(
+        self,
+        timeline: Timeline,
+        item: _TableWork,
+        segment: int,
+        rows: pa.Table,
+        version: int,
+    ) -> None:
+        if item.failed:
+            return
+        info = timeline.catalog_for_segment(item.name, segment).info(item.name)
+        try:
+            typed = g.type_segment(rows, info, item.gold.schema(), self.zones)
+            item.commits += item.gold.merge(typed, version)
+        except (GoldError, ValueError, pa.ArrowException) as exc:
+            item.fail(str(exc))
+            self.failures[str(item.name)] = str(exc)
+            return
+        item.keys = typed.keys
+        stats = typed.stats
+        item.upserts += stats.upserts
+        item.deletes += stats.deletes
+        item.zero_dates += stats.zero_dates
+        if stats.key_only:
+            item.reasons.append(
+                f"{stats.key_only} changes carried only their handle key (TiCDC's large-message "
+                "handle-key-only option): their other columns are NULL in gold"
+            )
+
+    def _ddl(
+        self,
+        barrier: Barrier,
+        work: dict[c.TableName, _TableWork],
+        versions: _Versions,
+        number: int,
+    ) -> None:
+        per_table: dict[c.TableName, int] = {}
+        for effect in _combined(barrier.effects):
+            item = work.get(effect.table)
+            if item is None or item.failed:
+                continue
+            sub = per_table.get(effect.table, 0)
+            per_table[effect.table] = sub + 1
+            if sub >= EFFECTS_PER_DDL:
+                item.fail(f"{barrier.ddl.record.describe()} has more than {EFFECTS_PER_DDL} "
+                          "effects on the table")  # fmt: skip
+                self.failures[str(item.name)] = item.reasons[-1]
+                continue
+            version = versions.ddl(barrier.ts, sub, number)
+            try:
+                self._effect(effect, item, work, barrier, version)
+            except (GoldError, ValueError, pa.ArrowException) as exc:
+                message = f"{barrier.ddl.record.describe()}: {exc}"
+                item.fail(message)
+                self.failures[str(item.name)] = message
+
+    def _effect(
+        self,
+        effect: c.Effect,
+        item: _TableWork,
+        work: dict[c.TableName, _TableWork],
+        barrier: Barrier,
+        version: int,
+    ) -> None:
+        gold = item.ddl_gold()
+        if isinstance(effect, c.Inconsistent):
+            item.reasons.append(effect.reason)
+            return
+        item.ddl += 1
+        if isinstance(effect, c.Create):
+            item.dropped = False
+            if effect.columns:
+                schema = pa.schema(
+                    [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
+                    + [pa.field(g.COMMIT_TS, pa.int64())]
+                )
+                item.commits += gold.create(schema, version)
+            else:
+                item.commits += gold.empty(version)
+        elif isinstance(effect, c.AddColumns):
+            fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
+            item.commits += gold.add_columns(fields, version)
+        elif isinstance(effect, c.DropColumns):
+            present = gold.schema()
+            if present is not None and any(n in present.names for n in effect.names):
+                item.commits += gold.rewrite(g.drop_columns(effect.names), version)
+        elif isinstance(effect, c.AlterColumn):
+            self._alter(effect, gold, item, version)
+        elif isinstance(effect, c.Truncate):
+            item.commits += gold.empty(version)
+        elif isinstance(effect, c.Drop):
+            item.commits += gold.empty(version)
+            item.dropped = True
+        elif isinstance(effect, c.Move):
+            target = work.get(effect.new)
+            if target is not None and not target.failed:
+                target.commits += gold.copy_to(target.ddl_gold(), version)
+                target.dropped = False
+                target.ddl += 1
+            item.commits += gold.empty(version)
+            item.dropped = True
+        elif isinstance(effect, c.DeleteRows):
+            item.commits += gold.rewrite(g.delete_rows(effect.rows), version)
+
+    def _alter(self, effect: c.AlterColumn, gold: g.GoldTable, item, version: int) -> None:
+        present = gold.schema()
+        if present is None or effect.old_name not in present.names:
+            return
+        current = present.field(effect.old_name).type
+        target = _gold_arrow(effect.spec) if effect.spec is not None else current
+        if target == current and effect.new_name == effect.old_name:
+            return  # the gold type is the same (VARCHAR(10) → VARCHAR(20), new ENUM members)
+        item.commits += gold.rewrite(
+            g.alter_column(effect.old_name, effect.new_name, None if target == current else target),
+            version,
+        )
+
+    # --- the state -----------------------------------------------------------------------
+
+    def _finish(
+        self,
+        timeline: Timeline,
+        reduced: pa.Table,
+        counts: dict,
+        batches: dict[str, int | None],
+        work: dict[c.TableName, _TableWork],
+    ) -> ChangefeedResult:
+        final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
+        if self.mode == s.INCONSISTENT:
+            applied_batch = max(
+                self.low_batch, batches["max"] if batches["max"] is not None else -1
+            )
+        elif batches["pending"] is not None:
+            applied_batch = batches["pending"] - 1
+        else:
+            applied_batch = max(
+                self.low_batch, batches["max"] if batches["max"] is not None else -1
+            )
+        states, results = [], []
+        for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
+            prior = item.prior
+            count = counts.get(name, {})
+            applied_ts = self.target
+            if self.mode == s.INCONSISTENT:
+                seen = [count.get("max_ts"), prior.applied_ts if prior else None]
+                applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
+            reasons = [prior.reason] if prior and prior.reason and not self.rebuild else []
+            reasons += item.reasons
+            reason = "; ".join(dict.fromkeys(r for r in reasons if r)) or None
+            mode = s.INCONSISTENT if reason else self.mode
+            schema = item.gold.schema()
+            info = final.info(name)
+            dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
+            if item.failed:
+                # Keep what the table reflected before; the next run retries.
+                if prior is not None:
+                    states.append(prior)
+                results.append(
+                    TableResult(
+                        str(name),
+                        "failed",
+                        None,
+                        prior.applied_ts if prior else None,
+                        reason=item.reasons[-1],
+                    )
+                )
+                continue
+            rows = item.gold.rows()
+            state = s.TableState(
+                changefeed=self.feed.name,
+                schema=name.schema,
+                table=name.name,
+                path=str(item.gold.path),
+                mode=mode,
+                watermark=self.target if self.mode != s.INCONSISTENT else None,
+                applied_ts=applied_ts,
+                applied_batch=applied_batch,
+                rows=rows,
+                columns=g.describe_schema(schema, info.specs),
+                handle_key=list(
+                    item.keys or info.handle or (prior.handle_key if prior else []) or []
+                ),
+                dropped=dropped,
+                reason=reason,
+                generation=self.generation,
+                gold_version=item.gold.version(),
+            )
+            states.append(state)
+            results.append(
+                TableResult(
+                    table=str(name),
+                    mode=mode,
+                    watermark=state.watermark,
+                    previous=prior.applied_ts if prior and not self.rebuild else None,
+                    changes=int(count.get("changes") or 0),
+                    duplicates=int(count.get("duplicates") or 0),
+                    upserts=item.upserts,
+                    deletes=item.deletes,
+                    ddl=item.ddl,
+                    rows=rows,
+                    version=state.gold_version,
+                    commits=item.commits,
+                    dropped=dropped,
+                    reason=reason,
+                    zero_dates=item.zero_dates,
+                )
+            )
+        if states:
+            version = (
+                self.target if self.mode != s.INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
+            )
+            s.write_state(
+                self.spark, self.layout.gold_state, self.feed.name, states, version, self.generation
+            )
+        pending = sum(int(count.get("pending") or 0) for count in counts.values())
+        return ChangefeedResult(
+            self.feed.name,
+            self.mode,
+            self.target,
+            self.low_ts,
+            self.generation,
+            tuple(results),
+            pending=pending,
+            notes=tuple(self.notes),
+        )
+
+
+@dataclass
+class _TableWork:
+    """One gold table's progress in a run."""
+
+    name: c.TableName
+    gold: g.GoldTable
+    prior: s.TableState | None
+    upserts: int = 0
+    deletes: int = 0
+    ddl: int = 0
+    commits: int = 0
+    zero_dates: int = 0
+    keys: tuple[str, ...] | None = None
+    dropped: bool | None = None
+    failed: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def ddl_gold(self) -> g.GoldTable:
+        """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
+        return g.GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
+
+    def fail(self, reason: str) -> None:
+        self.failed = True
+        self.reasons.append(reason)
+
+
+_INFINITY = float("inf")
+
+
+@dataclass(frozen=True)
+class _Versions:
+    """App-transaction versions of a run's steps; they only grow along the change log."""
+
+    target: int | None  # the TS of a consistent run
+    base: int | None  # inconsistent runs: steps numbered from here
+
+    def merge(self, end_ts: int | None, step: int) -> int:
+        if self.base is not None:
+            return self.base + step
+        # Changes before a DDL at TS t all have TS < t; the last segment ends at the target.
+        return (end_ts - 1) if end_ts is not None else self.target
+
+    def ddl(self, ts: int | None, sub: int, step: int) -> int:
+        if self.base is not None or ts is None:
+            return (self.base or 0) + step * EFFECTS_PER_DDL + sub
+        return ts * EFFECTS_PER_DDL + sub
+
+
+def _split_segments(reduced: pa.Table) -> dict[tuple[str, str, int], pa.Table]:
+    """The reduced change set split by (schema, table, segment)."""
+    if not reduced.num_rows:
+        return {}
+    keys = reduced.select(["schema", "table", "segment"]).to_pydict()
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    for position, key in enumerate(
+        zip(keys["schema"], keys["table"], keys["segment"], strict=True)
+    ):
+        groups.setdefault(key, []).append(position)
+    return {key: reduced.take(pa.array(rows)) for key, rows in groups.items()}
+
+
+def _combined(effects: list[c.Effect]) -> list[c.Effect]:
+    """Consecutive ADD/DROP COLUMN effects on one table as one (ALTER TABLE t ADD a, ADD b)."""
+    combined: list[c.Effect] = []
+    for effect in effects:
+        last = combined[-1] if combined else None
+        if (
+            isinstance(effect, c.AddColumns)
+            and isinstance(last, c.AddColumns)
+            and last.table == effect.table
+        ):
+            combined[-1] = c.AddColumns(effect.table, last.columns + effect.columns)
+        elif (
+            isinstance(effect, c.DropColumns)
+            and isinstance(last, c.DropColumns)
+            and last.table == effect.table
+        ):
+            combined[-1] = c.DropColumns(effect.table, last.names + effect.names)
+        else:
+            combined.append(effect)
+    return combined
+
+
+def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
+    return gold_type(spec).arrow
+
+
+def _max_batch(path: Path) -> int | None:
+    """The highest bronze batch in a silver table, from its file statistics (no data read)."""
+    if not delta_table_exists(path):
+        return None
+    actions = pa.table(open_table(path).get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return None
+    for name in ("partition.bronze_batch", "max.bronze_batch"):
+        if name in actions.column_names:
+            values = pc.cast(actions.column(name), pa.int64())
+            return pc.max(values).as_py()
+    return None
+
+
+__all__ = [
+    "ChangefeedResult",
+    "CompactResult",
+    "TableResult",
+    "compact",
+    "target_of",
+]
