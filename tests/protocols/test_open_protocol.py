@@ -1,11 +1,20 @@
-"""TiCDC Open Protocol: the upstream vectors, round trips, large messages and robustness."""
+"""TiCDC Open Protocol: the upstream vectors, round trips, large messages and robustness.
+
+The default decoder uses the compiled fast path when it is built; the last section holds it to
+the pure-Python reference (built here into a temporary directory when the install did not build
+it): same events, value types included, and the same DecodeError on every input.
+"""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import importlib.util
 import json
 import random
 import struct
+import sysconfig
+import warnings
 from pathlib import Path
 
 import orjson
@@ -18,7 +27,13 @@ from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
-from ticdc_lake.protocols import CodecSettings, KafkaMessage, make_decoder, make_encoder
+from ticdc_lake.protocols import (
+    CodecSettings,
+    KafkaMessage,
+    make_decoder,
+    make_encoder,
+    open_protocol,
+)
 from ticdc_lake.protocols.open_protocol import (
     KAFKA_RECORD_OVERHEAD,
     OpenProtocolDecoder,
@@ -31,6 +46,7 @@ from ticdc_lake.protocols.open_protocol import (
 from ticdc_lake.records import KafkaRecord
 
 from tests.conftest import VECTORS, load_vector
+from tests.protocols.test_go_quote import PROTOCOL_EXAMPLES
 from tests.strategies import partition_streams, row_events, without_coordinates
 
 TOPIC, PARTITION = "tidb-cdc", 3
@@ -855,11 +871,11 @@ def mutate_inside_an_entry(rng: random.Random, key: bytes, value: bytes) -> tupl
     return frame([k for k, _ in entries], [v for _, v in entries])
 
 
-def test_fuzz_mutated_messages_raise_only_decode_errors():
+def test_fuzz_mutated_messages_raise_only_decode_errors_and_both_decoders_agree(compiled):
     rng = random.Random(20260611)
     corpus = fuzz_corpus()
     decoders = {}
-    outcomes = {"events": 0, "errors": 0}
+    outcomes = {"events": 0, "errors": 0, "decoded in C": 0}
     for offset in range(12_000):
         settings, message = rng.choice(corpus)
         key, value = message.key, message.value
@@ -872,15 +888,444 @@ def test_fuzz_mutated_messages_raise_only_decode_errors():
             value = mutate(rng, value)
         else:
             key, value = mutate(rng, key), mutate(rng, value)
-        decoder = decoders.setdefault(settings.compression, OpenProtocolDecoder(settings))
+        python = decoders.setdefault(
+            settings.compression, OpenProtocolDecoder(settings, speedups=None)
+        )
         fuzzed = KafkaRecord("fuzz", 7, offset, key, value)
-        try:
-            events = decoder.decode(fuzzed)
-        except DecodeError as error:
-            assert (error.topic, error.partition, error.offset) == ("fuzz", 7, offset)
-            assert error.protocol == "open-protocol" and error.reason
+        expected = outcome(python, fuzzed)  # anything but DecodeError fails the test here
+        if compiled is not None:
+            outcomes["decoded in C"] += agrees(compiled, settings, fuzzed, expected) == "decoded"
+        if expected[0] == "error":
+            _, _, reason, (protocol, *coordinates, _), _ = expected
+            assert protocol == "open-protocol" and reason
+            assert coordinates == ["fuzz", 7, offset]
             outcomes["errors"] += 1
         else:
-            assert isinstance(events, list)
             outcomes["events"] += 1
     assert outcomes["errors"] > 5_000 and outcomes["events"] > 100
+    assert compiled is None or outcomes["decoded in C"] > 100
+
+
+# ----------------------------------------------------------------------------------------------
+# The compiled fast path (_open_speedups) against the pure-Python reference
+# ----------------------------------------------------------------------------------------------
+
+SOURCE = Path(open_protocol.__file__).with_name("_open_speedups.c")
+
+
+def _build_speedups(directory: Path):
+    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
+    from setuptools import Distribution, Extension
+
+    extension = Extension("_open_speedups", [str(SOURCE)])
+    command = Distribution({"name": "open-speedups", "ext_modules": [extension]})
+    build = command.get_command_obj("build_ext")
+    build.build_lib = str(directory)
+    build.build_temp = str(directory / "tmp")
+    build.ensure_finalized()
+    build.run()
+    (path,) = directory.glob("_open_speedups*.so")
+    spec = importlib.util.spec_from_file_location("_open_speedups", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return open_protocol.configure_speedups(module)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The compiled module, or None where no C compiler can build it."""
+    if open_protocol.SPEEDUPS is not None:
+        return open_protocol.SPEEDUPS
+    try:
+        return _build_speedups(tmp_path_factory.mktemp("open_speedups"))
+    except Exception as exc:  # no compiler: the pure-Python decoder is still tested
+        warnings.warn(
+            f"open-protocol extension not built, testing Python only: {exc}", stacklevel=1
+        )
+        return None
+
+
+@pytest.fixture(scope="module")
+def speedups(compiled):
+    if compiled is None:
+        pytest.skip("the open-protocol extension cannot be built here")
+    return compiled
+
+
+def exact(value):
+    """A value with its type: 1, 1.0 and True are equal, but the decoders must agree on which."""
+    return (type(value).__name__, repr(value))
+
+
+def exact_image(image):
+    if image is None:
+        return None
+    return [
+        (name, exact(column.type_code), exact(column.flags), exact(column.value), column.mysql_type)
+        for name, column in image.items()
+    ]
+
+
+def exact_event(event):
+    fields = {field.name: getattr(event, field.name) for field in dataclasses.fields(event)}
+    for name in ("columns", "old_columns"):
+        if name in fields:
+            fields[name] = exact_image(fields[name])
+    return type(event).__name__, {name: exact(value) for name, value in fields.items()}
+
+
+def outcome(decoder: OpenProtocolDecoder, fuzzed: KafkaRecord):
+    """The events in exact form, or the DecodeError's type, text, coordinates and cause."""
+    try:
+        events = decoder.decode(fuzzed)
+    except DecodeError as error:
+        return (
+            "error",
+            type(error).__name__,
+            error.reason,
+            (error.protocol, error.topic, error.partition, error.offset, error.byte_offset),
+            type(error.__cause__).__name__,
+        )
+    return ("events", [exact_event(event) for event in events])
+
+
+def test_speedups_are_used_when_built():
+    built = SOURCE.with_name("_open_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if built.exists() or importlib.util.find_spec("ticdc_lake.protocols._open_speedups"):
+        assert open_protocol.SPEEDUPS is not None
+    else:
+        assert open_protocol.SPEEDUPS is None
+    assert OpenProtocolDecoder().speedups is open_protocol.SPEEDUPS
+
+
+def agrees(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> str:
+    """Check the compiled path against the reference outcome `expected`; say what it did.
+
+    The decoder returns the extension's events when it gives any; when it declines (None) or
+    raises, the reference decoder decides. So besides the decoder's outcome, the extension's own
+    answer is checked: events only if they are the reference's, an exception only where the
+    reference refuses the record too.
+    """
+    fast = OpenProtocolDecoder(settings, speedups=speedups)
+    assert outcome(fast, fuzzed) == expected, (fuzzed.key, fuzzed.value)
+    key, value = fuzzed.key, fuzzed.value or b""
+    if type(key) is not bytes:
+        return "declined"
+    try:
+        events = speedups.decode(
+            key, value, fast._decompress, fuzzed.topic, fuzzed.partition, fuzzed.offset
+        )
+    except Exception:
+        assert expected[0] == "error", (fuzzed.key, fuzzed.value)
+        return "raised"
+    if events is None:
+        return "declined"
+    assert ("events", [exact_event(event) for event in events]) == expected
+    return "decoded"
+
+
+def assert_both_agree(speedups, messages, settings=None) -> list[str]:
+    settings = settings or CodecSettings()
+    python = OpenProtocolDecoder(settings, speedups=None)
+    return [
+        agrees(speedups, settings, fuzzed, outcome(python, fuzzed))
+        for offset, message in enumerate(messages)
+        for fuzzed in [record(message.key, message.value, offset)]
+    ]
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(partition_streams(), st.sampled_from(["none", "snappy"]), st.integers(1, 16))
+def test_round_trip_corpus_decodes_the_same_in_both(speedups, events, codec, batch_size):
+    settings = CodecSettings(compression=codec, max_batch_size=batch_size)
+    messages = OpenProtocolEncoder(settings).encode(events)
+    handled = assert_both_agree(speedups, messages, settings)
+    for message, how in zip(messages, handled, strict=True):
+        # not a vacuous agreement: the extension decodes rows and watermarks itself
+        (first_key, _), *_ = split_entries(message.key, message.value)
+        assert how == ("declined" if orjson.loads(first_key)["t"] == 2 else "decoded")
+
+
+@given(st.lists(row_events(ops=(UPDATE,)), min_size=1, max_size=6))
+def test_only_updated_columns_decode_the_same_in_both(speedups, events):
+    settings = CodecSettings(options=(("only_output_updated_columns", True),))
+    assert_both_agree(speedups, OpenProtocolEncoder(settings).encode(events))
+
+
+def test_every_vector_decodes_the_same_in_both(speedups):
+    messages = []
+    for path in sorted(Path(VECTORS, "open_protocol").glob("*.json")):
+        text = path.read_text()
+        for key_name, value_name in (
+            ("kafka_key_hex", "kafka_value_hex"),
+            ("reconstructed_wire_key_hex", "reconstructed_wire_value_hex"),
+            ("kafka_key_hex_reconstructed", "kafka_value_hex_reconstructed"),
+            ("derived_single_event_wire_key_hex", "derived_single_event_wire_value_hex"),
+        ):
+            for document in _documents_with(json.loads(text), key_name):
+                key, value = document[key_name], document.get(value_name) or ""
+                messages.append(KafkaMessage(bytes.fromhex(key), bytes.fromhex(value)))
+    assert len(messages) > 25
+    assert_both_agree(speedups, messages)
+
+
+def _documents_with(node, field: str):
+    if isinstance(node, dict):
+        if field in node:
+            yield node
+        for child in node.values():
+            yield from _documents_with(child, field)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _documents_with(child, field)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+GO_QUOTED = [quoted for _, quoted in PROTOCOL_EXAMPLES] + [
+    r"\101\377",
+    r"\u00e9\U0001F389",
+    r"\xAB",
+    r"\\u0041",
+    r"\u005cx41",
+    "tab\there",
+    "abc\\",
+    r"\q",
+    r"ok\xZZ",
+    r"\x4",
+    r"\u12",
+    r"\ud800",
+    r"\U00110000",
+    r"\400",
+    r"\12",
+    'a"b',
+    "a\nb",
+    r"\'",
+    "\U0001f389 and \\U0001F389",
+]
+# (type code, flags, value) of columns the decoders must treat alike, the awkward ones included.
+TRICKY_COLUMNS = (
+    [(15, 1, text) for text in GO_QUOTED]
+    + [(254, 65, text) for text in GO_QUOTED[:6]]
+    + [
+        (code, flags, text)
+        for code in (252, 249)
+        for flags in (0, 1)
+        for text in [
+            "",
+            "QQ==",
+            "QR==",
+            "QUI=",
+            "QUJD",
+            "Q===",
+            "QQ=",
+            "QQ",
+            "=QQ=",
+            "QQ==QQ==",
+            "Q Q=",
+            "QUJD\n",
+            "4pyT",
+            _b64("中文 ✓ 🎉".encode()),
+            _b64(b"\xff\xfe"),
+            _b64(bytes(range(256))),
+            _b64(b"x" * 5000),
+            "ü" + "QQ==",
+            5,
+            None,
+        ]
+    ]
+    + [
+        (4, 1, number)
+        for number in (0, -0.0, 153.123, 1e-45, 1e-46, 3.4028234663852886e38, 3.5e38, -3.5e38)
+    ]
+    + [(4, 1, number) for number in (2**63, -(2**63), 16777217, "1.5", True, None, [1])]
+    + [(5, 1, number) for number in [0, -0.0, 1.5, 2**64 - 1, -(2**63), "1", False, None]]
+    + [(code, 129, v) for code in (1, 8, 13, 16, 247) for v in (0, 2**64 - 1, -1, 1.0, "1", True)]
+    + [(code, 129, None) for code in (1, 6, 15, 252, 4, 5, 246, 10)]
+    + [(code, 1, v) for code in (246, 10, 12, 7, 11, 245, 225, 0) for v in ("1.50", "", 5, 1.5)]
+    + [(6, 0, 1), (6, 0, None), (255, 0, None), (255, 0, "x"), (200, 0, 1), (-1, 0, 1)]
+    + [(2**64 - 1, 0, 1), (3, 2**64 - 1, 1), (3, -1, 1), (15, -1, "\\x41"), (15, 2**63 + 1, "a")]
+    + [(3.0, 0, 1), ("3", 0, 1), (True, 0, 1), (3, 1.0, 1), (3, True, 1), (15, True, r"\x41")]
+    + [(15, 0, "plain"), (15, 0, 7), (253, 0, ["x"]), (15, 1, 7), (15, 1, None)]
+)
+
+
+@pytest.mark.parametrize(("code", "flags", "value"), TRICKY_COLUMNS)
+def test_tricky_values_decode_the_same_in_both(speedups, code, flags, value):
+    """One awkward column next to an ordinary one, in `u`, `p` and `d` images."""
+    column = orjson.dumps({"t": code, "f": flags, "v": value}).decode()
+    ordinary = '"id":{"t":8,"h":true,"f":11,"v":1}'
+    messages = [
+        KafkaMessage(*frame([ROW_KEY], [value_json]))
+        for value_json in (
+            f'{{"u":{{{ordinary},"c":{column}}}}}',
+            f'{{"u":{{{ordinary},"c":{column}}},"p":{{{ordinary},"c":{column}}}}}',
+            f'{{"u":{{{ordinary}}},"p":{{"c":{column}}}}}',
+            f'{{"d":{{"c":{column},{ordinary}}}}}',
+        )
+    ]
+    assert_both_agree(speedups, messages)
+
+
+COMMON_VALUES = (
+    [(15, 1, quoted) for _, quoted in PROTOCOL_EXAMPLES]
+    + [(15, 1, quoted) for quoted in GO_QUOTED[:6]]
+    + [(code, flags, _b64(b"")) for code in (249, 252) for flags in (0, 1)]
+    + [(252, 0, _b64("中文 ✓ 🎉".encode() * 100)), (252, 1, _b64(bytes(range(256))))]
+    + [(252, 0, "QR=="), (251, 1, "QUJ=")]
+    + [(4, 1, 153.123), (4, 1, 7), (4, 1, 3.4028234663852886e38), (4, 1, -1e-46)]
+    + [(5, 1, 0.1), (5, 1, 2**64 - 1), (5, 1, -(2**63))]
+    + [(code, 129, 2**64 - 1) for code in (1, 2, 3, 8, 9, 13, 16, 247, 248)]
+    + [(code, 1, "2024-05-01") for code in (0, 7, 10, 11, 12, 14, 225, 245, 246)]
+    + [(code, 0, "text ✓") for code in (15, 253, 254)]
+    + [(code, 64, None) for code in (1, 4, 5, 6, 15, 246, 252)]
+)
+
+
+def test_common_values_are_converted_in_c(speedups):
+    """Valid values of every kind never call back into decode_value."""
+    calls = []
+
+    def counting_decode_value(*args):
+        calls.append(args)
+        return open_protocol.decode_value(*args)
+
+    raw = {
+        f"c{i}": {"t": code, "f": flags, "v": value}
+        for i, (code, flags, value) in enumerate(COMMON_VALUES)
+    }
+    raw = orjson.loads(orjson.dumps(raw))
+    speedups.configure(
+        Column,
+        RowEvent,
+        ResolvedEvent,
+        orjson.loads,
+        open_protocol.decode_image,
+        counting_decode_value,
+        INSERT,
+        UPDATE,
+        DELETE,
+        open_protocol._VALUE_KINDS,
+    )
+    try:
+        image = speedups.decode_image(raw, 0, "u")
+    finally:
+        assert open_protocol.configure_speedups(speedups) is speedups
+    assert calls == []
+    assert exact_image(image) == exact_image(open_protocol.decode_image(raw, 0, "u"))
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        '{"t":15,"v":"YWE="}',  # pre-v4.0.6: no `f`
+        r'{"t":15,"h":true,"v":"\\x89PNG"}',
+        '{"t":3,"f":"1","v":1}',
+        '{"t":3,"f":1,"v":1,"x":2}',
+        '{"t":3}',
+        '{"f":1,"v":1}',
+        "[3,1,1]",
+        '"c"',
+        "null",
+        "{}",
+    ],
+)
+def test_unusual_columns_decode_the_same_in_both(speedups, column):
+    ordinary = '"id":{"t":8,"h":true,"f":11,"v":1}'
+    messages = [
+        KafkaMessage(*frame([ROW_KEY], [value_json]))
+        for value_json in (
+            f'{{"u":{{{ordinary},"c":{column}}}}}',
+            f'{{"u":{{{ordinary}}},"p":{{"c":{column}}}}}',
+            f'{{"d":{{"c":{column}}}}}',
+        )
+    ]
+    assert_both_agree(speedups, messages)
+
+
+@pytest.mark.parametrize(
+    ("key_json", "value_json"),
+    [
+        (ROW_KEY, '{"u":{},"p":{}}'),
+        (ROW_KEY, '{"u":{"a":{"t":3,"f":0,"v":1}},"p":{"b":{"t":3,"f":0,"v":2}}}'),
+        (
+            ROW_KEY,
+            '{"u":{"a":{"t":3,"f":0,"v":1},"b":{"t":3,"f":0,"v":3}},"p":{"b":{"t":3,"f":0,"v":2},"a":{"t":3,"f":0,"v":4}}}',
+        ),
+        (ROW_KEY, '{"u":null,"d":{"a":{"t":3,"f":0,"v":1}}}'),
+        (ROW_KEY, '{"d":null,"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        (ROW_KEY, '{"d":{},"p":null}'),
+        (ROW_KEY, '{"u":{},"p":null}'),
+        (ROW_KEY, '{"u":[]}'),
+        (ROW_KEY, '{"p":{}}'),
+        (ROW_KEY, "[]"),
+        (ROW_KEY, "nul"),
+        ('{"ts":7,"t":1}', '{"u":{}}'),
+        ('{"ts":7,"scm":null,"tbl":"t","t":1}', '{"u":{}}'),
+        ('{"ts":7,"scm":"s","tbl":5,"t":1}', '{"u":{}}'),
+        ('{"ts":7,"ptn":null,"ohk":1,"t":1}', '{"u":{}}'),
+        ('{"ts":7,"ptn":"1","t":1}', '{"u":{}}'),
+        ('{"ts":7,"ptn":-3,"ohk":true,"t":1}', '{"u":{}}'),
+        ('{"ts":18446744073709551615,"t":1}', '{"u":{}}'),
+        ('{"ts":-1,"t":1}', '{"u":{}}'),
+        ('{"ts":1.0,"t":1}', '{"u":{}}'),
+        ('{"ts":true,"t":1}', '{"u":{}}'),
+        ('{"ts":1,"t":true}', '{"u":{}}'),
+        ('{"ts":1,"t":1.0}', '{"u":{}}'),
+        ('{"ts":1,"t":3}', ""),
+        ('{"ts":1,"t":3}', "{}"),
+        ('{"ts":1}', ""),
+        ('{"t":3}', ""),
+        ("[1]", ""),
+        ('{"ts":1,"t":2,"scm":"s"}', '{"q":"DROP TABLE t","t":4}'),
+        ('{"ts":1,"t":1,"ccl":5}', '{"u":{}}'),
+    ],
+)
+def test_unusual_entries_decode_the_same_in_both(speedups, key_json, value_json):
+    good_key, good_value = ROW_KEY, '{"u":{"id":{"t":8,"f":11,"v":1}}}'
+    messages = [
+        KafkaMessage(*frame([key_json], [value_json])),
+        KafkaMessage(*frame([good_key, key_json], [good_value, value_json])),
+        KafkaMessage(*frame([key_json, good_key], [value_json, good_value])),
+    ]
+    assert_both_agree(speedups, messages)
+
+
+def test_random_bytes_never_crash_either_decoder(speedups):
+    rng = random.Random(7)
+    python = OpenProtocolDecoder(speedups=None)
+    for offset in range(3_000):
+        key = rng.randbytes(rng.randint(0, 48))
+        if rng.random() < 0.7:
+            key = U64.pack(1) + key
+        value = rng.randbytes(rng.randint(0, 48))
+        fuzzed = KafkaRecord("fuzz", 7, offset, key, value)
+        agrees(speedups, CodecSettings(), fuzzed, outcome(python, fuzzed))
+
+
+def test_extension_refuses_an_event_model_of_another_shape(speedups):
+    @dataclasses.dataclass(slots=True)
+    class OtherColumn:
+        type_code: int
+        flags: int
+
+    with pytest.raises(ValueError, match="slots"):
+        speedups.configure(
+            OtherColumn,
+            RowEvent,
+            ResolvedEvent,
+            orjson.loads,
+            open_protocol.decode_image,
+            open_protocol.decode_value,
+            INSERT,
+            UPDATE,
+            DELETE,
+            {},
+        )
+    # the module is left unconfigured until it is configured again with the real model
+    with pytest.raises(RuntimeError, match="configure"):
+        speedups.decode(b"", b"", None, TOPIC, PARTITION, 0)
+    assert open_protocol.configure_speedups(speedups) is speedups
+    assert OpenProtocolDecoder().decode(record(*frame([ROW_KEY], ['{"u":{}}'])))

@@ -15,6 +15,11 @@ Value compression (none/snappy/lz4, from the topic config) applies to each value
 Columns without `f` are in the format TiCDC wrote before v4.0.6 (the docs' examples and the Java
 sample data): see `_old_format_column`.
 
+The decoder below is the pure-Python reference. When the compiled `_open_speedups` extension is
+importable, it decodes row and resolved entries in C (Column objects built at C level, common
+values converted there) and defers to these functions for everything else, so both paths give
+the same events and the same DecodeError; the tests hold them to that.
+
 Encoder options (`CodecSettings.options`):
 
 * `output_old_value` (default True): updates carry `p`, the old image.
@@ -34,6 +39,7 @@ import binascii
 import functools
 import math
 import struct
+import warnings
 from collections.abc import Sequence
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any
@@ -74,7 +80,7 @@ from ticdc_lake.mysql import (
     TYPE_VECTOR_FLOAT32,
     TYPE_YEAR,
 )
-from ticdc_lake.protocols.base import Decoder, Encoder, KafkaMessage
+from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.protocols.go_quote import go_quote, go_unquote
 from ticdc_lake.records import KafkaRecord
 
@@ -130,10 +136,40 @@ _PASS_THROUGH_BY_BINARY_BIT = (
 # ----------------------------------------------------------------------------------------------
 
 
+_DEFAULT = object()
+
+
 class OpenProtocolDecoder(Decoder):
-    """Kafka record → events. Every event carries the record's coordinates and its batch index."""
+    """Kafka record → events. Every event carries the record's coordinates and its batch index.
+
+    `speedups=None` forces the pure-Python reference decoder.
+    """
 
     protocol = "open-protocol"
+
+    def __init__(self, settings: CodecSettings | None = None, *, speedups: Any = _DEFAULT):
+        super().__init__(settings)
+        self.speedups = SPEEDUPS if speedups is _DEFAULT else speedups
+        codec = self.settings.compression
+        self._decompress = None if codec == "none" else functools.partial(decompress, codec)
+
+    def decode(self, record: KafkaRecord) -> list[Event]:
+        speedups = self.speedups
+        key, value = record.key, record.value or b""
+        if speedups is not None and type(key) is bytes and type(value) is bytes:
+            # None: the message holds something the extension leaves to Python (a DDL, a
+            # claim-check key, an error to name). An exception can only come from the Python
+            # functions it calls back, on input the reference decoder refuses too. Either way it
+            # has had no side effects, and the reference decoder below decides.
+            try:
+                events = speedups.decode(
+                    key, value, self._decompress, record.topic, record.partition, record.offset
+                )
+            except Exception:
+                events = None
+            if events is not None:
+                return events
+        return super().decode(record)
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
@@ -536,6 +572,51 @@ def _text_if_utf8(raw: bytes) -> str | bytes:
         return raw.decode()
     except UnicodeDecodeError:
         return raw
+
+
+# How each known type code's JSON value is decoded, for the extension (its `value_kind` table);
+# derived from the sets decode_value uses, so the two cannot drift apart.
+_VALUE_KINDS = (
+    {code: 1 for code in _INTEGER_TYPES}
+    | {code: 2 for code in _TEXT_VALUE_TYPES}
+    | {code: 3 for code in _STRING_TYPES}
+    | {code: 4 for code in _BLOB_TYPES}
+    | {TYPE_FLOAT: 5, TYPE_DOUBLE: 6, TYPE_NULL: 7}
+)
+
+
+def _load_speedups():
+    """The compiled fast path, configured with the event model, or None when it is not built."""
+    try:
+        from ticdc_lake.protocols import _open_speedups
+    except ImportError:
+        return None
+    return configure_speedups(_open_speedups)
+
+
+def configure_speedups(module):
+    """Hand the event classes and reference functions to the extension; None if it refuses."""
+    try:
+        module.configure(
+            Column,
+            RowEvent,
+            ResolvedEvent,
+            _loads,
+            decode_image,
+            decode_value,
+            INSERT,
+            UPDATE,
+            DELETE,
+            _VALUE_KINDS,
+        )
+    except (TypeError, ValueError) as exc:
+        # The event model changed shape under the extension: decoding stays correct in Python.
+        warnings.warn(f"open-protocol speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+    return module
+
+
+SPEEDUPS = _load_speedups()
 
 
 # ----------------------------------------------------------------------------------------------

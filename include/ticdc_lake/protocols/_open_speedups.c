@@ -1,0 +1,1074 @@
+/*
+ * Compiled fast path of the Open Protocol decoder (PROTOCOLS.md §2): one call splits a Kafka
+ * message into its entries, parses each key and value JSON with orjson, and builds the row
+ * events (events.RowEvent with events.Column images) and resolved events.
+ *
+ * Parsing is orjson's; what costs in Python is building the images: one Column per column, a
+ * per-value type check or conversion, the dict. Here Columns are made at C level and the common
+ * values (integers, text, DOUBLE, FLOAT rounded to float32, Go-quoted binary strings, base64
+ * TEXT/BLOB) are converted in C.
+ *
+ * Correctness rests on never deciding anything the pure-Python decoder would decide otherwise:
+ *
+ * - the extension produces a value only in the unambiguous success cases; for any other column
+ *   value it calls open_protocol.decode_value, and if that raises, it hands the whole image to
+ *   open_protocol.decode_image, which returns the reference image or raises;
+ * - for anything unusual outside an image (framing errors, a key or value that is not the JSON
+ *   it should be, DDL events, claim-check keys, a decompression failure) it returns None;
+ * - on None or an exception (which only the Python functions it calls can raise, on input the
+ *   reference decoder refuses too) the caller decodes the record again in Python, which gives
+ *   the reference events or raises the reference DecodeError. Nothing here has side effects,
+ *   and the extension never composes an error message of its own.
+ *
+ * Safety: every read of the framing is bounds-checked against the buffer, lengths from the
+ * message are compared with the bytes left before use, and every object taken from a JSON
+ * document is type-checked (exact types) before it is read.
+ *
+ * Speed: the event classes are slots dataclasses without __post_init__; `configure` checks that
+ * and records each field's slot offset, so objects are made with tp_alloc and their slots filled
+ * directly instead of running the dataclass __init__ (as _craft_speedups.c does).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef Py_T_OBJECT_EX
+#define SLOT_OBJECT_EX Py_T_OBJECT_EX
+#else
+#define SLOT_OBJECT_EX T_OBJECT_EX
+#endif
+
+#define BATCH_VERSION 1
+#define EVENT_ROW 1
+#define EVENT_RESOLVED 3
+#define FLAG_BINARY 0x01
+#define STACK_TEXT 1024
+
+/* How a type code's JSON value becomes the event model's value; the table is filled by
+ * `configure` from open_protocol's own type sets, so the two decoders cannot disagree. */
+enum {
+    K_UNKNOWN = 0,    /* not a known type code: Python names the problem */
+    K_INTEGER = 1,    /* JSON integer, as is */
+    K_TEXT_VALUE = 2, /* JSON string, as is (DECIMAL, temporal, JSON, VECTOR) */
+    K_STRING = 3,     /* CHAR/VARCHAR: text, or Go-quoted bytes when binary */
+    K_BLOB = 4,       /* TEXT/BLOB: padded standard base64; TEXT is UTF-8 inside */
+    K_FLOAT = 5,      /* JSON number rounded through float32 */
+    K_DOUBLE = 6,     /* JSON number as a float */
+    K_NULL = 7,       /* only null */
+    K_LAST = K_NULL,
+};
+static unsigned char value_kind[256];
+
+/* ---------------------------------------------------------------------------------------------
+ * The event model, as handed over by `configure`. */
+
+enum { COLUMN_TYPE_CODE, COLUMN_FLAGS, COLUMN_VALUE, COLUMN_MYSQL_TYPE, COLUMN_NFIELDS };
+static const char *const column_fields[] = {"type_code", "flags", "value", "mysql_type", NULL};
+
+enum {
+    ROW_COMMIT_TS, ROW_SCHEMA, ROW_TABLE, ROW_OP, ROW_COLUMNS, ROW_OLD_COLUMNS, ROW_TOPIC,
+    ROW_PARTITION, ROW_OFFSET, ROW_INDEX, ROW_PARTITION_ID, ROW_HANDLE_KEY_ONLY, ROW_NFIELDS
+};
+static const char *const row_fields[] = {
+    "commit_ts", "schema", "table", "op", "columns", "old_columns", "topic", "partition",
+    "offset", "index", "partition_id", "handle_key_only", NULL};
+
+enum { RES_TS, RES_TOPIC, RES_PARTITION, RES_OFFSET, RES_INDEX, RES_NFIELDS };
+static const char *const resolved_fields[] = {"ts", "topic", "partition", "offset", "index", NULL};
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offsets[16];
+} SlotClass;
+
+static SlotClass column_class, row_class, resolved_class;
+static PyObject *json_loads;        /* orjson.loads */
+static PyObject *py_decode_image;   /* open_protocol.decode_image(raw, index, image) */
+static PyObject *py_decode_value;   /* open_protocol.decode_value(code, flags, value) */
+static PyObject *op_insert, *op_update, *op_delete;
+static int configured;
+
+/* decode_image's `image` argument ("u", "p", "d") and the default schema/table name. */
+static PyObject *s_u, *s_p, *s_d, *s_empty;
+
+/* A new instance whose slots are all still NULL; the caller fills every one. */
+static inline PyObject *
+slot_new(const SlotClass *cls)
+{
+    return cls->type->tp_alloc(cls->type, 0);
+}
+
+/* Store a new reference (stolen) in a slot of a fresh instance. */
+static inline void
+slot_set(PyObject *obj, const SlotClass *cls, int field, PyObject *value)
+{
+    *(PyObject **)((char *)obj + cls->offsets[field]) = value;
+}
+
+/* After a failed attempt whose work Python will redo: drop the exception so the reference
+ * decoder can raise its own, but let KeyboardInterrupt and the like through (-1). */
+static int
+give_up(void)
+{
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Values. Each converter returns a new reference, or NULL when it leaves the value to Python
+ * (with or without an exception set; the caller sorts that out with give_up). */
+
+static inline int
+hex_digit(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* `count` hex digits at s[0..count) as a number, or -1. */
+static inline long
+hex_number(const unsigned char *s, int count)
+{
+    long value = 0;
+    for (int i = 0; i < count; i++) {
+        int digit = hex_digit(s[i]);
+        if (digit < 0)
+            return -1;
+        value = value * 16 + digit;
+    }
+    return value;
+}
+
+static inline char *
+put_utf8(char *out, long code)
+{
+    if (code < 0x80) {
+        *out++ = (char)code;
+    }
+    else if (code < 0x800) {
+        *out++ = (char)(0xC0 | (code >> 6));
+        *out++ = (char)(0x80 | (code & 0x3F));
+    }
+    else if (code < 0x10000) {
+        *out++ = (char)(0xE0 | (code >> 12));
+        *out++ = (char)(0x80 | ((code >> 6) & 0x3F));
+        *out++ = (char)(0x80 | (code & 0x3F));
+    }
+    else {
+        *out++ = (char)(0xF0 | (code >> 18));
+        *out++ = (char)(0x80 | ((code >> 12) & 0x3F));
+        *out++ = (char)(0x80 | ((code >> 6) & 0x3F));
+        *out++ = (char)(0x80 | (code & 0x3F));
+    }
+    return out;
+}
+
+/* go_quote.go_unquote: the bytes strconv.Quote turned into `text`. Works on the UTF-8 form:
+ * escapes are ASCII and `"`/newline cannot occur inside a multi-byte sequence, so plain text is
+ * copied byte for byte. Every escape is at least as long as the bytes it stands for, so the
+ * output never outgrows the input. Any deviation from the grammar is left to Python. */
+static PyObject *
+go_unquote(PyObject *text)
+{
+    Py_ssize_t n;
+    const unsigned char *s = (const unsigned char *)PyUnicode_AsUTF8AndSize(text, &n);
+    if (s == NULL)
+        return NULL; /* lone surrogates: Python's text.encode() fails the same way */
+    if (memchr(s, '\\', (size_t)n) == NULL) {
+        if (memchr(s, '"', (size_t)n) != NULL || memchr(s, '\n', (size_t)n) != NULL)
+            return NULL;
+        return PyBytes_FromStringAndSize((const char *)s, n);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL)
+        return NULL;
+    char *start = PyBytes_AS_STRING(out), *o = start;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c != '\\') {
+            if (c == '"' || c == '\n')
+                goto bad;
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        if (i + 1 >= n)
+            goto bad;
+        unsigned char kind = s[i + 1];
+        long code;
+        switch (kind) {
+        case 'a': *o++ = 0x07; i += 2; break;
+        case 'b': *o++ = 0x08; i += 2; break;
+        case 'f': *o++ = 0x0C; i += 2; break;
+        case 'n': *o++ = 0x0A; i += 2; break;
+        case 'r': *o++ = 0x0D; i += 2; break;
+        case 't': *o++ = 0x09; i += 2; break;
+        case 'v': *o++ = 0x0B; i += 2; break;
+        case '\\': *o++ = '\\'; i += 2; break;
+        case '"': *o++ = '"'; i += 2; break;
+        case 'x':
+            if (n - i < 4 || (code = hex_number(s + i + 2, 2)) < 0)
+                goto bad;
+            *o++ = (char)code;
+            i += 4;
+            break;
+        case '0': case '1': case '2': case '3': /* \ooo up to \377 */
+            if (n - i < 4 || s[i + 2] < '0' || s[i + 2] > '7' || s[i + 3] < '0' || s[i + 3] > '7')
+                goto bad;
+            *o++ = (char)(((kind - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0'));
+            i += 4;
+            break;
+        case 'u':
+        case 'U': {
+            int width = kind == 'u' ? 4 : 8;
+            if (n - i < 2 + width || (code = hex_number(s + i + 2, width)) < 0
+                || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
+                goto bad;
+            o = put_utf8(o, code);
+            i += 2 + width;
+            break;
+        }
+        default:
+            goto bad;
+        }
+    }
+    if (_PyBytes_Resize(&out, o - start) < 0)
+        return NULL;
+    return out;
+bad:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static const signed char base64_value[256] = {
+    ['A'] = 0,  ['B'] = 1,  ['C'] = 2,  ['D'] = 3,  ['E'] = 4,  ['F'] = 5,  ['G'] = 6,
+    ['H'] = 7,  ['I'] = 8,  ['J'] = 9,  ['K'] = 10, ['L'] = 11, ['M'] = 12, ['N'] = 13,
+    ['O'] = 14, ['P'] = 15, ['Q'] = 16, ['R'] = 17, ['S'] = 18, ['T'] = 19, ['U'] = 20,
+    ['V'] = 21, ['W'] = 22, ['X'] = 23, ['Y'] = 24, ['Z'] = 25, ['a'] = 26, ['b'] = 27,
+    ['c'] = 28, ['d'] = 29, ['e'] = 30, ['f'] = 31, ['g'] = 32, ['h'] = 33, ['i'] = 34,
+    ['j'] = 35, ['k'] = 36, ['l'] = 37, ['m'] = 38, ['n'] = 39, ['o'] = 40, ['p'] = 41,
+    ['q'] = 42, ['r'] = 43, ['s'] = 44, ['t'] = 45, ['u'] = 46, ['v'] = 47, ['w'] = 48,
+    ['x'] = 49, ['y'] = 50, ['z'] = 51, ['0'] = 52, ['1'] = 53, ['2'] = 54, ['3'] = 55,
+    ['4'] = 56, ['5'] = 57, ['6'] = 58, ['7'] = 59, ['8'] = 60, ['9'] = 61, ['+'] = 62,
+    ['/'] = 63,
+};
+static unsigned char base64_valid[256]; /* 1 for the 64 alphabet characters (module init) */
+
+/* Length of what strict, padded base64 `s[0..n)` decodes to, or -1 when it is not that:
+ * whole quads of the standard alphabet, `=` only as one or two final padding characters.
+ * That is what binascii.a2b_base64(strict_mode=True) accepts; like it, the unused low bits of
+ * a padded quad are ignored. */
+static Py_ssize_t
+base64_length(const unsigned char *s, Py_ssize_t n)
+{
+    if (n % 4 != 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    int pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    for (Py_ssize_t i = 0; i < n - pad; i++)
+        if (!base64_valid[s[i]])
+            return -1;
+    return n / 4 * 3 - pad;
+}
+
+static void
+base64_decode(const unsigned char *s, Py_ssize_t n, unsigned char *out)
+{
+    Py_ssize_t full = n;
+    int pad = 0;
+    if (n && s[n - 1] == '=') {
+        pad = s[n - 2] == '=' ? 2 : 1;
+        full = n - 4;
+    }
+    Py_ssize_t i = 0;
+    for (; i < full; i += 4) {
+        uint32_t quad = ((uint32_t)base64_value[s[i]] << 18) | ((uint32_t)base64_value[s[i + 1]] << 12)
+                        | ((uint32_t)base64_value[s[i + 2]] << 6) | (uint32_t)base64_value[s[i + 3]];
+        *out++ = (unsigned char)(quad >> 16);
+        *out++ = (unsigned char)(quad >> 8);
+        *out++ = (unsigned char)quad;
+    }
+    if (pad) {
+        uint32_t quad = ((uint32_t)base64_value[s[i]] << 18) | ((uint32_t)base64_value[s[i + 1]] << 12);
+        if (pad == 1)
+            quad |= (uint32_t)base64_value[s[i + 2]] << 6;
+        *out++ = (unsigned char)(quad >> 16);
+        if (pad == 1)
+            *out++ = (unsigned char)(quad >> 8);
+    }
+}
+
+/* TEXT/BLOB: base64 of the raw bytes; bytes when binary, else the UTF-8 text they hold. */
+static PyObject *
+blob_value(PyObject *text, long flags)
+{
+    if (!PyUnicode_IS_ASCII(text))
+        return NULL; /* binascii refuses non-ASCII str; Python raises the error */
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t size = base64_length(s, n);
+    if (size < 0)
+        return NULL;
+    if (flags & FLAG_BINARY) {
+        PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+        if (out != NULL)
+            base64_decode(s, n, (unsigned char *)PyBytes_AS_STRING(out));
+        return out;
+    }
+    unsigned char stack[STACK_TEXT];
+    unsigned char *raw = size <= STACK_TEXT ? stack : PyMem_Malloc((size_t)size);
+    if (raw == NULL)
+        return PyErr_NoMemory();
+    base64_decode(s, n, raw);
+    PyObject *out = PyUnicode_DecodeUTF8((const char *)raw, size, NULL);
+    if (raw != stack)
+        PyMem_Free(raw);
+    return out; /* NULL (UnicodeDecodeError) when not UTF-8: Python names the problem */
+}
+
+/* FLOAT: the float32 nearest to the number, as mysql.float32 (struct "<f") rounds it; a finite
+ * value beyond the float32 range overflows there, so it is left to Python to raise. */
+static PyObject *
+float32_value(double value)
+{
+    float narrowed = (float)value;
+    if (isinf(narrowed) && !isinf(value))
+        return NULL;
+    return PyFloat_FromDouble((double)narrowed);
+}
+
+/* The event-model value of `value` for a current-format column, or NULL to let Python decide.
+ * Mirrors decode_image's pass-through test and decode_value's conversions for exact types. */
+static PyObject *
+column_value(long code, long flags, PyObject *value)
+{
+    if (code < 0 || code > 255)
+        return NULL;
+    int kind = value_kind[code];
+    if (value == Py_None)
+        return kind == K_UNKNOWN ? NULL : Py_NewRef(Py_None);
+    switch (kind) {
+    case K_INTEGER:
+        return PyLong_CheckExact(value) ? Py_NewRef(value) : NULL;
+    case K_TEXT_VALUE:
+        return PyUnicode_CheckExact(value) ? Py_NewRef(value) : NULL;
+    case K_STRING:
+        if (!PyUnicode_CheckExact(value))
+            return NULL;
+        return flags & FLAG_BINARY ? go_unquote(value) : Py_NewRef(value);
+    case K_BLOB:
+        return PyUnicode_CheckExact(value) ? blob_value(value, flags) : NULL;
+    case K_DOUBLE:
+        if (PyFloat_CheckExact(value))
+            return Py_NewRef(value);
+        if (PyLong_CheckExact(value)) {
+            double converted = PyLong_AsDouble(value);
+            return converted == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(converted);
+        }
+        return NULL;
+    case K_FLOAT:
+        if (PyFloat_CheckExact(value))
+            return float32_value(PyFloat_AS_DOUBLE(value));
+        if (PyLong_CheckExact(value)) {
+            double converted = PyLong_AsDouble(value);
+            return converted == -1.0 && PyErr_Occurred() ? NULL : float32_value(converted);
+        }
+        return NULL;
+    default: /* K_NULL with a value, K_UNKNOWN */
+        return NULL;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Images. */
+
+/* A dict sized for `count` columns up front, so it never resizes while it is filled. */
+static inline PyObject *
+new_image_dict(Py_ssize_t count)
+{
+#if PY_VERSION_HEX < 0x030D0000 /* private from 3.13 on */
+    return _PyDict_NewPresized(count);
+#else
+    return PyDict_New();
+#endif
+}
+
+/* The values (borrowed; NULL where absent) of the keys `names` in a JSON object, by one walk
+ * over it: cheaper than a lookup per key, each of which ends in a string compare since orjson's
+ * key objects are not ours. JSON object keys are exact str; a non-ASCII one matches no name. */
+typedef struct {
+    const char *text;
+    Py_ssize_t length;
+} Name;
+
+static inline void
+pick(PyObject *object, const Name *names, int count, PyObject **out)
+{
+    for (int i = 0; i < count; i++)
+        out[i] = NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(object, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_COMPACT_ASCII(key))
+            continue;
+        Py_ssize_t length = PyUnicode_GET_LENGTH(key);
+        const char *text = (const char *)PyUnicode_DATA(key);
+        for (int i = 0; i < count; i++) {
+            if (names[i].length == length && memcmp(names[i].text, text, (size_t)length) == 0) {
+                out[i] = value;
+                break;
+            }
+        }
+    }
+}
+
+#define NAME(literal) {literal, sizeof literal - 1}
+enum { C_T, C_F, C_V, C_COUNT };
+static const Name column_names[C_COUNT] = {NAME("t"), NAME("f"), NAME("v")};
+enum { B_D, B_U, B_P, B_COUNT };
+static const Name body_names[B_COUNT] = {NAME("d"), NAME("u"), NAME("p")};
+enum { M_TS, M_T, M_SCM, M_TBL, M_PTN, M_OHK, M_CCL, M_COUNT };
+static const Name meta_names[M_COUNT] = {NAME("ts"),  NAME("t"),   NAME("scm"), NAME("tbl"),
+                                          NAME("ptn"), NAME("ohk"), NAME("ccl")};
+
+/* The keys of a column object as orjson makes them: its key cache hands out the same str
+ * object for "t" (and "f", "v") in every document, so after the first column a key is known by
+ * a pointer compare. Starts as our own interned strings; any equal str works, only slower. */
+static PyObject *column_keys[C_COUNT];
+
+/* `t`, `f` and `v` of a column object (borrowed; NULL where absent), by one walk over it, which
+ * costs less than three lookups. A key matched by its text becomes the one compared by pointer
+ * from then on. */
+static inline void
+read_column(PyObject *column, PyObject **fields)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    fields[C_T] = fields[C_F] = fields[C_V] = NULL;
+    while (PyDict_Next(column, &pos, &key, &value)) {
+        if (key == column_keys[C_T]) {
+            fields[C_T] = value;
+        }
+        else if (key == column_keys[C_F]) {
+            fields[C_F] = value;
+        }
+        else if (key == column_keys[C_V]) {
+            fields[C_V] = value;
+        }
+        else if (PyUnicode_CheckExact(key) && PyUnicode_IS_COMPACT_ASCII(key)
+                 && PyUnicode_GET_LENGTH(key) == 1) {
+            char text = *(const char *)PyUnicode_DATA(key);
+            int field = text == 't' ? C_T : text == 'f' ? C_F : text == 'v' ? C_V : -1;
+            if (field >= 0) {
+                fields[field] = value;
+                Py_INCREF(key);
+                Py_SETREF(column_keys[field], key);
+            }
+        }
+    }
+}
+
+/* An exact int that fits a C long, read into *out; 0 when it is anything else. */
+static inline int
+small_int(PyObject *obj, long *out)
+{
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    int overflow;
+    *out = PyLong_AsLongAndOverflow(obj, &overflow);
+    return !overflow;
+}
+
+static PyObject *
+make_column(PyObject *code, PyObject *flags, PyObject *value)
+{
+    PyObject *column = slot_new(&column_class);
+    if (column == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    slot_set(column, &column_class, COLUMN_TYPE_CODE, Py_NewRef(code));
+    slot_set(column, &column_class, COLUMN_FLAGS, Py_NewRef(flags));
+    slot_set(column, &column_class, COLUMN_VALUE, value);
+    slot_set(column, &column_class, COLUMN_MYSQL_TYPE, Py_NewRef(Py_None));
+    return column;
+}
+
+/* open_protocol.decode_image(raw, index, image): column name → Column. Current-format columns
+ * with exact-int `t` and `f` are built here; anything else (no `f`, a column that is not an
+ * object, a value decode_value refuses) sends the whole image to the Python function, which
+ * returns the reference image or raises the reference error. */
+static PyObject *
+decode_image(PyObject *raw, PyObject *index, PyObject *which)
+{
+    PyObject *out = NULL;
+    if (!PyDict_CheckExact(raw))
+        goto python;
+    out = new_image_dict(PyDict_GET_SIZE(raw));
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *name, *column;
+    while (PyDict_Next(raw, &pos, &name, &column)) {
+        if (!PyDict_CheckExact(column))
+            goto python;
+        PyObject *fields[C_COUNT];
+        read_column(column, fields);
+        PyObject *code = fields[C_T], *flags = fields[C_F], *value = fields[C_V];
+        long code_number, flag_bits;
+        if (code == NULL || flags == NULL || value == NULL || !small_int(code, &code_number)
+            || !small_int(flags, &flag_bits))
+            goto python;
+        /* Hold the column's parts: decode_value below is Python code. */
+        Py_INCREF(code);
+        Py_INCREF(flags);
+        Py_INCREF(value);
+        PyObject *converted = column_value(code_number, flag_bits, value);
+        if (converted == NULL) {
+            if (give_up() == 0)
+                converted = PyObject_CallFunctionObjArgs(py_decode_value, code, flags, value,
+                                                         NULL);
+        }
+        PyObject *built = converted ? make_column(code, flags, converted) : NULL;
+        Py_DECREF(code);
+        Py_DECREF(flags);
+        Py_DECREF(value);
+        if (built == NULL) {
+            if (give_up() < 0)
+                goto error;
+            goto python;
+        }
+        int rc = PyDict_SetItem(out, name, built);
+        Py_DECREF(built);
+        if (rc < 0)
+            goto error;
+    }
+    return out;
+python:
+    Py_XDECREF(out);
+    return PyObject_CallFunctionObjArgs(py_decode_image, raw, index, which, NULL);
+error:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* Do two images hold the same column names (dict.keys() equality)? -1 on error. */
+static int
+same_names(PyObject *a, PyObject *b)
+{
+    if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b))
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *name, *column;
+    while (PyDict_Next(a, &pos, &name, &column)) {
+        int present = PyDict_Contains(b, name);
+        if (present <= 0)
+            return present;
+    }
+    return 1;
+}
+
+/* open_protocol.decode_row_value: op and images of `{"u"}`, `{"u","p"}` or `{"d"}`.
+ * 1 done, 0 leave the message to Python, -1 error. */
+static int
+decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **columns,
+                 PyObject **old_columns)
+{
+    *columns = *old_columns = NULL;
+    PyObject *parts[B_COUNT];
+    pick(body, body_names, B_COUNT, parts);
+    PyObject *deleted = parts[B_D], *new = parts[B_U], *previous = parts[B_P];
+    /* Hold the images: decode_image may run Python code. */
+    Py_XINCREF(deleted);
+    Py_XINCREF(new);
+    Py_XINCREF(previous);
+    int rc = 0;
+    if (deleted != NULL && deleted != Py_None) {
+        if (new != NULL || previous != NULL)
+            goto done; /* `d` mixed with `u`/`p` */
+        *op = op_delete;
+        *columns = Py_NewRef(Py_None);
+        *old_columns = decode_image(deleted, index, s_d);
+        rc = *old_columns ? 1 : -1;
+        goto done;
+    }
+    if (new == NULL || new == Py_None)
+        goto done;
+    *columns = decode_image(new, index, s_u);
+    if (*columns == NULL) {
+        rc = -1;
+        goto done;
+    }
+    if (previous == NULL || previous == Py_None) {
+        *op = op_insert;
+        *old_columns = Py_NewRef(Py_None);
+        rc = 1;
+        goto done;
+    }
+    *op = op_update;
+    *old_columns = decode_image(previous, index, s_p);
+    if (*old_columns == NULL) {
+        rc = -1;
+        goto done;
+    }
+    /* Only the changed columns were sent: the others have their `u` values. */
+    int same = same_names(*old_columns, *columns);
+    if (same == 0) {
+        PyObject *merged = PyDict_Copy(*columns);
+        if (merged == NULL || PyDict_Update(merged, *old_columns) < 0) {
+            Py_XDECREF(merged);
+            same = -1;
+        }
+        else {
+            Py_SETREF(*old_columns, merged);
+        }
+    }
+    rc = same < 0 ? -1 : 1;
+done:
+    Py_XDECREF(deleted);
+    Py_XDECREF(new);
+    Py_XDECREF(previous);
+    if (rc <= 0) {
+        Py_CLEAR(*columns);
+        Py_CLEAR(*old_columns);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Entries. */
+
+static inline uint64_t
+read_u64(const uint8_t *p)
+{
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++) /* big-endian whatever the host */
+        value = (value << 8) | p[i];
+    return value;
+}
+
+typedef struct {
+    const uint8_t *key, *value;
+    Py_ssize_t key_end, value_end, key_at, value_at;
+} Entries;
+
+/* The next entry's [start, end) in key and value; 0 when there is none, -1 when broken. */
+static int
+next_entry(Entries *e, Py_ssize_t *key_start, Py_ssize_t *value_start)
+{
+    if (e->key_at >= e->key_end)
+        return 0;
+    if (e->key_end - e->key_at < 8 || e->value_end - e->value_at < 8)
+        return -1;
+    uint64_t key_length = read_u64(e->key + e->key_at);
+    uint64_t value_length = read_u64(e->value + e->value_at);
+    *key_start = e->key_at + 8;
+    *value_start = e->value_at + 8;
+    if (key_length > (uint64_t)(e->key_end - *key_start)
+        || value_length > (uint64_t)(e->value_end - *value_start))
+        return -1;
+    e->key_at = *key_start + (Py_ssize_t)key_length;
+    e->value_at = *value_start + (Py_ssize_t)value_length;
+    return 1;
+}
+
+/* orjson.loads of buf[start:end] (decompressed first when `decompress` is given); a dict, or
+ * NULL to leave the message to Python (nothing set) or on a real error (exception set). */
+static PyObject *
+load_object(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end, PyObject *decompress)
+{
+    PyObject *data = PyBytes_FromStringAndSize((const char *)buf + start, end - start);
+    if (data == NULL)
+        return NULL;
+    if (decompress != Py_None) {
+        Py_SETREF(data, PyObject_CallOneArg(decompress, data));
+        if (data == NULL) {
+            give_up();
+            return NULL;
+        }
+    }
+    PyObject *document = PyObject_CallOneArg(json_loads, data);
+    Py_DECREF(data);
+    if (document == NULL) {
+        give_up();
+        return NULL;
+    }
+    if (!PyDict_CheckExact(document)) {
+        Py_DECREF(document);
+        return NULL;
+    }
+    return document;
+}
+
+/* One row entry (`fields` are the key's, picked by decode_message); 1 built, 0 leave the
+ * message to Python, -1 error. */
+static int
+row_event(PyObject *const *fields, const uint8_t *value, Py_ssize_t start, Py_ssize_t end,
+          PyObject *decompress, PyObject *topic, PyObject *partition, PyObject *offset,
+          Py_ssize_t index, PyObject **event_out)
+{
+    if (fields[M_CCL] != NULL)
+        return 0; /* claim-check: Python fetches the full event */
+    PyObject *schema = fields[M_SCM] ? fields[M_SCM] : s_empty;
+    PyObject *table = fields[M_TBL] ? fields[M_TBL] : s_empty;
+    PyObject *partition_id = fields[M_PTN] ? fields[M_PTN] : Py_None;
+    if (!PyUnicode_CheckExact(schema) || !PyUnicode_CheckExact(table)
+        || (partition_id != Py_None && !PyLong_CheckExact(partition_id)) || start == end)
+        return 0;
+    /* Keep what came from the key alive: decode_image may run Python code. */
+    PyObject *ts = Py_NewRef(fields[M_TS]);
+    Py_INCREF(schema);
+    Py_INCREF(table);
+    Py_INCREF(partition_id);
+    PyObject *handle_key_only = Py_NewRef(fields[M_OHK] == Py_True ? Py_True : Py_False);
+    PyObject *position = NULL, *body = NULL, *op = NULL, *columns = NULL, *old_columns = NULL;
+    int rc = -1;
+    body = load_object(value, start, end, decompress);
+    if (body == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    position = PyLong_FromSsize_t(index);
+    if (position == NULL)
+        goto done;
+    rc = decode_row_value(body, position, &op, &columns, &old_columns);
+    if (rc <= 0)
+        goto done;
+    PyObject *event = slot_new(&row_class);
+    if (event == NULL) {
+        rc = -1;
+        goto done;
+    }
+    slot_set(event, &row_class, ROW_COMMIT_TS, ts);
+    slot_set(event, &row_class, ROW_SCHEMA, schema);
+    slot_set(event, &row_class, ROW_TABLE, table);
+    slot_set(event, &row_class, ROW_OP, Py_NewRef(op));
+    slot_set(event, &row_class, ROW_COLUMNS, columns);
+    slot_set(event, &row_class, ROW_OLD_COLUMNS, old_columns);
+    slot_set(event, &row_class, ROW_TOPIC, Py_NewRef(topic));
+    slot_set(event, &row_class, ROW_PARTITION, Py_NewRef(partition));
+    slot_set(event, &row_class, ROW_OFFSET, Py_NewRef(offset));
+    slot_set(event, &row_class, ROW_INDEX, position);
+    slot_set(event, &row_class, ROW_PARTITION_ID, partition_id);
+    slot_set(event, &row_class, ROW_HANDLE_KEY_ONLY, handle_key_only);
+    *event_out = event;
+    Py_DECREF(body);
+    return 1;
+done:
+    Py_DECREF(ts);
+    Py_DECREF(schema);
+    Py_DECREF(table);
+    Py_DECREF(partition_id);
+    Py_DECREF(handle_key_only);
+    Py_XDECREF(position);
+    Py_XDECREF(body);
+    Py_XDECREF(columns);
+    Py_XDECREF(old_columns);
+    return rc;
+}
+
+static PyObject *
+resolved_event(PyObject *ts, PyObject *topic, PyObject *partition, PyObject *offset,
+               Py_ssize_t index)
+{
+    PyObject *position = PyLong_FromSsize_t(index);
+    PyObject *event = position ? slot_new(&resolved_class) : NULL;
+    if (event == NULL) {
+        Py_XDECREF(position);
+        return NULL;
+    }
+    slot_set(event, &resolved_class, RES_TS, Py_NewRef(ts));
+    slot_set(event, &resolved_class, RES_TOPIC, Py_NewRef(topic));
+    slot_set(event, &resolved_class, RES_PARTITION, Py_NewRef(partition));
+    slot_set(event, &resolved_class, RES_OFFSET, Py_NewRef(offset));
+    slot_set(event, &resolved_class, RES_INDEX, position);
+    return event;
+}
+
+/* A non-negative exact int (any size), as `type(ts) is int and ts >= 0`. */
+static int
+is_uint(PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    return overflow > 0 || (overflow == 0 && value >= 0);
+}
+
+/* The events of one message, or None when Python must decode it (see the top of the file). */
+static PyObject *
+decode_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
+               Py_ssize_t value_size, PyObject *decompress, PyObject *topic, PyObject *partition,
+               PyObject *offset)
+{
+    /* All framing first, as split_entries does before any entry is decoded. */
+    if (key_size < 8 || read_u64(key) != BATCH_VERSION)
+        Py_RETURN_NONE;
+    Entries walk = {key, value, key_size, value_size, 8, 0};
+    Py_ssize_t count = 0, key_start, value_start;
+    int more;
+    while ((more = next_entry(&walk, &key_start, &value_start)) == 1)
+        count++;
+    if (more < 0 || walk.value_at != value_size)
+        Py_RETURN_NONE;
+
+    PyObject *events = PyList_New(count);
+    if (events == NULL)
+        return NULL;
+    Entries entries = {key, value, key_size, value_size, 8, 0};
+    for (Py_ssize_t index = 0; index < count; index++) {
+        next_entry(&entries, &key_start, &value_start); /* validated above */
+        Py_ssize_t key_stop = entries.key_at, value_stop = entries.value_at;
+        PyObject *meta = load_object(key, key_start, key_stop, Py_None);
+        if (meta == NULL)
+            goto python_or_error;
+        PyObject *fields[M_COUNT];
+        pick(meta, meta_names, M_COUNT, fields);
+        PyObject *ts = fields[M_TS], *kind = fields[M_T];
+        long kind_number = 0;
+        if (ts == NULL || kind == NULL || !is_uint(ts) || !small_int(kind, &kind_number)) {
+            Py_DECREF(meta);
+            goto python_or_error;
+        }
+        PyObject *event = NULL;
+        int rc = 0;
+        if (kind_number == EVENT_ROW) {
+            rc = row_event(fields, value, value_start, value_stop, decompress, topic, partition,
+                           offset, index, &event);
+        }
+        else if (kind_number == EVENT_RESOLVED && value_start == value_stop) {
+            event = resolved_event(ts, topic, partition, offset, index);
+            rc = event ? 1 : -1;
+        }
+        Py_DECREF(meta);
+        if (rc <= 0)
+            goto python_or_error;
+        PyList_SET_ITEM(events, index, event);
+    }
+    return events;
+python_or_error:
+    Py_DECREF(events);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* decode(key, value, decompress, topic, partition, offset) -> list of events, or None */
+static PyObject *
+open_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_open_speedups.configure() was not called");
+        return NULL;
+    }
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode(key, value, decompress, topic, partition, offset)");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode: key and value must be bytes");
+        return NULL;
+    }
+    /* bytes are immutable, so the buffers stay put while Python code runs in between. */
+    return decode_message((const uint8_t *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]),
+                          (const uint8_t *)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]),
+                          args[2], args[3], args[4], args[5]);
+}
+
+/* decode_image(raw, index, image) -> dict: the image builder alone, for tests. */
+static PyObject *
+open_decode_image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_open_speedups.configure() was not called");
+        return NULL;
+    }
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_image(raw, index, image)");
+        return NULL;
+    }
+    return decode_image(args[0], args[1], args[2]);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * configure(Column, RowEvent, ResolvedEvent, loads, decode_image, decode_value, INSERT,
+ *           UPDATE, DELETE, value_kinds) */
+
+static int
+bind_class(PyObject *cls, const char *const *fields, SlotClass *out)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "%R is not a class", cls);
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type->tp_base != &PyBaseObject_Type) {
+        PyErr_Format(PyExc_TypeError, "%s must derive directly from object", type->tp_name);
+        return -1;
+    }
+    /* Objects are made without __init__, so there must be nothing else to run. */
+    if (PyObject_HasAttrString(cls, "__post_init__")) {
+        PyErr_Format(PyExc_TypeError, "%s has __post_init__", type->tp_name);
+        return -1;
+    }
+    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
+    if (slots == NULL)
+        return -1;
+    PyObject *slot_tuple = PySequence_Tuple(slots);
+    Py_DECREF(slots);
+    if (slot_tuple == NULL)
+        return -1;
+    Py_ssize_t nfields = 0;
+    while (fields[nfields] != NULL)
+        nfields++;
+    int rc = -1;
+    if (PyTuple_GET_SIZE(slot_tuple) != nfields) {
+        PyErr_Format(PyExc_ValueError, "%s has slots %R; the extension fills %zd fields",
+                     type->tp_name, slot_tuple, nfields);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nfields; i++) {
+        PyObject *name = PyUnicode_FromString(fields[i]);
+        if (name == NULL)
+            goto done;
+        int present = PySequence_Contains(slot_tuple, name);
+        PyObject *descr = present == 1 ? PyDict_GetItemWithError(type->tp_dict, name) : NULL;
+        Py_DECREF(name);
+        if (present < 0)
+            goto done;
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s has no slot %s the extension can fill",
+                             type->tp_name, fields[i]);
+            goto done;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type != SLOT_OBJECT_EX || (member->flags & READONLY)) {
+            PyErr_Format(PyExc_ValueError, "slot %s of %s is not a writable object slot",
+                         fields[i], type->tp_name);
+            goto done;
+        }
+        out->offsets[i] = member->offset;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(out->type, type);
+    rc = 0;
+done:
+    Py_DECREF(slot_tuple);
+    return rc;
+}
+
+static PyObject *
+open_configure(PyObject *module, PyObject *args)
+{
+    PyObject *column, *row, *resolved, *loads, *image, *value, *insert, *update, *delete, *kinds;
+    if (!PyArg_ParseTuple(args, "OOOOOOUUUO!:configure", &column, &row, &resolved, &loads,
+                          &image, &value, &insert, &update, &delete, &PyDict_Type, &kinds))
+        return NULL;
+    configured = 0;
+    if (bind_class(column, column_fields, &column_class) < 0
+        || bind_class(row, row_fields, &row_class) < 0
+        || bind_class(resolved, resolved_fields, &resolved_class) < 0)
+        return NULL;
+    if (!PyCallable_Check(loads) || !PyCallable_Check(image) || !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "loads, decode_image and decode_value must be callable");
+        return NULL;
+    }
+    unsigned char table[256] = {0};
+    PyObject *code_obj, *kind_obj;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kinds, &pos, &code_obj, &kind_obj)) {
+        long code = PyLong_AsLong(code_obj), kind = PyLong_AsLong(kind_obj);
+        if (PyErr_Occurred())
+            return NULL;
+        if (code < 0 || code > 255 || kind < K_INTEGER || kind > K_LAST) {
+            PyErr_Format(PyExc_ValueError, "value kind %R: %R is out of range", code_obj,
+                         kind_obj);
+            return NULL;
+        }
+        table[code] = (unsigned char)kind;
+    }
+    memcpy(value_kind, table, sizeof table);
+    Py_INCREF(loads);
+    Py_XSETREF(json_loads, loads);
+    Py_INCREF(image);
+    Py_XSETREF(py_decode_image, image);
+    Py_INCREF(value);
+    Py_XSETREF(py_decode_value, value);
+    Py_INCREF(insert);
+    Py_XSETREF(op_insert, insert);
+    Py_INCREF(update);
+    Py_XSETREF(op_update, update);
+    Py_INCREF(delete);
+    Py_XSETREF(op_delete, delete);
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef open_methods[] = {
+    {"configure", open_configure, METH_VARARGS,
+     "configure(Column, RowEvent, ResolvedEvent, loads, decode_image, decode_value, INSERT, "
+     "UPDATE, DELETE, value_kinds): bind the event model and the Python reference functions."},
+    {"decode", (PyCFunction)(void (*)(void))open_decode, METH_FASTCALL,
+     "decode(key, value, decompress, topic, partition, offset) -> list of events, or None "
+     "when the message needs the Python decoder"},
+    {"decode_image", (PyCFunction)(void (*)(void))open_decode_image, METH_FASTCALL,
+     "decode_image(raw, index, image) -> dict of Columns (open_protocol.decode_image)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef open_module = {
+    PyModuleDef_HEAD_INIT, "_open_speedups",
+    "Compiled Open Protocol fast path; see ticdc_lake.protocols.open_protocol.", -1,
+    open_methods,
+};
+
+static int
+intern_keys(void)
+{
+    static const struct {
+        PyObject **slot;
+        const char *text;
+    } keys[] = {
+        {&s_u, "u"}, {&s_p, "p"}, {&s_d, "d"}, {&s_empty, ""},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (*keys[i].slot == NULL && (*keys[i].slot = PyUnicode_InternFromString(keys[i].text)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__open_speedups(void)
+{
+    for (int c = 0; c < 256; c++)
+        base64_valid[c] = 0;
+    const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (const char *p = alphabet; *p; p++)
+        base64_valid[(unsigned char)*p] = 1;
+    if (intern_keys() < 0)
+        return NULL;
+    for (int i = 0; i < C_COUNT; i++)
+        if (column_keys[i] == NULL
+            && (column_keys[i] = PyUnicode_InternFromString(column_names[i].text)) == NULL)
+            return NULL;
+    return PyModule_Create(&open_module);
+}
