@@ -8,7 +8,9 @@ UV_VERSION := 0.13.9
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml include/ticdc_lake/protocols/_craft_speedups.c
+SPEEDUPS := $(wildcard include/ticdc_lake/protocols/_*_speedups.c)
+
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements.txt -c constraints.txt -e .
