@@ -192,9 +192,12 @@ def _explain(
             value = text[row].as_py()
             if value is None:
                 value = values.binary[row].as_py()
+            reason = " ".join(str(error).split())
+            if gold.kind == t.TIMESTAMP:
+                reason += "; is the topic's time-zone in the pipeline config TiCDC's?"
             return ConversionError(
                 f"{origin.table}.{column}: value {value!r} does not fit the gold type "
-                f"{t.delta_type_name(target)} ({error}); change at {origin.describe(row)}"
+                f"{t.delta_type_name(target)} ({reason}); change at {origin.describe(row)}"
             )
     return ConversionError(
         f"{origin.table}.{column}: values do not fit the gold type "

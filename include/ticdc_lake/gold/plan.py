@@ -11,6 +11,7 @@ names as not consistent; in one without, it is applied after the run's changes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +108,15 @@ class Timeline:
     barriers: list[Barrier]
 
     def catalog_for_segment(self, table: c.TableName, segment: int) -> c.Catalog:
-        """The catalog that a table's segment ``segment`` is typed by (after its barrier)."""
+        """The catalog that a table's segment ``segment`` is typed by: the one right after the
+        barrier that opens it. The last segment takes the catalog after all of the table's
+        barriers, DDLs without a TS included: they are applied after the changes, but what
+        they say about types (a CREATE TABLE) holds for those changes too."""
         mine = self.barriers_of(table)
-        return self.history if segment == 0 else mine[segment - 1].catalog
+        known = [barrier for barrier in mine if barrier.ts is not None]
+        if segment >= len(known):
+            return mine[-1].catalog if mine else self.history
+        return self.history if segment == 0 else known[segment - 1].catalog
 
     def barriers_of(self, table: c.TableName) -> list[Barrier]:
         return [barrier for barrier in self.barriers if table in barrier.tables]
@@ -152,6 +159,13 @@ def build_timeline(
             _effects(ddl, catalog)
             continue
         effects = _effects(ddl, catalog)
+        if ts is None:
+            # Applied after the run's changes: a CREATE TABLE must not empty the rows that
+            # came after it.
+            effects = [
+                dataclasses.replace(e, replace=False) if isinstance(e, c.Create) else e
+                for e in effects
+            ]
         if ts is None and target_ts is not None:
             reason = (
                 f"{ddl.record.describe()} cannot be placed among the changes of a changefeed "

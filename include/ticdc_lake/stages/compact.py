@@ -582,7 +582,10 @@ class _ChangefeedRun:
         item.ddl += 1
         if isinstance(effect, c.Create):
             item.dropped = False
-            if effect.columns:
+            if not effect.replace and gold.exists():
+                fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
+                item.commits += gold.add_columns(fields, version)
+            elif effect.columns:
                 schema = pa.schema(
                     [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
                     + [pa.field(g.COMMIT_TS, pa.int64())]
