@@ -1,0 +1,231 @@
+"""The DDL catalog, each DDL's effects on gold, partition row sets and the run's DDL timeline."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from ticdc_lake import mysql as m
+from ticdc_lake.gold import catalog as c
+from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold.plan import DdlRecord, build_timeline, parse_record, unique_records
+from ticdc_lake.workload import generate_workload
+
+T = c.TableName
+
+
+def fold(*queries: str) -> tuple[c.Catalog, list[list[c.Effect]]]:
+    catalog = c.Catalog()
+    effects = []
+    for query in queries:
+        found = []
+        for action in d.parse_ddl(query, "db"):
+            found.extend(catalog.apply(action))
+        effects.append(found)
+    return catalog, effects
+
+
+def test_folding_the_generated_ddl_log_gives_the_final_tables():
+    workload = generate_workload(seed=5, transactions=1500)
+    catalog = c.Catalog()
+    for event in workload.ddl_events:
+        for action in d.parse_ddl(event.query, event.schema):
+            catalog.apply(action)
+    for name, table in workload.final_tables.items():
+        info = catalog.info(T(*name.split(".")))
+        assert info.complete and info.exists
+        assert [(col.name, col.type_text) for col in info.columns] == [
+            (col.name, col.mysql_type) for col in table.columns
+        ]
+        assert info.handle == table.handle  # a NOT NULL unique key where there is no PK
+
+
+def test_column_ddls_and_their_effects():
+    catalog, effects = fold(
+        "CREATE TABLE t (id int PRIMARY KEY, a int, b varchar(5))",
+        "ALTER TABLE t ADD COLUMN c enum('x','y'), DROP COLUMN a",
+        "ALTER TABLE t MODIFY b varchar(50) NOT NULL",
+        "ALTER TABLE t CHANGE id key_id bigint",
+        "ALTER TABLE t RENAME COLUMN c TO e",
+    )
+    create, change, modify, change_key, rename = effects
+    assert isinstance(create[0], c.Create) and [n for n, _ in create[0].columns] == ["id", "a", "b"]
+    assert isinstance(change[0], c.AddColumns) and change[0].columns[0][1].elements == ("x", "y")
+    assert change[1] == c.DropColumns(T("db", "t"), ("a",))
+    assert modify[0].old_name == modify[0].new_name == "b"
+    assert modify[0].spec.mysql_type == "varchar(50)"
+    assert (change_key[0].old_name, change_key[0].new_name) == ("id", "key_id")
+    assert rename[0] == c.AlterColumn(T("db", "t"), "c", "e", None)
+    info = catalog.info(T("db", "t"))
+    assert [col.name for col in info.columns] == ["key_id", "b", "e"]
+    assert info.handle == ("key_id",)  # the key follows its column's new name
+
+
+def test_table_ddls_and_their_effects():
+    catalog, effects = fold(
+        "CREATE TABLE a (id int PRIMARY KEY)",
+        "CREATE TABLE IF NOT EXISTS a (id int PRIMARY KEY)",
+        "RENAME TABLE a TO b",
+        "TRUNCATE TABLE b",
+        "CREATE TABLE c LIKE b",
+        "DROP TABLE c",
+        "DROP DATABASE db",
+    )
+    _, if_not_exists, rename, truncate, like, drop, drop_schema = effects
+    assert if_not_exists == []  # the table exists: nothing happens
+    assert rename == [c.Move(T("db", "a"), T("db", "b"))]
+    assert truncate == [c.Truncate(T("db", "b"))]
+    assert isinstance(like[0], c.Create) and [n for n, _ in like[0].columns] == ["id"]
+    assert drop == [c.Drop(T("db", "c"))]
+    assert drop_schema == [c.Drop(T("db", "b"))]  # a and c are gone already
+    assert not catalog.known(T("db", "b"))
+
+
+def test_primary_key_changes_move_the_handle():
+    catalog, _ = fold(
+        "CREATE TABLE t (a int NOT NULL, b int, UNIQUE KEY (a))",
+        "ALTER TABLE t ADD PRIMARY KEY (b)",
+    )
+    assert catalog.info(T("db", "t")).handle == ("b",)
+    catalog, _ = fold("CREATE TABLE t (a int NULL, UNIQUE KEY (a))")
+    assert catalog.info(T("db", "t")).handle == ()  # a nullable unique key is no handle
+
+
+RANGE = (
+    "CREATE TABLE r (id int PRIMARY KEY) PARTITION BY RANGE (id) ("
+    "PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), "
+    "PARTITION p2 VALUES LESS THAN MAXVALUE)"
+)
+
+
+def test_dropped_and_truncated_partitions_name_their_rows():
+    _, effects = fold(
+        RANGE,
+        "ALTER TABLE r TRUNCATE PARTITION p0, p2",
+        "ALTER TABLE r DROP PARTITION p1",
+        "ALTER TABLE r TRUNCATE PARTITION p2",
+    )
+    truncated, dropped, after_drop = effects[1:]
+    assert truncated[0].rows == c.PartitionRows("range", "id", ranges=((None, 10), (20, None)))
+    assert dropped[0].rows == c.PartitionRows("range", "id", ranges=((10, 20),))
+    # With p1 gone, p2 starts where p0 ends.
+    assert after_drop[0].rows == c.PartitionRows("range", "id", ranges=((10, None),))
+    _, effects = fold(
+        "CREATE TABLE l (c varchar(2)) PARTITION BY LIST COLUMNS (c) "
+        "(PARTITION a VALUES IN ('x', NULL), PARTITION b VALUES IN ('y'))",
+        "ALTER TABLE l TRUNCATE PARTITION a",
+    )
+    assert effects[1][0].rows == c.PartitionRows("list", "c", values=("x", None))
+    _, effects = fold(
+        "CREATE TABLE h (id int) PARTITION BY HASH (id) PARTITIONS 4",
+        "ALTER TABLE h TRUNCATE PARTITION p1, p3",
+    )
+    assert effects[1][0].rows == c.PartitionRows("hash", "id", remainders=(1, 3), modulus=4)
+
+
+@pytest.mark.parametrize(
+    ("create", "ddl", "reason"),
+    [
+        ("CREATE TABLE k (id int) PARTITION BY KEY (id) PARTITIONS 2",
+         "ALTER TABLE k TRUNCATE PARTITION p0", "KEY partitioning"),
+        ("CREATE TABLE e (d date) PARTITION BY RANGE (YEAR(d)) "
+         "(PARTITION p VALUES LESS THAN (2000))", "ALTER TABLE e DROP PARTITION p", "one plain"),
+        ("CREATE INDEX i ON k (a)", "ALTER TABLE k DROP PARTITION p", "partitioning is unknown"),
+        (RANGE, "ALTER TABLE r DROP PARTITION nope", "unknown partition"),
+        (RANGE, "ALTER TABLE r EXCHANGE PARTITION p0 WITH TABLE x", "EXCHANGE PARTITION"),
+    ],
+)  # fmt: skip
+def test_partition_changes_gold_cannot_reproduce_mark_the_table(create, ddl, reason):
+    _, effects = fold(create, ddl)
+    assert effects[1] and all(isinstance(e, c.Inconsistent) for e in effects[1])
+    assert reason in effects[1][0].reason
+
+
+def test_partition_ddls_that_move_no_rows_have_no_effect():
+    catalog, effects = fold(
+        RANGE,
+        "ALTER TABLE r ADD PARTITION (PARTITION p3 VALUES LESS THAN (40))",
+        "ALTER TABLE r REORGANIZE PARTITION p0, p1 INTO (PARTITION p01 VALUES LESS THAN (20))",
+        "ALTER TABLE r REMOVE PARTITIONING",
+    )
+    assert effects[1:] == [[], [], []]
+    assert catalog.info(T("db", "r")).partitioning is None
+
+
+def test_literals():
+    assert c.literal("10") == 10 and c.literal("-3") == -3
+    assert c.literal("1.50") == Decimal("1.50")
+    assert c.literal("'it''s'") == "it's" and c.literal("NULL") is None
+    assert c.literal("TO_DAYS('2020-01-01')") is c._NOT_LITERAL
+
+
+def _record(ts, query, *, partition=0, offset=0, batch=0, ddl_type=None, event_id=None):
+    return {
+        "event_id": event_id or f"{ts}:{query}",
+        "commit_ts": ts,
+        "schema": "db",
+        "table": query.split()[2] if query.startswith(("ALTER", "CREATE")) else "t",
+        "query": query,
+        "ddl_type": ddl_type,
+        "topic": "t",
+        "partition": partition,
+        "offset": offset,
+        "index": 0,
+        "bronze_batch": batch,
+    }
+
+
+def test_broadcast_copies_count_once_in_commit_order():
+    rows = [
+        _record(20, "TRUNCATE TABLE t", partition=p, offset=5 - p, event_id="b") for p in range(3)
+    ] + [_record(10, "CREATE TABLE t (id int PRIMARY KEY)", partition=p, event_id="a")
+         for p in range(3)]  # fmt: skip
+    records = unique_records(rows)
+    assert [(r.event_id, r.partition) for r in records] == [("a", 0), ("b", 0)]
+    assert isinstance(records[0], DdlRecord)
+
+
+def test_timeline_splits_history_from_barriers_and_keeps_what_is_not_yet_due():
+    parsed = [
+        parse_record(r)
+        for r in unique_records(
+            [
+                _record(10, "CREATE TABLE t (id int PRIMARY KEY, a int)"),
+                _record(20, "ALTER TABLE t ADD COLUMN b int", offset=1),
+                _record(30, "ALTER TABLE t DROP COLUMN a", offset=2),
+                _record(40, "TRUNCATE TABLE t", offset=3),
+                _record(35, "ALTER TABLE t ADD INDEX i (b)", offset=4, ddl_type=m.ACTION_ADD_INDEX),
+            ]
+        )
+    ]
+    timeline = build_timeline(
+        parsed, initial=c.Catalog(), applied_ts=20, applied_batch=-1, target_ts=35
+    )
+    name = T("db", "t")
+    assert [col.name for col in timeline.history.info(name).columns] == ["id", "a", "b"]
+    assert [b.ts for b in timeline.barriers] == [30, 35]
+    assert [b.ts for b in timeline.barriers_of(name)] == [30]  # ADD INDEX changes nothing
+    assert timeline.catalog_for_segment(name, 0) is timeline.history
+    last = timeline.catalog_for_segment(name, 1).info(name)
+    assert [col.name for col in last.columns] == ["id", "b"]
+
+
+def test_a_ddl_without_ts_in_a_changefeed_with_ts_only_marks_the_table():
+    parsed = [parse_record(r) for r in unique_records([_record(None, "TRUNCATE TABLE t")])]
+    timeline = build_timeline(
+        parsed, initial=c.Catalog(), applied_ts=0, applied_batch=-1, target_ts=100
+    )
+    (barrier,) = timeline.barriers
+    assert isinstance(barrier.effects[0], c.Inconsistent)
+    assert "cannot be placed" in barrier.effects[0].reason
+
+
+def test_an_unreadable_ddl_marks_its_table_and_says_why():
+    parsed = parse_record(unique_records([_record(5, "ALTER TABLE t FROB")])[0])
+    assert parsed.error and "FROB" in parsed.error
+    timeline = build_timeline(
+        [parsed], initial=c.Catalog(), applied_ts=0, applied_batch=-1, target_ts=10
+    )
+    (effect,) = timeline.barriers[0].effects
+    assert isinstance(effect, c.Inconsistent) and "not understood" in effect.reason
+    assert "commit TS 5" in effect.reason and "offset 0" in effect.reason
