@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import importlib.util
 import json
 import random
 import re
+import sys
+import sysconfig
+import warnings
+from pathlib import Path
 
 import orjson
 import pytest
@@ -16,7 +23,7 @@ from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
 from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
-from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
+from ticdc_lake.protocols import CodecSettings, canal_json, make_decoder, make_encoder
 from ticdc_lake.protocols.canal_json import (
     CanalJsonDecoder,
     CanalJsonEncoder,
@@ -89,9 +96,15 @@ def record(value: bytes | None, offset: int = 0) -> KafkaRecord:
 
 
 def decode(value: bytes | str, decoder: CanalJsonDecoder | None = None):
+    """Decoded twice: the first time fills the table cache, so the second is answered by the
+    compiled decoder when it is built (and must agree with the first)."""
     if isinstance(value, str):
         value = value.encode()
-    return (decoder or CanalJsonDecoder()).decode(record(value))
+    decoder = decoder or CanalJsonDecoder()
+    first = decoder.decode(record(value))
+    second = decoder.decode(record(value))
+    assert repr(second) == repr(first)
+    return second
 
 
 def dml(**fields) -> bytes:
@@ -785,3 +798,364 @@ def test_double_text_is_positional_and_reads_back(value):
     text = go_float_text(value, 64)
     assert "e" not in text.lower() and not text.endswith(".0")
     assert float(text) == value
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled decoder (_canal_speedups) against the pure-Python reference
+# ---------------------------------------------------------------------------------------------
+
+SOURCE = Path(canal_json.__file__).with_name("_canal_speedups.c")
+
+
+def _build_speedups(directory: Path):
+    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
+    from setuptools import Distribution, Extension
+
+    extension = Extension("_canal_speedups", [str(SOURCE)])
+    command = Distribution({"name": "canal-speedups", "ext_modules": [extension]})
+    build = command.get_command_obj("build_ext")
+    build.build_lib = str(directory)
+    build.build_temp = str(directory / "tmp")
+    build.ensure_finalized()
+    build.run()
+    (path,) = directory.glob("_canal_speedups*.so")
+    spec = importlib.util.spec_from_file_location("_canal_speedups", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return canal_json.configure_speedups(module)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The compiled module, or None where no C compiler can build it."""
+    if canal_json.SPEEDUPS is not None:
+        return canal_json.SPEEDUPS
+    try:
+        return _build_speedups(tmp_path_factory.mktemp("canal_speedups"))
+    except Exception as exc:  # no compiler: the pure-Python decoder is still tested
+        warnings.warn(f"canal extension not built, testing pure Python only: {exc}", stacklevel=1)
+        return None
+
+
+@pytest.fixture(scope="module")
+def speedups(compiled):
+    if compiled is None:
+        pytest.skip("the canal-json extension cannot be built here")
+    return compiled
+
+
+class Counting:
+    """The compiled module, counting the messages its shortcut answered (not handed back)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.answered = 0
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+    def row_event(self, *args):
+        events = self.module.row_event(*args)
+        self.answered += events is not None
+        return events
+
+
+def outcome(decoder: CanalJsonDecoder, value: bytes | None, offset: int = 0):
+    """What decoding gives, comparable across decoders: the events' repr (which tells 1 from
+    1.0 and -0.0 from 0.0, and keeps NaN equal to itself) or the error's reason and place."""
+    try:
+        return repr(decoder.decode(KafkaRecord("t", 1, offset, None, value)))
+    except DecodeError as error:
+        return (type(error).__name__, error.reason, error.byte_offset, error.offset)
+
+
+class BothPaths:
+    """Decodes each value with the reference and, twice (cold, then with the table cached),
+    with the compiled decoder; all three must agree. `answered` counts the second decodes the
+    compiled shortcut answered itself."""
+
+    def __init__(self, speedups, settings: CodecSettings | None = None):
+        self.counting = Counting(speedups)
+        self.python = CanalJsonDecoder(settings, speedups=None)
+        self.compiled = CanalJsonDecoder(settings, speedups=self.counting)
+        self.answered = 0
+
+    def check(self, value: bytes | None, offset: int = 0):
+        expected = outcome(self.python, value, offset)
+        assert outcome(self.compiled, value, offset) == expected, value
+        before = self.counting.answered
+        assert outcome(self.compiled, value, offset) == expected, value
+        self.answered += self.counting.answered - before
+        return expected
+
+
+def test_speedups_are_used_when_built():
+    built = SOURCE.with_name("_canal_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if built.exists() or importlib.util.find_spec("ticdc_lake.protocols._canal_speedups"):
+        assert canal_json.SPEEDUPS is not None
+    else:
+        assert canal_json.SPEEDUPS is None
+    assert CanalJsonDecoder().speedups is canal_json.SPEEDUPS
+    assert CanalJsonDecoder(speedups=None).speedups is None
+
+
+@pytest.mark.parametrize("mode", ROUND_TRIP_MODES)
+@given(events=partition_streams())
+def test_both_paths_agree_on_round_trips(speedups, mode, events):
+    extension, options = ROUND_TRIP_MODES[mode]
+    settings = CodecSettings(enable_tidb_extension=extension, options=options)
+    paths = BothPaths(speedups, settings)
+    for offset, message in enumerate(make_encoder("canal-json", settings).encode(events)):
+        paths.check(message.value, offset)
+    assert paths.answered == sum(isinstance(event, RowEvent) for event in events)
+
+
+@given(events=partition_streams(), codec=st.sampled_from(["snappy", "lz4"]))
+def test_both_paths_agree_on_compressed_round_trips(speedups, events, codec):
+    settings = CodecSettings(compression=codec)
+    paths = BothPaths(speedups, settings)
+    for offset, message in enumerate(make_encoder("canal-json", settings).encode(events)):
+        paths.check(message.value, offset)
+    assert paths.answered == sum(isinstance(event, RowEvent) for event in events)
+
+
+def test_both_paths_agree_on_fuzzed_messages(speedups):
+    rng = random.Random(20240601)
+    seeds = fuzz_seeds()
+    paths = BothPaths(speedups)
+    kinds = set()
+    for offset in range(10_000):
+        kinds.add(type(paths.check(mutate(rng.choice(seeds), rng), offset)))
+    assert kinds == {str, tuple}  # events and errors both
+    assert paths.answered > 300, paths.answered
+
+
+# Texts around each fast path's edges: forms the C code converts itself, forms it hands to the
+# Python converter (valid or not), and invalid ones.
+UNUSUAL_VALUES = {
+    "int": [
+        "0",
+        "-0",
+        "007",
+        "+5",
+        "1_000",
+        "\u0663",
+        "-",
+        "--1",
+        "1e3",
+        "0x10",
+        "2147483647",
+        "2147483648",
+        "-2147483648",
+        "-2147483649",
+        "",
+        " 5",
+        "5 ",
+        "1" + "0" * 30,
+        "9" * 5000,
+    ],
+    "tinyint unsigned": ["0", "255", "256", "-0", "-1"],
+    "bigint": [
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "18446744073709551615",
+        "18446744073709551616",
+    ],
+    "bigint unsigned": ["18446744073709551615", "18446744073709551616", "99999999999999999999"],
+    "bit": ["0", "18446744073709551615", "-1"],
+    "year": ["0", "2155", "2156", "1901"],
+    "double": [
+        "1.5",
+        "-0",
+        "-0.0",
+        "0.1",
+        "2.5e-3",
+        "1E5",
+        "inf",
+        "-Infinity",
+        "nan",
+        "NaN",
+        "1_0.5",
+        "1.",
+        ".5",
+        "+1.5",
+        "1e400",
+        "-1e400",
+        "\u0663.\u0665",
+        "9007199254740993",
+        "9007199254740992.5",
+        "0.30000000000000004",
+        "123456789012345.678",
+        "4.9e-324",
+        "2.4703282292062328e-324",
+        "x",
+        " 1.5",
+        "1.5 ",
+        "1.5\x00",
+        "1" + "0" * 400,
+        "0." + "0" * 30 + "1",
+    ],
+    "float": [
+        "3.14",
+        "-0",
+        "3.4028235e38",
+        "3.4028236e38",
+        "3.5e38",
+        "1e39",
+        "-1e39",
+        "1.17549435e-38",
+        "1e-46",
+        "16777217",
+        "0.1",
+        "inf",
+        "nan",
+        "1e400",
+        " 1",
+    ],
+    "decimal": ["1.5", "-1.5", "0", "-0", "1.", ".5", "--1", "1.2.3", "+1", "\u0661", "1e5", ""],
+    "varbinary": ["", "abc", "\x00\xe9\xff", "\u0100", "\u20ac", "\U0001f600"],
+    "varchar": ["", "\x00", "\u20ac\U0001f600"],
+    "datetime": ["2024-01-01 00:00:00", "not checked"],
+    "enum": ["1", "0", "65535", "x"],
+}
+
+
+@pytest.mark.parametrize("mysql_type", UNUSUAL_VALUES)
+def test_both_paths_agree_on_unusual_values(speedups, mysql_type):
+    paths = BothPaths(speedups)
+    for text in UNUSUAL_VALUES[mysql_type]:
+        paths.check(dml(mysqlType={"a": "int", "b": mysql_type}, data=[{"a": "1", "b": text}]))
+    assert paths.answered > 0
+
+
+DECIMAL_TEXT = st.from_regex(r"\A-?[0-9]{1,20}(\.[0-9]{1,25})?\Z")
+
+
+@given(texts=st.lists(DECIMAL_TEXT, min_size=1, max_size=20))
+def test_compiled_floats_are_the_reference_floats(speedups, texts):
+    """The C fast path (Clinger's, for up to 2**53 and 22 decimals) and the dtoa fallback give
+    float()'s double and struct's float32 rounding, bit for bit."""
+    paths = BothPaths(speedups)
+    types = {"d": "double", "f": "float"}
+    for text in texts:
+        paths.check(dml(pkNames=[], mysqlType=types, data=[{"d": text, "f": text}]))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"data": [{"b": "x", "a": "1"}]},  # columns in another order than mysqlType
+        {"data": [{"a": "1"}]},  # fewer columns than mysqlType
+        {"data": [{"a": "1", "b": "x", "c": "2"}]},  # a column without a mysqlType
+        {"data": [{"a": "1", "b": 2}]},
+        {"type": "UPDATE", "old": [{"b": "old"}]},  # only the changed columns
+        {"type": "UPDATE", "old": [{"b": "old", "a": "0"}]},
+        {"type": "UPDATE", "old": [{"c": "9"}]},
+        {"type": "UPDATE", "old": [{"a": "1", "b": "y"}, {"a": "2"}]},
+        {"type": "UPDATE", "old": None},
+        {"type": "UPDATE", "old": []},
+        {"type": "DELETE", "old": "ignored"},
+        {"type": "INSERT", "old": [{"a": "1"}]},
+        {"type": "insert"},
+        {"type": "WATERMARK"},
+        {"type": "TIDB_WATERMARK", "_tidb": {"watermarkTs": 5}},
+        {"isDdl": None},
+        {"isDdl": 0},
+        {"isDdl": True, "type": "QUERY", "sql": "create database d"},
+        {"_tidb": None},
+        {"_tidb": {}},
+        {"_tidb": []},
+        {"_tidb": {"commit-ts": 7}},
+        {"_tidb": {"commitTs": None, "commit-ts": 8}},
+        {"_tidb": {"commitTs": 2**64 - 1, "onlyHandleKey": True}},
+        {"_tidb": {"commitTs": 2**63}},
+        {"_tidb": {"commitTs": 2**64}},
+        {"_tidb": {"commitTs": -1}},
+        {"_tidb": {"commitTs": 1.0}},
+        {"_tidb": {"commitTs": 1, "onlyHandleKey": 1}},
+        {"_tidb": {"commitTs": 1, "claimCheckLocation": "file:///nowhere"}},
+        {"_tidb": {"commitTs": 1, "claimCheckLocation": None}},
+        {"database": 1},
+        {"table": None},
+        {"pkNames": ["b"]},
+        {"pkNames": None},
+        {"pkNames": "a"},
+        {"mysqlType": {"b": "varchar", "a": "int"}},  # the same types in another order
+        {"mysqlType": {"a": "int", "b": "text"}},
+        {"mysqlType": {"a": "int"}},
+        {"mysqlType": None},
+        {"data": None},
+        {"data": [None]},
+    ],
+    ids=repr,
+)
+def test_both_paths_agree_on_message_shapes(speedups, fields):
+    """Each variant follows a plain message of the same table, so the table is cached and the
+    compiled decoder either answers or hands the message back."""
+    base = orjson.loads(dml(mysqlType={"a": "int", "b": "varchar"}, data=[{"a": "1", "b": "x"}]))
+    paths = BothPaths(speedups)
+    paths.check(orjson.dumps(base))
+    paths.check(json.dumps(base | fields).encode())  # the stdlib writes integers beyond 64 bits
+    paths.check(orjson.dumps(base))
+    assert paths.answered >= 2
+
+
+def test_compiled_decoder_leaks_nothing(speedups):
+    """Allocated blocks stay flat over decoding, whether the compiled path answers, hands the
+    message back, or raises inside a converter."""
+    messages = [
+        dml(type=op, mysqlType=types, data=[row], old=old)
+        for op, old in (("INSERT", None), ("UPDATE", [{"a": "0"}]), ("DELETE", None))
+        for types, row in (
+            ({"a": "int", "b": "double", "c": "varbinary"}, {"a": "1", "b": "2.5", "c": "\xff"}),
+            ({"a": "int", "b": "float"}, {"a": "+1", "b": "1e39"}),
+            ({"a": "int", "b": "decimal"}, {"a": "x", "b": "1."}),
+        )
+    ] + [b"{", b"[]", dml(type="TIDB_WATERMARK")]
+    decoder = CanalJsonDecoder(speedups=Counting(speedups))
+
+    def run():
+        for value in messages:
+            for offset in range(200):
+                with contextlib.suppress(DecodeError):
+                    decoder.decode(KafkaRecord("t", 0, offset, None, value))
+
+    run()  # warm every cache
+    gc.collect()
+    before = sys.getallocatedblocks()
+    run()
+    gc.collect()
+    assert sys.getallocatedblocks() - before < 200
+    assert decoder.speedups.answered > 1000
+
+
+def test_compiled_entry_points_refuse_junk(speedups):
+    tables = {}
+    decoder = CanalJsonDecoder(speedups=speedups)
+    decoder.decode(record(dml()))
+    for message in (None, 1, "x", b"", b"{", b"[]", [], {}, {"type": "INSERT"}, bytearray(b"{}")):
+        assert speedups.row_event(message, tables, "t", 0, 0) is None
+        assert speedups.row_event(message, decoder._tables, "t", 0, 0) is None
+    value = orjson.loads(dml())
+    assert speedups.row_event(value, None, "t", 0, 0) is None
+    for entry in ((), (1, 2, 3, 4), [1, 2, 3, 4], None):
+        assert speedups.row_event(value, {("db", "t"): entry}, "t", 0, 0) is None
+    with pytest.raises(TypeError):
+        speedups.row_event(value, tables)
+    with pytest.raises((TypeError, ValueError)):
+        speedups.column_plan(99, 1, 0, None, None)
+    with pytest.raises(TypeError):
+        speedups.column_plan(speedups.KIND_INTEGER, 1, 0, None, None)
+    with pytest.raises(ValueError):
+        speedups.column_plan(speedups.KIND_INTEGER, 1, 0, None, int, 1, 5)
+    with pytest.raises(ValueError):
+        speedups.table_plan({"a": "int"}, {})
+    with pytest.raises(ValueError):
+        speedups.table_plan({"a": 1}, {"a": None})
+    with pytest.raises(TypeError):
+        speedups.configure(Column, RowEvent, "insert", "update", "delete", None)
+    canal_json.configure_speedups(speedups)  # the failed configure left it unconfigured
+    [event] = speedups.row_event(dml(), decoder._tables, "canal", 0, 0)
+    assert repr(event) == repr(CanalJsonDecoder(speedups=None).decode(record(dml()))[0])

@@ -17,7 +17,14 @@ Binary columns carry each byte as the code point of the same number (ISO-8859-1)
 `_tidb.commitTs`; `es` is only its physical part, so without the extension there is none.
 
 The decoder reads `_tidb` whenever a message has it, whatever `enable_tidb_extension` says, and
-ignores the Kafka key (TiCDC sends none). Options (`CodecSettings.options`):
+ignores the Kafka key (TiCDC sends none).
+
+`CanalJsonDecoder` is the pure-Python reference. When the compiled `_canal_speedups` extension is
+built, row messages of a table already seen take a shortcut through it (orjson's parse → RowEvent
+in C); it returns exactly the reference's event or hands the message back to the reference path,
+which alone raises errors (so both give the same events and the same DecodeError reasons).
+
+Options (`CodecSettings.options`):
   content_compatible     mysqlType is the full type even where it has no parentheses
   claim_check_raw_value  claim-check objects hold the raw message, not a {key, value} document
 Encoder options:
@@ -33,6 +40,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import warnings
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
@@ -203,6 +211,7 @@ def _integer_converter(low: int, high: int) -> Callable[[str], int]:
             return value
         raise ValueError(f"expected an integer in [{low}, {high}]")
 
+    integer.bounds = (low, high)  # what the compiled decoder checks digits against
     return integer
 
 
@@ -287,24 +296,105 @@ def column_spec(mysql_type: str, *, content_compatible: bool = False) -> ColumnS
 _TABLE_CACHE_LIMIT = 4096
 
 
+def _load_speedups():
+    """The compiled row decoder, configured with the event model, or None when it is not built."""
+    try:
+        from ticdc_lake.protocols import _canal_speedups
+    except ImportError:
+        return None
+    return configure_speedups(_canal_speedups)
+
+
+def configure_speedups(module):
+    """Hand the event classes to a compiled decoder module; None if it cannot build them."""
+    try:
+        module.configure(Column, RowEvent, INSERT, UPDATE, DELETE, orjson.loads)
+    except (TypeError, ValueError) as exc:
+        # The event model changed shape under the extension: decoding stays correct in Python.
+        warnings.warn(f"canal-json speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+    return module
+
+
+SPEEDUPS = _load_speedups()
+_DEFAULT = object()
+
+
+def _table_plan(module, mysql_types: dict, specs: dict[str, ColumnSpec]) -> Any:
+    """The compiled decoder's view of a table's column specs (None: it leaves the table to the
+    reference path). Each converter is named by kind, so the common value forms are converted in
+    C; any other converter is called as it is."""
+    plans = {}
+    try:
+        for name, (convert, type_code, flags, full_type) in specs.items():
+            low = high = 0
+            if convert is None:
+                kind = module.KIND_TEXT
+            elif convert is float:
+                kind = module.KIND_DOUBLE
+            elif convert is _float32_value:
+                kind = module.KIND_FLOAT32
+            elif convert is _decimal_text:
+                kind = module.KIND_DECIMAL
+            elif convert is _latin1_bytes:
+                kind = module.KIND_LATIN1
+            elif getattr(convert, "bounds", None) is not None and convert.bounds[0] <= 0:
+                kind = module.KIND_INTEGER
+                low, high = convert.bounds
+            else:
+                kind = module.KIND_CALL
+            plans[name] = module.column_plan(kind, type_code, flags, full_type, convert, low, high)
+        return module.table_plan(mysql_types, plans)
+    except (TypeError, ValueError):  # not a plain dict of str (never from orjson)
+        return None
+
+
 class CanalJsonDecoder(Decoder):
-    """Canal-JSON → events; one event per message."""
+    """Canal-JSON → events; one event per message.
+
+    `speedups=None` forces the pure-Python reference decoder (default: the compiled extension
+    when it is built).
+    """
 
     protocol = "canal-json"
 
-    def __init__(self, settings: CodecSettings | None = None):
+    def __init__(self, settings: CodecSettings | None = None, *, speedups: Any = _DEFAULT):
         super().__init__(settings)
         self._content_compatible = bool(self.settings.option("content_compatible", False))
         self._raw_claim_check = bool(self.settings.option("claim_check_raw_value", False))
         self._specs: dict[str, ColumnSpec] = {}
-        # (database, table) → (mysqlType, pkNames, column specs) as last seen: a row whose
-        # mysqlType and pkNames equal the cached ones reuses the specs without a lookup per type.
-        self._tables: dict[tuple[str, str], tuple[dict, list | None, dict[str, ColumnSpec]]] = {}
+        # (database, table) → (mysqlType, pkNames, column specs, compiled TablePlan or None) as
+        # last seen: a row whose mysqlType and pkNames equal the cached ones reuses the specs
+        # without a lookup per type. The compiled decoder reads this cache and never writes it.
+        self._tables: dict[
+            tuple[str, str], tuple[dict, list | None, dict[str, ColumnSpec], Any]
+        ] = {}
+        self.speedups = SPEEDUPS if speedups is _DEFAULT else speedups
+        self._fast_row_event = None if self.speedups is None else self.speedups.row_event
+        self._uncompressed = self.settings.compression == "none"
+
+    def decode(self, record: KafkaRecord) -> list[Event]:
+        fast = self._fast_row_event
+        if fast is not None and self._uncompressed:
+            # The compiled shortcut parses the value itself; None means "not a row message of a
+            # table seen before, or malformed": the reference path below decides, and raises. It
+            # parses the value again, which only DDL, watermarks, a table's first row and bad
+            # messages pay for.
+            events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
+            if events is not None:
+                return events
+        return super().decode(record)
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:
             raise DecodeError("a canal-json message needs a value; this record has none")
         message = _load_message(decompress(self.settings.compression, record.value))
+        if self._fast_row_event is not None and not self._uncompressed:  # decompressed here
+            events = self._fast_row_event(
+                message, self._tables, record.topic, record.partition, record.offset
+            )
+            if events is not None:
+                return events
         location = _claim_check_location(message)
         if location is not None:
             message = self._fetch_claim_check(location)
@@ -369,7 +459,8 @@ class CanalJsonDecoder(Decoder):
         specs = self._build_specs(mysql_types, pk_names)
         if len(self._tables) >= _TABLE_CACHE_LIMIT:
             self._tables.clear()
-        self._tables[key] = (mysql_types, pk_names, specs)
+        plan = None if self.speedups is None else _table_plan(self.speedups, mysql_types, specs)
+        self._tables[key] = (mysql_types, pk_names, specs, plan)
         return specs
 
     def _build_specs(self, mysql_types: Any, pk_names: Any) -> dict[str, ColumnSpec]:
