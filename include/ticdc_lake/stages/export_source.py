@@ -1,0 +1,441 @@
+"""A Spark 4 Python data source that reads Kafka export files on the executors.
+
+``spark.read.format("ticdc_kafka_exports").option("files", json).load()`` reads the export
+files listed in ``files`` (see ``ExportFile``) with ``ticdc_lake.exports``'s rules, one Spark
+partition per file (uncompressed Parquet: per group of row groups, so one large file still uses
+every core), and yields Arrow batches of ``EXPORT_ROWS_SCHEMA``:
+
+- a **record** row per Kafka record (``error`` null): coordinates, timestamp, key, value,
+  headers, which file it came from and its ``position`` in that file;
+- an **error** row per line, row or file ``exports`` could not read (``error`` set, with the
+  1-based ``line`` when known, whatever coordinates could be read, and the raw line), so that
+  nothing is dropped silently and the rest of the file still lands.
+
+``file_index`` and ``position`` order the rows as the files were listed and as each file holds
+them, which is how the land stage decides which copy of a re-exported record came first.
+
+Spark-Kafka Parquet files (the bulk of a landing area) are converted column-wise with Arrow
+compute; JSON Lines, kcat, Avro containers and whole-file-compressed Parquet go through
+``exports.read_export`` record by record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ticdc_lake import exports
+from ticdc_lake.records import KafkaRecord
+
+SOURCE_NAME = "ticdc_kafka_exports"
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+EXPORT_ROWS_SCHEMA = StructType(
+    [
+        StructField("file_index", IntegerType()),
+        StructField("position", LongType()),  # 0-based row or item number inside the file
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestamp_type", IntegerType()),  # Kafka's; null when the export omits it
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("headers", HEADERS_TYPE),
+        StructField("source_file", StringType()),
+        StructField("line", LongType()),  # error rows: 1-based line/row, null for a whole file
+        StructField("error", StringType()),  # null for records
+        StructField("raw", BinaryType()),  # error rows: the offending line, when there is one
+    ]
+)
+# Spark compares a yielded batch's Arrow schema with exactly this one.
+ARROW_SCHEMA = to_arrow_schema(EXPORT_ROWS_SCHEMA, timezone="UTC")
+
+# Rows per Arrow batch handed to Spark, and the uncompressed Parquet bytes per Spark partition.
+BATCH_ROWS = 16_384
+SPLIT_BYTES = 64 * 1024 * 1024
+
+_INT32_MAX = 2**31 - 1
+# Without these a Parquet file is not a Spark Kafka export (the others may be absent).
+_REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    """One file of a land batch, as the driver saw it when planning."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    layout: str  # parquet | jsonl | avro ("jsonl" covers kcat) | unknown (unreadable)
+    compression: str  # none | gz | zstd
+
+
+def describe_file(path: str) -> ExportFile:
+    """Stat a file and tell its layout from its bytes (cheap: only the first bytes are read)."""
+    stat = os.stat(path)
+    try:
+        layout, compression = exports.detect_format(path)
+    # exports' own list of what reading a corrupt file raises (zlib, zstd, Arrow, ...).
+    except (OSError, *exports._CORRUPT_FILE_ERRORS):
+        # The reader reports an unreadable file as an error row; planning must not fail on it.
+        layout, compression = "unknown", "none"
+    return ExportFile(path, stat.st_size, stat.st_mtime_ns, layout, compression)
+
+
+class ExportPartition(InputPartition):
+    """A whole file, or rows [first_row, ...) of row groups [start, stop) of a Parquet file."""
+
+    def __init__(
+        self,
+        file_index: int,
+        file: ExportFile,
+        row_groups: tuple[int, int] | None = None,
+        first_row: int = 0,
+    ):
+        super().__init__((file_index, file.path, row_groups))
+        self.file_index = file_index
+        self.file = file
+        self.row_groups = row_groups
+        self.first_row = first_row
+
+
+def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
+    """One partition per file; uncompressed Parquet split into runs of row groups."""
+    result: list[ExportPartition] = []
+    for index, file in enumerate(files):
+        if file.layout == "parquet" and file.compression == "none":
+            result.extend(_parquet_partitions(index, file))
+        else:
+            result.append(ExportPartition(index, file))
+    return result
+
+
+def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
+    try:
+        metadata = pq.ParquetFile(file.path).metadata
+    except (OSError, pa.ArrowException):
+        return [ExportPartition(index, file)]  # the reader reports what is wrong with it
+    if metadata.num_row_groups <= 1:
+        return [ExportPartition(index, file)]
+    parts, start, first_row, rows, size = [], 0, 0, 0, 0
+    for group in range(metadata.num_row_groups):
+        size += metadata.row_group(group).total_byte_size
+        rows += metadata.row_group(group).num_rows
+        if size >= SPLIT_BYTES or group == metadata.num_row_groups - 1:
+            parts.append(ExportPartition(index, file, (start, group + 1), first_row))
+            start, first_row, size = group + 1, first_row + rows, 0
+            rows = 0
+    return parts
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
+    """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``."""
+    file = partition.file
+    if file.layout == "parquet" and file.compression == "none":
+        yield from _ParquetRows(partition).batches()
+    else:
+        yield from _generic_batches(partition)
+
+
+class _ParquetRows:
+    """Spark-Kafka Parquet rows converted column by column (no Python object per record)."""
+
+    def __init__(self, partition: ExportPartition):
+        self.partition = partition
+        self.path = partition.file.path
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        part = self.partition
+        try:
+            parquet = pq.ParquetFile(self.path)
+            names = set(parquet.schema_arrow.names)
+        except (OSError, pa.ArrowException) as exc:
+            yield self._file_error(f"parquet file is corrupt or truncated: {exc}")
+            return
+        missing = [name for name in _REQUIRED_COLUMNS if name not in names]
+        if missing:
+            if part.first_row == 0:  # one report per file, not per split
+                yield self._file_error(
+                    f"not a Spark Kafka export: missing column(s) {', '.join(missing)}"
+                )
+            return
+        wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
+        groups = range(*part.row_groups) if part.row_groups else None
+        row = part.first_row
+        try:
+            for batch in parquet.iter_batches(
+                batch_size=BATCH_ROWS, row_groups=groups, columns=wanted
+            ):
+                yield from self._convert(batch, row)
+                row += batch.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            # Rows already yielded stay valid, as in exports.read_export.
+            yield self._file_error(f"parquet file is corrupt or truncated: {exc}", row + 1)
+
+    def _file_error(self, reason: str, line: int | None = None) -> pa.RecordBatch:
+        return _error_batch(
+            self.partition, [(self.partition.first_row, line, reason, None, None, None, None)]
+        )
+
+    def _convert(self, batch: pa.RecordBatch, first_row: int) -> Iterator[pa.RecordBatch]:
+        columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+        count = batch.num_rows
+        positions = pa.array(range(first_row, first_row + count), pa.int64())
+        try:
+            topic = _as_string(columns["topic"])
+            partition = columns["partition"].cast(pa.int64())
+            offset = columns["offset"].cast(pa.int64())
+        except pa.ArrowException as exc:
+            reason = f"rows {first_row + 1}-{first_row + count}: unreadable coordinates: {exc}"
+            yield _error_batch(self.partition, [(first_row, first_row + 1, reason, *[None] * 4)])
+            return
+        valid = pc.and_(
+            pc.and_(pc.is_valid(topic), pc.is_valid(offset)),
+            pc.and_(
+                pc.and_(pc.is_valid(partition), pc.greater_equal(offset, 0)),
+                pc.and_(pc.greater_equal(partition, 0), pc.less_equal(partition, _INT32_MAX)),
+            ),
+        )
+        valid = pc.fill_null(valid, False)
+        bad = pc.invert(valid)
+        if pc.any(bad).as_py():
+            yield self._bad_rows(bad, positions, topic, partition, offset)
+        good = valid if pc.any(bad).as_py() else None
+
+        def keep(array: pa.Array) -> pa.Array:
+            return array if good is None else pc.filter(array, good)
+
+        kept = len(positions) if good is None else pc.sum(good).as_py() or 0
+        if kept == 0:
+            return
+        fields = {
+            "file_index": pa.array([self.partition.file_index] * kept, pa.int32()),
+            "position": keep(positions),
+            "topic": keep(topic),
+            "partition": keep(partition).cast(pa.int32()),
+            "offset": keep(offset),
+            "timestamp": keep(_timestamps(columns.get("timestamp"), count)),
+            "timestamp_type": keep(_optional_int32(columns.get("timestampType"), count)),
+            "key": keep(columns["key"].cast(pa.binary())),
+            "value": keep(columns["value"].cast(pa.binary())),
+            "headers": keep(_headers(columns.get("headers"), count)),
+            "source_file": pa.array([self.path] * kept, pa.string()),
+            "line": pa.nulls(kept, pa.int64()),
+            "error": pa.nulls(kept, pa.string()),
+            "raw": pa.nulls(kept, pa.binary()),
+        }
+        yield _batch(fields)
+
+    def _bad_rows(self, bad, positions, topic, partition, offset) -> pa.RecordBatch:
+        rows = []
+        for position, t, p, o in zip(
+            pc.filter(positions, bad).to_pylist(),
+            pc.filter(topic, bad).to_pylist(),
+            pc.filter(partition, bad).to_pylist(),
+            pc.filter(offset, bad).to_pylist(),
+            strict=True,
+        ):
+            reason = "topic, partition and offset must be present"
+            if p is not None and not 0 <= p <= _INT32_MAX:
+                reason, p = f"`partition` must be in [0, 2^31), found {p}", None
+            elif o is not None and o < 0:
+                reason, o = f"`offset` must not be negative, found {o}", None
+            rows.append((position, position + 1, reason, t, p, o, None))
+        return _error_batch(self.partition, rows)
+
+
+def _as_string(column: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column.cast(pa.string())
+
+
+def _timestamps(column: pa.Array | None, count: int) -> pa.Array:
+    """Spark-Kafka ``timestamp`` as UTC microseconds; integer columns are milliseconds (as
+    ``exports`` reads them); a zone-less timestamp is taken as UTC."""
+    target = ARROW_SCHEMA.field("timestamp").type
+    if column is None:
+        return pa.nulls(count, target)
+    if pa.types.is_timestamp(column.type):
+        if column.type.tz is None:
+            column = column.cast(pa.timestamp(column.type.unit, tz="UTC"))
+        return column.cast(target, safe=False)  # ns → us truncates, as exports' ms does
+    millis = column.cast(pa.int64())
+    return pc.multiply(millis, 1000).cast(pa.timestamp("us")).cast(target)
+
+
+def _optional_int32(column: pa.Array | None, count: int) -> pa.Array:
+    return pa.nulls(count, pa.int32()) if column is None else column.cast(pa.int32())
+
+
+def _headers(column: pa.Array | None, count: int) -> pa.Array:
+    target = ARROW_SCHEMA.field("headers").type
+    if column is None:
+        return pa.nulls(count, target)
+    return column.cast(target)
+
+
+def _batch(fields: dict[str, pa.Array]) -> pa.RecordBatch:
+    arrays = [fields[f.name].cast(f.type) for f in ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+ErrorRow = tuple  # (position, line, reason, topic, partition, offset, raw)
+
+
+def _error_batch(partition: ExportPartition, rows: list[ErrorRow]) -> pa.RecordBatch:
+    count = len(rows)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
+    position, line, reason, topic, kafka_partition, offset, raw = columns
+    fields = {
+        "file_index": pa.array([partition.file_index] * count, pa.int32()),
+        "position": pa.array(position, pa.int64()),
+        "topic": pa.array(topic, pa.string()),
+        "partition": pa.array(kafka_partition, pa.int32()),
+        "offset": pa.array(offset, pa.int64()),
+        "timestamp": pa.nulls(count, ARROW_SCHEMA.field("timestamp").type),
+        "timestamp_type": pa.nulls(count, pa.int32()),
+        "key": pa.nulls(count, pa.binary()),
+        "value": pa.nulls(count, pa.binary()),
+        "headers": pa.nulls(count, ARROW_SCHEMA.field("headers").type),
+        "source_file": pa.array([partition.file.path] * count, pa.string()),
+        "line": pa.array(line, pa.int64()),
+        "error": pa.array(reason, pa.string()),
+        "raw": pa.array(raw, pa.binary()),
+    }
+    return _batch(fields)
+
+
+def _generic_batches(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
+    """Any layout through ``exports.read_export``: records and reported errors, in file order."""
+    errors: list[exports.ExportError] = []
+    records: list[tuple[int, KafkaRecord]] = []
+    error_rows: list[ErrorRow] = []
+    position = 0
+    for record in exports.read_export(partition.file.path, on_error=errors.append):
+        # on_error runs inside the iteration, so errors reported before this record come first.
+        for error in errors:
+            error_rows.append(_error_row(position, error))
+            position += 1
+        errors.clear()
+        records.append((position, record))
+        position += 1
+        if len(records) >= BATCH_ROWS:
+            yield _record_batch(partition, records)
+            records = []
+        if len(error_rows) >= BATCH_ROWS:
+            yield _error_batch(partition, error_rows)
+            error_rows = []
+    for error in errors:  # reported after the last record (e.g. a truncated stream)
+        error_rows.append(_error_row(position, error))
+        position += 1
+    if records:
+        yield _record_batch(partition, records)
+    if error_rows:
+        yield _error_batch(partition, error_rows)
+
+
+def _error_row(position: int, error: exports.ExportError) -> ErrorRow:
+    partition = error.partition if error.partition is not None else None
+    if partition is not None and not 0 <= partition <= _INT32_MAX:
+        partition = None
+    offset = error.offset if error.offset is not None and 0 <= error.offset < 2**63 else None
+    return (position, error.line, error.reason, error.topic, partition, offset, error.raw)
+
+
+def _record_batch(
+    partition: ExportPartition, items: list[tuple[int, KafkaRecord]]
+) -> pa.RecordBatch:
+    count = len(items)
+    records = [record for _, record in items]
+    fields = {
+        "file_index": pa.array([partition.file_index] * count, pa.int32()),
+        "position": pa.array([position for position, _ in items], pa.int64()),
+        "topic": pa.array([r.topic for r in records], pa.string()),
+        "partition": pa.array([r.partition for r in records], pa.int32()),
+        "offset": pa.array([r.offset for r in records], pa.int64()),
+        "timestamp": pa.array(
+            [None if r.timestamp_ms is None else r.timestamp_ms * 1000 for r in records],
+            pa.int64(),
+        )
+        .cast(pa.timestamp("us"))
+        .cast(ARROW_SCHEMA.field("timestamp").type),
+        # KafkaRecord does not carry the timestamp type: these layouts do not all say it.
+        "timestamp_type": pa.nulls(count, pa.int32()),
+        "key": pa.array([r.key for r in records], pa.binary()),
+        "value": pa.array([r.value for r in records], pa.binary()),
+        "headers": pa.array(
+            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+            ARROW_SCHEMA.field("headers").type,
+        ),
+        "source_file": pa.array([partition.file.path] * count, pa.string()),
+        "line": pa.nulls(count, pa.int64()),
+        "error": pa.nulls(count, pa.string()),
+        "raw": pa.nulls(count, pa.binary()),
+    }
+    return _batch(fields)
+
+
+# --- the data source --------------------------------------------------------------------------
+
+
+class ExportReader(DataSourceReader):
+    def __init__(self, files: list[ExportFile]):
+        self.files = files
+
+    def partitions(self) -> list[ExportPartition]:
+        return plan_partitions(self.files)
+
+    def read(self, partition: ExportPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
+
+
+class KafkaExportsDataSource(DataSource):
+    """``spark.read.format("ticdc_kafka_exports").option("files", files_option(files))``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return EXPORT_ROWS_SCHEMA
+
+    def reader(self, schema: StructType) -> ExportReader:
+        if "files" not in self.options:
+            raise ValueError(f"the {SOURCE_NAME} data source needs the `files` option")
+        return ExportReader([ExportFile(**entry) for entry in json.loads(self.options["files"])])
+
+
+def files_option(files: Sequence[ExportFile]) -> str:
+    return json.dumps([asdict(file) for file in files])
+
+
+def read_export_files(spark: SparkSession, files: Sequence[ExportFile]):
+    """A DataFrame of ``EXPORT_ROWS_SCHEMA`` over ``files``, read by Spark's executors."""
+    spark.dataSource.register(KafkaExportsDataSource)
+    return spark.read.format(SOURCE_NAME).option("files", files_option(files)).load()

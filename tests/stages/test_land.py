@@ -1,0 +1,590 @@
+"""Land: export files → bronze. Every export format, idempotent reruns, re-exports with
+overlapping offsets and conflicting bytes, malformed lines, offset gaps, changed files, and a
+run killed between its commits."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from deltalake import DeltaTable
+from ticdc_lake import exports
+from ticdc_lake.config import load_config
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.stages import export_source
+from ticdc_lake.stages.land import (
+    LandError,
+    LandTables,
+    _Batch,
+    discover_files,
+    land,
+    merge_runs,
+    overlap_windows,
+)
+from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+# --- fixtures and helpers ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[int, list[KafkaRecord]]:
+    """A small TiCDC workload's Kafka records per partition (one topic, 3 partitions)."""
+    out = tmp_path_factory.mktemp("workload")
+    result = write_generated(
+        out, GenerateOptions(protocol="open-protocol", transactions=40, partitions=3, seed=7)
+    )
+    streams = {partition: stream.records for (_, partition), stream in result.encoded.items()}
+    assert all(len(records) >= 15 for records in streams.values()), "workload too small"
+    return streams
+
+
+def retopic(records, topic: str) -> list[KafkaRecord]:
+    return [dataclasses.replace(r, topic=topic) for r in records]
+
+
+def write_config(root: Path, topics) -> Path:
+    document = {
+        "lake": "lake",
+        "inputs": ["landing/*"],
+        "topics": {topic: {"protocol": "open-protocol", "partitions": 3} for topic in topics},
+    }
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(document))
+    (root / "landing").mkdir(exist_ok=True)
+    return path
+
+
+def table(path: Path) -> list[dict]:
+    """A table's rows read with plain deltalake (what any Delta reader sees)."""
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def versions(tables: LandTables) -> dict[str, int | None]:
+    return {
+        path.name: DeltaTable(str(path)).version() if DeltaTable.is_deltatable(str(path)) else None
+        for path in tables.committed()
+    }
+
+
+def millis(stamp: dt.datetime | None) -> int | None:
+    return (
+        None
+        if stamp is None
+        else (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // (dt.timedelta(milliseconds=1))
+    )
+
+
+def bronze_records(tables: LandTables) -> dict[tuple, tuple]:
+    """(topic, partition, offset) → (key, value, timestamp ms, headers), asserting each
+    coordinate is in bronze once."""
+    rows = table(tables.bronze)
+    found = {}
+    for row in rows:
+        coordinates = (row["topic"], row["partition"], row["offset"])
+        assert coordinates not in found, f"{coordinates} landed twice"
+        headers = tuple((h["key"], h["value"]) for h in row["headers"])
+        found[coordinates] = (row["key"], row["value"], millis(row["timestamp"]), headers)
+    return found
+
+
+def expected(records) -> dict[tuple, tuple]:
+    return {
+        (r.topic, r.partition, r.offset): (r.key, r.value, r.timestamp_ms, tuple(r.headers))
+        for r in records
+    }
+
+
+class SimulatedKill(BaseException):
+    """Not an Exception: like a kill, no ``except Exception`` on the way may handle it."""
+
+
+def set_mtime(path: Path, seconds: int) -> None:
+    """Distinct modification times: the planned order of files (oldest first) is the tie-break
+    between copies of one record, and must not depend on how fast the test wrote them."""
+    os.utime(path, ns=(seconds * 10**9, seconds * 10**9))
+
+
+# --- every export format ----------------------------------------------------------------------
+
+FORMATS = [
+    ("parquet", "none"),
+    ("jsonl", "none"),
+    ("kcat", "none"),
+    ("jsonl", "gz"),
+    ("parquet", "zstd"),
+    ("kcat", "zstd"),
+    ("avro", "none"),
+]
+
+
+@pytest.fixture(scope="module")
+def formats(spark, generated, tmp_path_factory):
+    """One landing area holding the workload once per format, each under its own topic."""
+    root = tmp_path_factory.mktemp("formats")
+    sources = {}
+    for layout, compression in FORMATS:
+        topic = f"fmt-{layout}-{compression}"
+        records = [
+            # Headers on some records, with bytes that are not UTF-8.
+            dataclasses.replace(r, headers=(("origin", b"\xff\x00x"), ("empty", None)))
+            if r.offset % 7 == 3
+            else r
+            for partition in sorted(generated)
+            for r in retopic(generated[partition], topic)
+        ]
+        sources[topic] = records
+        name = exports.export_file_name(topic, layout, compression)
+        exports.write_export(root / "landing" / name, records, layout, file_compression=compression)
+    config = load_config(write_config(root, sources))
+    tables = LandTables.of(LakeLayout(config.lake))
+    first = land(spark, config)
+    after_first = versions(tables)
+    second = land(spark, config)
+    return {
+        "config": config,
+        "tables": tables,
+        "sources": sources,
+        "first": first,
+        "second": second,
+        "versions": (after_first, versions(tables)),
+    }
+
+
+def test_every_format_lands_every_record_exactly(formats):
+    first = formats["first"]
+    total = sum(len(records) for records in formats["sources"].values())
+    assert (first.batch_id, first.files_seen, first.files_landed) == (1, len(FORMATS), len(FORMATS))
+    assert (first.records_read, first.records_added) == (total, total)
+    assert (first.duplicates, first.conflicts, first.errors) == (0, 0, 0)
+    assert (first.offset_gaps, first.missing_offsets) == (0, 0)
+    landed = bronze_records(formats["tables"])
+    for topic, records in formats["sources"].items():
+        mine = {k: v for k, v in landed.items() if k[0] == topic}
+        assert mine == expected(records), topic
+
+
+def test_bronze_rows_carry_their_batch_and_file(formats):
+    tables = formats["tables"]
+    rows = table(tables.bronze)
+    assert {row["batch_id"] for row in rows} == {1}
+    assert len({row["landed_at"] for row in rows}) == 1
+    by_topic = {row["topic"]: row["source_file"] for row in rows}
+    for topic, path in by_topic.items():
+        layout, compression = topic.split("-")[1:]
+        assert Path(path).name == exports.export_file_name(topic, layout, compression)
+    # Parquet exports say the Kafka timestamp type; the JSON and Avro readers do not keep it.
+    types = {(row["topic"], row["timestamp_type"]) for row in rows}
+    assert ("fmt-parquet-none", 0) in types and ("fmt-jsonl-none", None) in types
+    # Partitioned by topic, as documented.
+    assert DeltaTable(str(tables.bronze)).metadata().partition_columns == ["topic"]
+
+
+def test_landed_files_table(formats):
+    rows = table(formats["tables"].landed_files)
+    assert len(rows) == len(FORMATS)
+    for row in rows:
+        stat = os.stat(row["path"])
+        assert row["size"] == stat.st_size
+        assert millis(row["modification_time"]) == stat.st_mtime_ns // 10**6
+        assert row["batch_id"] == 1
+        assert row["records_read"] == row["records_added"] > 0
+        assert row["duplicates"] == row["conflicts"] == row["errors"] == 0
+    layouts = {(r["layout"], r["file_compression"]) for r in rows}
+    # kcat lines are JSON Lines to the reader.
+    assert layouts == {("parquet", "none"), ("jsonl", "none"), ("jsonl", "gz"),
+                       ("parquet", "zstd"), ("jsonl", "zstd"), ("avro", "none")}  # fmt: skip
+
+
+def test_rerun_adds_nothing_and_no_delta_version(formats):
+    second = formats["second"]
+    assert second.batch_id is None
+    assert (second.files_seen, second.files_skipped, second.files_landed) == (7, 7, 0)
+    assert second.records_read == second.records_added == 0
+    before, after = formats["versions"]
+    assert before == after
+    # Nothing was planned and left behind.
+    assert not formats["tables"].plan.exists()
+
+
+# --- one landing area over several runs ----------------------------------------------------------
+
+TOPIC = "orders"
+
+
+@pytest.fixture(scope="module")
+def story(spark, generated, tmp_path_factory):
+    """The life of one landing area, run by run; each step's result and tables are kept.
+
+    1. first.parquet: partition 0 without offsets 5..7, partition 1's first half;
+       bad.jsonl: partition 2 but its last 3 records, with a line that is not JSON and one with
+       bad base64 among them.
+    2. reexport.kcat.jsonl: partition 0 from offset 10 (offset 12 with other bytes) plus
+       offset 6 twice; partition 1's second half, its first record again with other bytes.
+    3. first.parquet rewritten in place with offsets 5 and 7 added.
+    4. late.parquet (partition 2's last 3) — killed after the bronze commit; later.jsonl
+       arrives; the next run finishes batch 4, the one after lands later.jsonl.
+    """
+    root = tmp_path_factory.mktemp("story")
+    config = load_config(write_config(root, [TOPIC]))
+    tables = LandTables.of(LakeLayout(config.lake))
+    landing = root / "landing"
+    p0, p1, p2 = (retopic(generated[p], TOPIC) for p in (0, 1, 2))
+    half = len(p1) // 2
+    steps = {}
+
+    def run(name):
+        result = land(spark, config)
+        steps[name] = {
+            "result": result,
+            "bronze": bronze_records(tables),
+            "versions": versions(tables),
+            "gaps": table(tables.offset_gaps) if tables.offset_gaps.exists() else [],
+        }
+        return result
+
+    # 1
+    exports.write_export(
+        landing / "first.parquet", [r for r in p0 if not 5 <= r.offset <= 7] + p1[:half], "parquet"
+    )
+    set_mtime(landing / "first.parquet", 1_000)
+    exports.write_export(landing / "bad.jsonl", p2[:-3], "jsonl")
+    text = (landing / "bad.jsonl").read_bytes().splitlines(keepends=True)
+    text.insert(2, b'{"topic": "orders", "partition": 2, "offset": 99, "key_b64": \n')
+    text.insert(
+        5, b'{"topic":"orders","partition":2,"offset":98,"key_b64":null,"value_b64":"@@"}\n'
+    )
+    (landing / "bad.jsonl").write_bytes(b"".join(text))
+    set_mtime(landing / "bad.jsonl", 1_001)
+    run("first")
+
+    # 2
+    altered = dataclasses.replace(p0[12], value=b"not the same bytes")
+    reexport = [r for r in p0 if r.offset >= 10 and r.offset != 12] + [altered, p0[6], p0[6]]
+    reexport += [*p1[half:], dataclasses.replace(p1[half], key=b"other key")]
+    exports.write_export(landing / "reexport.kcat.jsonl", reexport, "kcat")
+    set_mtime(landing / "reexport.kcat.jsonl", 2_000)
+    steps["altered"] = altered
+    run("reexport")
+
+    # 3
+    exports.write_export(
+        landing / "first.parquet", [r for r in p0 if r.offset != 6] + p1[:half], "parquet"
+    )
+    set_mtime(landing / "first.parquet", 3_000)
+    run("changed")
+
+    # 4: killed between the bronze commit and the later ones.
+    exports.write_export(landing / "late.parquet", p2[-3:], "parquet")
+    set_mtime(landing / "late.parquet", 4_000)
+    original = _Batch._commit_ranges_and_gaps
+
+    def killed(self, *args):
+        raise SimulatedKill("after the bronze commit")
+
+    _Batch._commit_ranges_and_gaps = killed
+    try:
+        with pytest.raises(SimulatedKill):
+            land(spark, config)
+    finally:
+        _Batch._commit_ranges_and_gaps = original
+    steps["killed"] = {
+        "bronze": bronze_records(tables),
+        "versions": versions(tables),
+        "plan": tables.plan.exists(),
+        "batches": {row["batch_id"] for row in table(tables.bronze)},
+    }
+    exports.write_export(landing / "later.jsonl", [p2[0]], "jsonl")  # a duplicate, arrived late
+    set_mtime(landing / "later.jsonl", 5_000)
+    run("recovered")
+    run("after")
+    run("noop")
+    return {"steps": steps, "tables": tables, "p0": p0, "p1": p1, "p2": p2}
+
+
+def test_malformed_lines_are_recorded_and_the_rest_lands(story):
+    result = story["steps"]["first"]["result"]
+    p0, p1, p2 = story["p0"], story["p1"], story["p2"]
+    landed_p2 = len(p2) - 3
+    assert result.errors == 2
+    assert result.records_read == result.records_added == (len(p0) - 3) + len(p1) // 2 + landed_p2
+    bronze = story["steps"]["first"]["bronze"]
+    assert {k: v for k, v in bronze.items() if k[1] == 2} == expected(p2[:-3])
+    errors = sorted(table(story["tables"].export_errors), key=lambda row: row["line"])
+    assert [(Path(e["source_file"]).name, e["line"], e["batch_id"]) for e in errors] == [
+        ("bad.jsonl", 3, 1),
+        ("bad.jsonl", 6, 1),
+    ]
+    assert "not valid JSON" in errors[0]["reason"]
+    assert errors[0]["raw"].startswith(b'{"topic": "orders"')
+    assert "base64" in errors[1]["reason"] and "value_b64" in errors[1]["reason"]
+    # Coordinates a bad line still had are kept.
+    assert (errors[1]["topic"], errors[1]["partition"], errors[1]["offset"]) == ("orders", 2, 98)
+    files = {Path(r["path"]).name: r for r in table(story["tables"].landed_files)}
+    assert (files["bad.jsonl"]["errors"], files["bad.jsonl"]["records_added"]) == (2, landed_p2)
+
+
+def test_offset_gaps_are_recorded(story):
+    first = story["steps"]["first"]["result"]
+    assert (first.offset_gaps, first.missing_offsets) == (1, 3)
+    # After the re-export filled offset 6, two one-offset gaps remain; the rewrite closes them.
+    reexport = story["steps"]["reexport"]["result"]
+    assert (reexport.offset_gaps, reexport.missing_offsets) == (2, 2)
+    changed = story["steps"]["changed"]["result"]
+    assert (changed.offset_gaps, changed.missing_offsets) == (0, 0)
+    assert table(story["tables"].offset_gaps) == []
+    ranges = table(story["tables"].offset_ranges)
+    counts = {p: len(story[f"p{p}"]) for p in (0, 1, 2)}
+    assert sorted((r["partition"], r["from_offset"], r["to_offset"]) for r in ranges) == [
+        (p, 0, counts[p] - 1) for p in (0, 1, 2)
+    ]
+
+
+def test_gap_rows_name_partition_range_and_first_batch(story):
+    def gaps(step):
+        return sorted(
+            (g["topic"], g["partition"], g["from_offset"], g["to_offset"], g["size"], g["batch_id"])
+            for g in story["steps"][step]["gaps"]
+        )
+
+    assert gaps("first") == [(TOPIC, 0, 5, 7, 3, 1)]
+    assert gaps("reexport") == [(TOPIC, 0, 5, 5, 1, 2), (TOPIC, 0, 7, 7, 1, 2)]
+    assert gaps("changed") == []
+
+
+def test_reexport_adds_only_new_offsets_and_records_conflicts(story):
+    step = story["steps"]["reexport"]
+    result = step["result"]
+    p0, p1 = story["p0"], story["p1"]
+    half = len(p1) // 2
+    overlap = len([r for r in p0 if r.offset >= 10])  # already landed from first.parquet
+    assert result.batch_id == 2
+    assert result.files_landed == 1 and result.files_skipped == 2
+    assert result.records_read == overlap + 2 + (len(p1) - half) + 1
+    assert result.records_added == 1 + (len(p1) - half)  # offset 6 and p1's second half
+    # Offsets already in bronze with the same bytes, plus the second copy of offset 6.
+    assert result.duplicates == (overlap - 1) + 1
+    assert result.conflicts == 2  # offset 12 against bronze; p1[half] against its first copy
+    before, after = story["steps"]["first"]["bronze"], step["bronze"]
+    assert len(after) == len(before) + result.records_added
+    assert {k: v for k, v in after.items() if k in before} == before  # the first copy stays
+    assert after[(TOPIC, 0, 12)] == expected([p0[12]])[(TOPIC, 0, 12)]
+
+    conflicts = sorted(table(story["tables"].offset_conflicts), key=lambda r: r["partition"])
+    assert [(c["partition"], c["offset"], c["batch_id"]) for c in conflicts] == [
+        (0, 12, 2),
+        (1, p1[half].offset, 2),
+    ]
+    against_bronze, in_batch = conflicts
+    assert against_bronze["value"] == b"not the same bytes"  # the other copy, kept whole
+    assert Path(against_bronze["kept_source_file"]).name == "first.parquet"
+    assert against_bronze["kept_batch_id"] == 1
+    assert in_batch["key"] == b"other key"
+    assert Path(in_batch["kept_source_file"]).name == "reexport.kcat.jsonl"
+    assert in_batch["kept_batch_id"] == 2
+    for conflict in conflicts:
+        assert conflict["record_hash"] != conflict["kept_record_hash"]
+
+
+def test_changed_file_is_read_again_and_dedup_keeps_bronze_right(story):
+    step = story["steps"]["changed"]
+    result = step["result"]
+    p0, p1 = story["p0"], story["p1"]
+    assert result.batch_id == 3
+    assert result.files_landed == 1  # only first.parquet changed
+    assert result.records_read == len(p0) - 1 + len(p1) // 2
+    assert result.records_added == 2  # offsets 5 and 7
+    assert result.duplicates == result.records_read - 2
+    bronze = step["bronze"]
+    assert {k: v for k, v in bronze.items() if k[1] == 0} == expected(p0)
+    files = [r for r in table(story["tables"].landed_files) if r["path"].endswith("first.parquet")]
+    assert sorted(r["batch_id"] for r in files) == [1, 3]
+
+
+def test_a_run_killed_between_commits_is_finished_by_the_next(story):
+    steps = story["steps"]
+    killed, recovered = steps["killed"], steps["recovered"]
+    # The kill left bronze committed (batch 4), landed_files not, and the plan behind.
+    assert killed["plan"]
+    assert 4 in killed["batches"]
+    assert killed["versions"]["landed_files"] == steps["changed"]["versions"]["landed_files"]
+    result = recovered["result"]
+    assert result.recovered and result.batch_id == 4
+    assert result.files_landed == 1 and result.files_waiting == 1  # later.jsonl waits
+    assert result.records_added == 3 and result.duplicates == 0
+    # Nothing landed twice, bronze got no new version from the retry, everything is there.
+    assert recovered["bronze"] == killed["bronze"]
+    assert recovered["versions"]["records"] == killed["versions"]["records"]
+    assert recovered["versions"]["landed_files"] == killed["versions"]["landed_files"] + 1
+    everything = expected(story["p0"] + story["p1"] + story["p2"])
+    assert recovered["bronze"] == everything
+    landed = {
+        Path(r["path"]).name: r["batch_id"]
+        for r in table(story["tables"].landed_files)
+        if r["batch_id"] == 4
+    }
+    assert landed == {"late.parquet": 4}
+    assert not story["tables"].plan.exists()
+
+
+def test_a_file_arriving_after_a_kill_lands_in_the_next_batch(story):
+    after = story["steps"]["after"]["result"]
+    assert (after.batch_id, after.recovered, after.files_landed) == (5, False, 1)
+    assert (after.records_read, after.records_added, after.duplicates) == (1, 0, 1)
+    noop = story["steps"]["noop"]
+    assert noop["result"].batch_id is None
+    assert noop["versions"] == story["steps"]["after"]["versions"]
+
+
+def test_each_commit_records_its_batch_and_unchanged_tables_get_none(story):
+    tables = story["tables"]
+    assert sorted({r["batch_id"] for r in table(tables.landed_files)}) == [1, 2, 3, 4, 5]
+    last_batch = {path.name: DeltaTable(str(path)).transaction_version("land")
+                  for path in tables.committed()}  # fmt: skip
+    # Gaps last changed in batch 3 (closed), ranges in 4; batch 5 added no record.
+    assert last_batch == {
+        "records": 4,
+        "export_errors": 1,
+        "offset_conflicts": 2,
+        "offset_ranges": 4,
+        "offset_gaps": 3,
+        "landed_files": 5,
+    }
+
+
+# --- pieces without Spark -----------------------------------------------------------------------
+
+
+def test_merge_runs_joins_adjacent_and_overlapping_runs():
+    old = {("t", 0): [(0, 4), (10, 12)], ("t", 1): [(5, 5)]}
+    new = {("t", 0): [(5, 6), (8, 9), (11, 20)], ("u", 0): [(0, 0)]}
+    assert merge_runs(old, new) == {
+        ("t", 0): [(0, 6), (8, 20)],
+        ("t", 1): [(5, 5)],
+        ("u", 0): [(0, 0)],
+    }
+    assert merge_runs(old, {}) == old
+
+
+def test_overlap_windows_cover_only_where_the_batch_meets_bronze():
+    ranges = {("t", 0): [(0, 9), (20, 29)], ("t", 1): [(0, 9)]}
+    extents = {("t", 0): (5, 25), ("t", 1): (10, 19), ("t", 2): (0, 5)}
+    # (t, 1) starts after bronze ends and (t, 2) is new: no bronze lookups for them.
+    assert overlap_windows(extents, ranges) == {("t", 0): (5, 25)}
+    assert overlap_windows({("t", 0): (12, 15)}, ranges) == {}
+
+
+def test_discover_files_expands_directories_and_skips_bookkeeping(tmp_path):
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / ".a.jsonl.crc").write_text("")
+    spark_dir = tmp_path / "spark-export"
+    (spark_dir / "_temporary").mkdir(parents=True)
+    (spark_dir / "part-0.parquet").write_text("")
+    (spark_dir / "_temporary" / "part-1.parquet").write_text("")
+    assert [
+        Path(p).relative_to(tmp_path).as_posix() for p in discover_files([f"{tmp_path}/*"])
+    ] == [
+        "a.jsonl",
+        "spark-export/part-0.parquet",
+    ]
+    assert discover_files([f"{tmp_path}/none/*"]) == []
+
+
+def read_rows(files: list[export_source.ExportFile]) -> pa.Table:
+    batches = [
+        batch
+        for partition in export_source.plan_partitions(files)
+        for batch in export_source.read_partition(partition)
+    ]
+    return pa.Table.from_batches(batches, schema=export_source.ARROW_SCHEMA)
+
+
+def test_parquet_is_split_by_row_groups_and_keeps_positions(generated, tmp_path, monkeypatch):
+    records = retopic(generated[0] + generated[1], TOPIC)
+    path = tmp_path / "many-groups.parquet"
+    exports.write_export(path, records, "parquet")
+    data = pq.read_table(path)
+    pq.write_table(data, path, row_group_size=10)
+    monkeypatch.setattr(export_source, "SPLIT_BYTES", 1)  # one partition per row group
+    file = export_source.describe_file(str(path))
+    partitions = export_source.plan_partitions([file])
+    assert len(partitions) == -(-len(records) // 10)
+    rows = read_rows([file])
+    assert rows.column("position").to_pylist() == list(range(len(records)))
+    assert rows.column("offset").to_pylist() == [r.offset for r in records]
+    assert rows.column("value").to_pylist() == [r.value for r in records]
+    assert rows.column("error").null_count == len(records)
+
+
+def test_parquet_rows_without_coordinates_become_error_rows(tmp_path):
+    table_ = pa.table(
+        {
+            "key": pa.array([b"k0", b"k1", b"k2", b"k3"]),
+            "value": pa.array([b"v0", None, b"v2", b"v3"]),
+            "topic": pa.array(["t", "t", None, "t"]),
+            "partition": pa.array([0, -1, 0, 1], pa.int32()),
+            "offset": pa.array([0, 1, 2, None], pa.int64()),
+        }
+    )
+    path = tmp_path / "odd.parquet"
+    pq.write_table(table_, path)
+    rows = read_rows([export_source.describe_file(str(path))]).to_pylist()
+    records = [r for r in rows if r["error"] is None]
+    errors = sorted((r for r in rows if r["error"] is not None), key=lambda r: r["line"])
+    assert [(r["offset"], r["key"], r["headers"], r["timestamp"]) for r in records] == [
+        (0, b"k0", None, None)
+    ]
+    assert [e["line"] for e in errors] == [2, 3, 4]
+    assert "partition" in errors[0]["error"] and "-1" in errors[0]["error"]
+    assert errors[0]["offset"] == 1  # what could be read is kept
+    assert all(e["source_file"] == str(path) for e in errors)
+
+
+def test_not_an_export_is_one_error_for_the_file(tmp_path):
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"id": [1, 2]}), path)
+    garbage = tmp_path / "garbage.jsonl.gz"
+    garbage.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    files = [export_source.describe_file(str(p)) for p in (path, garbage)]
+    rows = read_rows(files).to_pylist()
+    assert [(r["file_index"], r["line"]) for r in rows] == [(0, None), (1, None)]
+    assert "missing column(s) key, value, topic, partition, offset" in rows[0]["error"]
+    assert rows[1]["error"]  # exports' reason for the unreadable gzip stream
+
+
+def test_json_lines_errors_keep_their_place_among_records(generated, tmp_path):
+    records = retopic(generated[0][:4], TOPIC)
+    path = tmp_path / "mixed.jsonl"
+    exports.write_export(path, records, "jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.insert(1, b"[1, 2]\n")
+    path.write_bytes(b"".join(lines))
+    rows = read_rows([export_source.describe_file(str(path))]).sort_by("position").to_pylist()
+    assert [(r["position"], r["offset"], r["line"]) for r in rows] == [
+        (0, records[0].offset, None),
+        (1, None, 2),
+        (2, records[1].offset, None),
+        (3, records[2].offset, None),
+        (4, records[3].offset, None),
+    ]
+    assert "expected a JSON object" in rows[1]["error"]
+    assert rows[1]["raw"] == b"[1, 2]\n"
+
+
+def test_a_stale_or_inconsistent_plan(tmp_path, spark):
+    config = load_config(write_config(tmp_path, [TOPIC]))
+    tables = LandTables.of(LakeLayout(config.lake))
+    tables.plan.parent.mkdir(parents=True)
+    tables.plan.write_text("{not json")
+    with pytest.raises(LandError, match="unreadable land plan"):
+        land(spark, config)
+    tables.plan.write_text('{"batch_id": 3, "landed_at_us": 0, "files": [], "versions": {}}')
+    with pytest.raises(LandError, match=r"plans batch 3 but .* ends at batch 0"):
+        land(spark, config)
