@@ -1,0 +1,793 @@
+"""Decode: bronze records not yet decoded → the silver change log, DDL log, resolved events and
+quarantine, plus a decode log that reconciles the counts of every bronze batch.
+
+    decode(spark, config) -> DecodeResult          # every bronze batch not in the decode log
+    redecode(spark, config, batches=[...])         # re-derive silver for decoded batches
+    redecode(spark, config, start_ts=S, end_ts=E)  # ... for the batches touching a TS range
+
+Decoding runs on the executors: ``mapInArrow`` hands each task Arrow batches of bronze records,
+and the task decodes them with the topic's protocol and settings from the pipeline config
+(``config.codec_settings(topic)``), building each topic's decoder once per Python worker. The
+task emits one discriminated output: a ``kind`` column (change, ddl, resolved, quarantine,
+tally, fatal) and one struct column per kind, already in the silver tables' row formats
+(lake/silver.py). That output is persisted, so bronze is decoded once, and split into:
+
+- ``layout.changes`` (silver.CHANGES_SCHEMA) and ``layout.ddl`` (silver.DDL_SCHEMA);
+- ``layout.resolved``: every resolved event (topic, partition, ts, offset, index, bronze_batch);
+- ``layout.quarantine``: every record that did not decode, raw, with the error and where;
+- ``layout.decode_log``: per bronze batch, records read = decoded + quarantined, and events by
+  kind. It is written last: a batch is decoded once its log row exists.
+
+All silver tables are partitioned by ``bronze_batch``, so a batch can be re-derived by replacing
+its partition (``redecode``). Replays (the same event_id at another offset) stay in silver: it
+is a log; compaction deduplicates by event_id.
+
+Idempotency. Every table is written with app id ``decode-<table>`` and version = the highest
+bronze batch of the run, in the order changes, ddl, resolved, quarantine, log. A run killed
+between two writes leaves the log without the run's batches, so the rerun decodes them again;
+a table that already recorded the version (or a later one) skips its write, and one whose
+recorded version v is lower gets only the rows of batches above v (batches it already holds
+are ≤ v, since batch ids grow). Resolved events are written after the changes and DDLs, so a
+partial run never advances a watermark past changes it has not written. A no-op run writes
+nothing. Bronze is read at one pinned version for the whole run.
+
+What fails the stage instead of quarantining: a schema registry that cannot be reached or
+refuses the credentials (the record is not at fault: quarantining a whole topic would hide an
+outage), an invalid config, and counts that do not reconcile. Nothing is written then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ticdc_lake.config import PipelineConfig
+from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
+from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
+from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.lake import silver
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.protocols import Decoder, make_decoder
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
+
+APP_PREFIX = "decode-"
+PARTITION_BY = ("bronze_batch",)
+# Write order: resolved after changes and DDL (a watermark never runs ahead of its changes),
+# the log last (it is the mark that a batch is done).
+SILVER_TABLES = ("changes", "ddl", "resolved", "quarantine")
+OPS = ("insert", "update", "delete")
+
+RESOLVED_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("ts", pa.int64()),
+        ("offset", pa.int64()),
+        ("index", pa.int32()),
+        ("bronze_batch", pa.int64()),
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("source_file", pa.string()),
+        ("bronze_batch", pa.int64()),
+        ("protocol", pa.string()),  # null when the topic is not configured
+        ("error", pa.string()),  # str(DecodeError): reason, file, topic, partition, offset
+        ("byte_offset", pa.int64()),  # where in the key or value decoding stopped, if known
+        ("quarantined_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+DECODE_LOG_SCHEMA = pa.schema(
+    [
+        ("bronze_batch", pa.int64()),
+        ("records", pa.int64()),  # bronze records read = decoded + quarantined
+        ("decoded", pa.int64()),  # records that decoded (possibly to zero events)
+        ("quarantined", pa.int64()),
+        ("inserts", pa.int64()),  # events by kind
+        ("updates", pa.int64()),
+        ("deletes", pa.int64()),
+        ("ddl", pa.int64()),
+        ("resolved", pa.int64()),
+        ("bronze_version", pa.int64()),  # the bronze snapshot the batch was decoded from
+        ("run", pa.string()),  # decode | redecode
+        ("decoded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_COUNT_COLUMNS = ("records", "decoded", "quarantined", "inserts", "updates", "deletes", "ddl",
+                  "resolved")  # fmt: skip
+
+# The executors' one output: `kind` says which struct column holds the row.
+CHANGE = "change"
+DDL = "ddl"
+RESOLVED = "resolved"
+QUARANTINE = "quarantine"
+TALLY = "tally"  # per task and bronze batch: records read, decoded, quarantined
+FATAL = "fatal"  # decoding cannot go on (registry down): the stage fails, nothing is written
+
+_TALLY_TYPE = pa.struct(
+    [("records", pa.int64()), ("decoded", pa.int64()), ("quarantined", pa.int64())]
+)
+_FATAL_TYPE = pa.struct([("error_type", pa.string()), ("message", pa.string())])
+DECODED_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("bronze_batch", pa.int64()),
+        (CHANGE, pa.struct(list(silver.CHANGES_SCHEMA))),
+        (DDL, pa.struct(list(silver.DDL_SCHEMA))),
+        (RESOLVED, pa.struct(list(RESOLVED_SCHEMA))),
+        (QUARANTINE, pa.struct([f for f in QUARANTINE_SCHEMA if f.name != "quarantined_at"])),
+        (TALLY, _TALLY_TYPE),
+        (FATAL, _FATAL_TYPE),
+    ]
+)
+_OUTPUT_COLUMNS = DECODED_SCHEMA.names
+
+# Bronze columns the decoders need (Kafka headers and timestamps carry nothing they read).
+BRONZE_COLUMNS = ("topic", "partition", "offset", "key", "value", "source_file", "batch_id")
+
+# Redecoding a TS range: a quarantined record (TS unknown) is included when its Kafka timestamp
+# is at or after the range's start, less this allowance for clocks: a message is produced after
+# its commit, so one stamped before the start cannot hold a change of the range.
+CLOCK_SKEW_MS = 60_000
+
+
+class DecodeStageError(TicdcLakeError):
+    """The decode stage cannot run or its counts do not reconcile; nothing was written."""
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """What one run did. ``events`` counts insert, update, delete, ddl, resolved."""
+
+    batches: tuple[int, ...] = ()
+    records: int = 0
+    decoded: int = 0
+    quarantined: int = 0
+    events: dict[str, int] = field(default_factory=dict)
+    bronze_version: int | None = None
+    run: str = "decode"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"batches": list(self.batches)}
+
+    def __str__(self) -> str:
+        if not self.batches:
+            return f"{self.run}: nothing to decode"
+        events = ", ".join(f"{kind} {count}" for kind, count in self.events.items())
+        return (
+            f"{self.run}: {len(self.batches)} bronze batch(es) {list(self.batches)}: "
+            f"{self.records} records = {self.decoded} decoded + {self.quarantined} quarantined; "
+            f"events: {events}"
+        )
+
+
+# --- driver: the stage ----------------------------------------------------------------------
+
+
+def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
+    """Decode every bronze batch the decode log does not hold yet into silver."""
+    layout = LakeLayout(config.lake)
+    if not delta_table_exists(layout.bronze):
+        return DecodeResult()
+    check_topics(config)
+    snapshot = open_table(layout.bronze)  # one bronze version for the whole run
+    bronze_version = snapshot.version()
+    bronze = read_delta(spark, layout.bronze, bronze_version)
+    counts = batch_counts(bronze, snapshot)
+    pending = pending_batches(counts, logged_batches(layout))
+    if not pending:
+        return DecodeResult(bronze_version=bronze_version)
+
+    expected = {batch: counts[batch] for batch in pending}
+    run = decode_batches(spark, config, bronze, expected, bronze_version, run="decode")
+    try:
+        version = max(pending)
+        for name in SILVER_TABLES:
+            _append(run.table(name), _path(layout, name), f"{APP_PREFIX}{name}", version)
+        _append(run.log(), layout.decode_log, f"{APP_PREFIX}log", version)
+    finally:
+        run.release()
+    return run.result()
+
+
+def batch_counts(bronze: DataFrame, snapshot: DeltaTable | None = None) -> dict[int, int]:
+    """Records per bronze batch: what the decoded counts must add up to.
+
+    Read from the Delta log when it can be (``snapshot``: every file's statistics hold its
+    record count and a single batch id, as a batch's files do), so finding the pending
+    batches costs one look at the log, not a scan of bronze; counted by Spark otherwise.
+    """
+    counts = _counts_from_log(snapshot) if snapshot is not None else None
+    if counts is None:
+        grouped = bronze.groupBy("batch_id").count().collect()
+        counts = {row["batch_id"]: row["count"] for row in grouped}
+    if None in counts:
+        raise DecodeStageError(f"bronze holds {counts[None]} records without a batch_id")
+    return counts
+
+
+def _counts_from_log(snapshot: DeltaTable) -> dict[int, int] | None:
+    files = pa.table(snapshot.get_add_actions(flatten=True))
+    names = ("num_records", "min.batch_id", "max.batch_id", "null_count.batch_id")
+    if "partition.batch_id" in files.column_names:  # one batch per file by construction
+        lows = highs = files.column("partition.batch_id").to_pylist()
+        nulls = [0] * files.num_rows
+        records = files.column("num_records").to_pylist()
+    elif all(name in files.column_names for name in names):
+        records, lows, highs, nulls = (files.column(name).to_pylist() for name in names)
+    else:
+        return None
+    counts: dict[int, int] = {}
+    for count, low, high, null in zip(records, lows, highs, nulls, strict=True):
+        if count is None or low is None or low != high or null:
+            return None  # no statistics, or a file holding several batches: count by Spark
+        counts[low] = counts.get(low, 0) + count
+    return counts
+
+
+def logged_batches(layout: LakeLayout) -> set[int]:
+    """Bronze batches the decode log holds: decoded. (A small table: read by delta-rs.)"""
+    if not delta_table_exists(layout.decode_log):
+        return set()
+    ids = open_table(layout.decode_log).to_pyarrow_table(columns=["bronze_batch"])
+    return set(ids.column("bronze_batch").to_pylist())
+
+
+def pending_batches(bronze_batches: Iterable[int], logged: set[int]) -> list[int]:
+    """Bronze batch ids the decode log lacks, ascending.
+
+    Progress is tracked by increasing batch ids (the silver writes record the highest batch
+    of a run as their app version), so a batch below one already decoded cannot be decoded
+    in order: that is refused, pointing at ``redecode``.
+    """
+    pending = sorted(set(bronze_batches) - logged)
+    late = [b for b in pending if logged and b < max(logged)]
+    if late:
+        raise DecodeStageError(
+            f"bronze batch(es) {late} appeared after batch {max(logged)} was decoded; decode "
+            "follows increasing batch ids, so it cannot take them in order: decode them with "
+            "redecode(spark, config, batches=...) after landing is fixed"
+        )
+    return pending
+
+
+def check_topics(config: PipelineConfig) -> None:
+    """Build every configured topic's decoder once on the driver: a bad setting (missing schema
+    directory, unknown option) fails the stage here with a ConfigError, before any Spark job."""
+    for topic, topic_config in config.topics.items():
+        make_decoder(topic_config.protocol, config.codec_settings(topic))
+
+
+def _path(layout: LakeLayout, name: str):
+    return getattr(layout, name)
+
+
+def _recorded_version(path, app_id: str) -> int | None:
+    if not delta_table_exists(path):
+        return None
+    return open_table(path).transaction_version(app_id)
+
+
+def _append(rows: DataFrame, path, app_id: str, version: int) -> None:
+    """Append the rows of batches the table does not hold yet, recording ``version``."""
+    recorded = _recorded_version(path, app_id)
+    if recorded is not None:
+        if recorded >= version:
+            return  # written before a crash: this table is complete for the run
+        # A run that crashed after this table's write, before more batches were landed: it
+        # wrote every batch up to `recorded`; write the rest.
+        rows = rows.where(F.col("bronze_batch") > recorded)
+    write_delta(rows, path, partition_by=PARTITION_BY, app_id=app_id, version=version)
+
+
+# --- driver: decoding a set of bronze batches once -------------------------------------------
+
+
+@dataclass
+class DecodedRun:
+    """The persisted executor output of one run, its per-batch summary, and its tables."""
+
+    decoded: DataFrame
+    summary: list[dict[str, Any]]  # decode-log rows, one per batch
+    batches: tuple[int, ...]
+    bronze_version: int
+    run: str
+    started_at: dt.datetime
+
+    def table(self, name: str) -> DataFrame:
+        return {
+            "changes": lambda: changes_of(self.decoded),
+            "ddl": lambda: ddl_of(self.decoded),
+            "resolved": lambda: resolved_of(self.decoded),
+            "quarantine": lambda: quarantine_of(self.decoded, self.started_at),
+        }[name]()
+
+    def log(self) -> DataFrame:
+        spark = self.decoded.sparkSession
+        table = pa.Table.from_pylist(self.summary, schema=DECODE_LOG_SCHEMA)
+        return spark.createDataFrame(table)
+
+    def release(self) -> None:
+        self.decoded.unpersist()
+
+    def result(self) -> DecodeResult:
+        totals = {name: sum(row[name] for row in self.summary) for name in _COUNT_COLUMNS}
+        events = {
+            "insert": totals["inserts"],
+            "update": totals["updates"],
+            "delete": totals["deletes"],
+            "ddl": totals["ddl"],
+            "resolved": totals["resolved"],
+        }
+        return DecodeResult(
+            batches=self.batches,
+            records=totals["records"],
+            decoded=totals["decoded"],
+            quarantined=totals["quarantined"],
+            events=events,
+            bronze_version=self.bronze_version,
+            run=self.run,
+        )
+
+
+def decode_batches(
+    spark: SparkSession,
+    config: PipelineConfig,
+    bronze: DataFrame,
+    expected: dict[int, int],
+    bronze_version: int,
+    *,
+    run: str,
+) -> DecodedRun:
+    """Decode the bronze records of the batches in ``expected`` (batch id → bronze records) on
+    the executors, once, and check that the counts reconcile.
+
+    Raises the registry's or the config's error when decoding could not go on, and
+    DecodeStageError when the counts do not reconcile; the caller writes nothing then.
+    """
+    started_at = dt.datetime.now(dt.UTC)
+    batches = tuple(sorted(expected))
+    records = bronze.where(F.col("batch_id").isin(list(batches)))
+    decoded = decode_records(records, config).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        summary = _summarise(decoded)
+        _check_fatal(summary)
+        _reconcile(summary, expected)
+        logged = [
+            _log_row(row, bronze_version, run, started_at)
+            for row in sorted(summary, key=lambda r: r["bronze_batch"])
+        ]
+    except BaseException:
+        decoded.unpersist()
+        raise
+    return DecodedRun(decoded, logged, batches, bronze_version, run, started_at)
+
+
+def _summarise(decoded: DataFrame) -> list[dict[str, Any]]:
+    kind = F.col("kind")
+
+    def count(condition) -> F.Column:
+        return F.count_if(condition)
+
+    rows = decoded.groupBy("bronze_batch").agg(
+        F.coalesce(F.sum(f"{TALLY}.records"), F.lit(0)).alias("records"),
+        F.coalesce(F.sum(f"{TALLY}.decoded"), F.lit(0)).alias("decoded"),
+        F.coalesce(F.sum(f"{TALLY}.quarantined"), F.lit(0)).alias("quarantined"),
+        count(kind == QUARANTINE).alias("quarantine_rows"),
+        *[count((kind == CHANGE) & (F.col(f"{CHANGE}.op") == op)).alias(f"{op}s") for op in OPS],
+        count(kind == CHANGE).alias("changes"),
+        count(kind == DDL).alias("ddl"),
+        count(kind == RESOLVED).alias("resolved"),
+        F.first(FATAL, ignorenulls=True).alias(FATAL),
+    )
+    return [row.asDict(recursive=True) for row in rows.collect()]
+
+
+def _check_fatal(summary: list[dict[str, Any]]) -> None:
+    for row in summary:
+        fatal = row[FATAL]
+        if fatal is None:
+            continue
+        message = f"decoding bronze batch {row['bronze_batch']} stopped, nothing was written: "
+        message += fatal["message"]
+        if fatal["error_type"] == SchemaRegistryUnavailableError.__name__:
+            raise SchemaRegistryUnavailableError(message)
+        raise ConfigError(message)
+
+
+def _log_row(row: dict[str, Any], bronze_version: int, run: str, at: dt.datetime) -> dict:
+    log = {name: row[name] for name in DECODE_LOG_SCHEMA.names if name in row}
+    return log | {"bronze_version": bronze_version, "run": run, "decoded_at": at}
+
+
+def _reconcile(summary: list[dict[str, Any]], expected: dict[int, int]) -> None:
+    """bronze records = decoded + quarantined, per batch, and every event and quarantined
+    record is a row: a mismatch is a bug, and nothing is written."""
+    problems = []
+    seen = {row["bronze_batch"] for row in summary}
+    for batch in sorted(set(expected) - seen):
+        problems.append(f"batch {batch}: {expected[batch]} bronze records, none decoded")
+    for row in summary:
+        batch, records = row["bronze_batch"], row["records"]
+        if records != expected.get(batch, 0):
+            problems.append(f"batch {batch}: read {records} records of {expected.get(batch, 0)}")
+        if records != row["decoded"] + row["quarantined"]:
+            problems.append(
+                f"batch {batch}: {records} records != {row['decoded']} decoded + "
+                f"{row['quarantined']} quarantined"
+            )
+        if row["quarantine_rows"] != row["quarantined"]:
+            problems.append(
+                f"batch {batch}: {row['quarantined']} records quarantined but "
+                f"{row['quarantine_rows']} quarantine rows"
+            )
+    if problems:
+        raise DecodeStageError("decode counts do not reconcile: " + "; ".join(problems))
+
+
+# --- transforms ------------------------------------------------------------------------------
+
+
+def decode_records(bronze: DataFrame, config: PipelineConfig) -> DataFrame:
+    """Bronze records → the discriminated decode output (DECODED_SCHEMA), on the executors."""
+    spark = bronze.sparkSession
+    parallelism = spark.sparkContext.defaultParallelism
+    records = bronze.select(*BRONZE_COLUMNS)
+    # A small bronze table is one file, hence one task: spread it over the cores (decoding
+    # is CPU-bound; the shuffle moves raw bytes, which costs far less).
+    if records.rdd.getNumPartitions() < parallelism:
+        records = records.repartition(parallelism)
+    decoder = PartitionDecoder.for_config(config)
+    return records.mapInArrow(decoder, from_arrow_schema(DECODED_SCHEMA))
+
+
+def changes_of(decoded: DataFrame) -> DataFrame:
+    return decoded.where(F.col("kind") == CHANGE).select(f"{CHANGE}.*")
+
+
+def ddl_of(decoded: DataFrame) -> DataFrame:
+    return decoded.where(F.col("kind") == DDL).select(f"{DDL}.*")
+
+
+def resolved_of(decoded: DataFrame) -> DataFrame:
+    return decoded.where(F.col("kind") == RESOLVED).select(f"{RESOLVED}.*")
+
+
+def quarantine_of(decoded: DataFrame, at: dt.datetime) -> DataFrame:
+    return (
+        decoded.where(F.col("kind") == QUARANTINE)
+        .select(f"{QUARANTINE}.*")
+        .withColumn("quarantined_at", F.lit(at).cast("timestamp"))
+    )
+
+
+# --- executors: decoding records -------------------------------------------------------------
+
+
+class TopicDecoders:
+    """Each topic's decoder, built on first use from the config."""
+
+    def __init__(self, config: PipelineConfig):
+        self.config = config
+        self._decoders: dict[str, tuple[Decoder | None, str | None, str | None]] = {}
+
+    def get(self, topic: str) -> tuple[Decoder | None, str | None, str | None]:
+        """(decoder, protocol, None), or (None, None, why) for a topic the config lacks."""
+        entry = self._decoders.get(topic)
+        if entry is None:
+            if topic in self.config.topics:
+                protocol = self.config.topics[topic].protocol
+                decoder = make_decoder(protocol, self.config.codec_settings(topic))
+                entry = (decoder, protocol, None)
+            else:
+                known = ", ".join(sorted(self.config.topics))
+                entry = (
+                    None,
+                    None,
+                    f"topic {topic!r} is not in the pipeline config {self.config.source} "
+                    f"(configured: {known}); add it with its protocol, then redecode",
+                )
+            self._decoders[topic] = entry
+        return entry
+
+
+# Decoders live as long as the Python worker (Spark reuses workers across tasks), keyed by a
+# fingerprint of the config they were built from; a few configs at most per worker.
+_WORKER_DECODERS: dict[str, TopicDecoders] = {}
+_WORKER_DECODERS_MAX = 8
+
+
+def worker_decoders(fingerprint: str, config: PipelineConfig) -> TopicDecoders:
+    decoders = _WORKER_DECODERS.get(fingerprint)
+    if decoders is None:
+        if len(_WORKER_DECODERS) >= _WORKER_DECODERS_MAX:
+            _WORKER_DECODERS.clear()
+        decoders = _WORKER_DECODERS[fingerprint] = TopicDecoders(config)
+    return decoders
+
+
+class OutputBuilder:
+    """Rows of the decode output for one Arrow batch, column by column."""
+
+    def __init__(self):
+        self.columns: dict[str, list] = {name: [] for name in _OUTPUT_COLUMNS}
+
+    def add(self, kind: str, batch: int, value: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(value if name == kind else None)
+        self.columns["kind"][-1] = kind
+        self.columns["bronze_batch"][-1] = batch
+
+    def __len__(self) -> int:
+        return len(self.columns["kind"])
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.columns[f.name], f.type) for f in DECODED_SCHEMA]
+        return pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
+
+
+def _too_large_ts(events: list[Event]) -> tuple[Event, int] | None:
+    for event in events:
+        ts = event.ts if isinstance(event, ResolvedEvent) else event.commit_ts
+        if ts is not None and ts > silver.TSO_MAX:
+            return event, ts
+    return None
+
+
+@dataclass
+class PartitionDecoder:
+    """The ``mapInArrow`` function: bronze record batches → decode output batches.
+
+    Every record ends as events (possibly none) or as one quarantine row; each task ends with
+    a tally per bronze batch so the driver can reconcile. A registry outage or a config error
+    ends the task with one ``fatal`` row (the rest of its input is read but not decoded).
+    """
+
+    config: PipelineConfig
+    fingerprint: str
+
+    @classmethod
+    def for_config(cls, config: PipelineConfig) -> PartitionDecoder:
+        # Schema sources built on the driver (a registry client holds sockets and locks) stay
+        # there: executors build their own from the settings.
+        shipped = dataclasses.replace(config, _schema_sources={})
+        fingerprint = hashlib.sha256(pickle.dumps(shipped)).hexdigest()
+        return cls(shipped, fingerprint)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        decoders = worker_decoders(self.fingerprint, self.config)
+        tallies: dict[int, list[int]] = {}
+        for batch in batches:
+            out = OutputBuilder()
+            fatal = self._decode_batch(batch, decoders, out, tallies)
+            if len(out):
+                yield out.batch()
+            if fatal is not None:
+                for _ in batches:  # read the rest of the input, so Spark can finish the task
+                    pass
+                batch_id, error = fatal
+                out = OutputBuilder()
+                message = {"error_type": type(error).__name__, "message": str(error)}
+                out.add(FATAL, batch_id, message)
+                yield out.batch()
+                return
+        out = OutputBuilder()
+        for batch_id, (records, decoded, quarantined) in sorted(tallies.items()):
+            tally = {"records": records, "decoded": decoded, "quarantined": quarantined}
+            out.add(TALLY, batch_id, tally)
+        if len(out):
+            yield out.batch()
+
+    def _decode_batch(
+        self,
+        batch: pa.RecordBatch,
+        decoders: TopicDecoders,
+        out: OutputBuilder,
+        tallies: dict[int, list[int]],
+    ) -> tuple[int, Exception] | None:
+        """Decode one Arrow batch into ``out``; (batch id, error) if decoding cannot go on."""
+        columns = [batch.column(name).to_pylist() for name in BRONZE_COLUMNS]
+        for topic, partition, offset, key, value, source_file, batch_id in zip(
+            *columns, strict=True
+        ):
+            tally = tallies.setdefault(batch_id, [0, 0, 0])
+            tally[0] += 1
+            record = KafkaRecord(topic, partition, offset, key, value)
+            try:
+                events = decode_record(decoders, record, source_file)
+            except DecodeError as error:
+                tally[2] += 1
+                out.add(QUARANTINE, batch_id, _quarantine_row(record, source_file, batch_id, error))
+                continue
+            except (SchemaRegistryUnavailableError, ConfigError) as error:
+                return batch_id, error
+            tally[1] += 1
+            for event in events:
+                if isinstance(event, RowEvent):
+                    out.add(CHANGE, batch_id, silver.change_row(event, batch_id))
+                elif isinstance(event, DdlEvent):
+                    out.add(DDL, batch_id, silver.ddl_row(event, batch_id))
+                else:
+                    out.add(RESOLVED, batch_id, _resolved_row(event, batch_id))
+        return None
+
+
+def decode_record(decoders: TopicDecoders, record: KafkaRecord, source_file: str) -> list[Event]:
+    """The record's events, or DecodeError naming the file and coordinates: undecodable bytes,
+    a topic the config does not name, or a TS silver cannot hold. A registry that cannot be
+    asked raises SchemaRegistryUnavailableError (or ConfigError for refused credentials)."""
+    where = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "source_file": source_file,
+    }
+    decoder, protocol, problem = decoders.get(record.topic)
+    if decoder is None:
+        raise DecodeError(problem, **where)
+    try:
+        events = decoder.decode(record)
+    except DecodeError as error:
+        raise error.located(source_file=source_file) from None
+    too_large = _too_large_ts(events)
+    if too_large is not None:
+        event, ts = too_large
+        raise DecodeError(
+            f"{event.kind} event TS {ts} exceeds 2^63-1 (silver.TSO_MAX): no TSO is that "
+            "large (it would be the year ~3100) and silver's BIGINT cannot hold it",
+            protocol=protocol,
+            **where,
+        )
+    return events
+
+
+def _quarantine_row(
+    record: KafkaRecord, source_file: str, batch_id: int, error: DecodeError
+) -> dict[str, Any]:
+    return {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": record.key,
+        "value": record.value,
+        "source_file": source_file,
+        "bronze_batch": batch_id,
+        "protocol": error.protocol,
+        "error": str(error),
+        "byte_offset": error.byte_offset,
+    }
+
+
+def _resolved_row(event: ResolvedEvent, batch_id: int) -> dict[str, Any]:
+    return {
+        "topic": event.topic,
+        "partition": event.partition,
+        "ts": event.ts,
+        "offset": event.offset,
+        "index": event.index,
+        "bronze_batch": batch_id,
+    }
+
+
+# --- re-deriving silver (backfills) ----------------------------------------------------------
+
+
+def redecode(
+    spark: SparkSession,
+    config: PipelineConfig,
+    *,
+    batches: Iterable[int] | None = None,
+    start_ts: int | None = None,
+    end_ts: int | None = None,
+) -> DecodeResult:
+    """Re-derive silver for bronze batches: given, or the decoded ones touching [start_ts, end_ts].
+
+    Bronze is immutable, so this rebuilds what ``decode`` wrote for those batches with the
+    current config (after fixing a topic's protocol, say, its quarantined records decode):
+    each silver table's partitions of those batches are replaced in one commit, and their
+    decode-log rows are replaced. Whole batches are re-derived, never parts of one. A batch
+    ``decode`` refused (landed below one already decoded) is decoded this way too.
+
+    A TS range selects the batches holding a change, DDL or resolved event with
+    start_ts <= TS <= end_ts, and those holding a quarantined record (whose TS is unknown)
+    produced at or after the range's start (see CLOCK_SKEW_MS). Rerunning gives the same rows
+    (new Delta versions: it is an explicit rebuild). Gold must be rebuilt afterwards.
+    """
+    if (batches is None) == (start_ts is None and end_ts is None):
+        raise ValueError("give either batches or a TS range (start_ts, end_ts)")
+    layout = LakeLayout(config.lake)
+    if not delta_table_exists(layout.bronze):
+        raise DecodeStageError(f"no bronze table at {layout.bronze}: nothing to redecode")
+    check_topics(config)
+    snapshot = open_table(layout.bronze)
+    bronze_version = snapshot.version()
+    bronze = read_delta(spark, layout.bronze, bronze_version)
+    if batches is None:
+        if start_ts is None or end_ts is None or not 0 <= start_ts <= end_ts:
+            raise ValueError(f"need 0 <= start_ts <= end_ts, not [{start_ts}, {end_ts}]")
+        chosen = batches_in_range(spark, layout, bronze, start_ts, end_ts)
+    else:
+        chosen = sorted(set(batches))
+    if not chosen:
+        return DecodeResult(bronze_version=bronze_version, run="redecode")
+    counts = batch_counts(bronze, snapshot)
+    expected = {batch: counts[batch] for batch in chosen if batch in counts}
+    missing = [b for b in chosen if b not in expected]
+    if missing:
+        raise DecodeStageError(
+            f"bronze batch(es) {missing} are not in bronze {layout.bronze} "
+            f"(version {bronze_version})"
+        )
+    run = decode_batches(spark, config, bronze, expected, bronze_version, run="redecode")
+    try:
+        for name in SILVER_TABLES:
+            write_delta(
+                run.table(name),
+                _path(layout, name),
+                mode="overwrite",
+                partition_by=PARTITION_BY,
+                replace_where={"bronze_batch": list(chosen)},
+            )
+        merge_delta(pa.Table.from_pylist(run.summary, DECODE_LOG_SCHEMA), layout.decode_log,
+                    keys=["bronze_batch"])  # fmt: skip
+    finally:
+        run.release()
+    return run.result()
+
+
+def batches_in_range(
+    spark: SparkSession, layout: LakeLayout, bronze: DataFrame, start_ts: int, end_ts: int
+) -> list[int]:
+    """Decoded bronze batches that may hold events with start_ts <= TS <= end_ts."""
+    found: DataFrame | None = None
+
+    def add(ids: DataFrame) -> None:
+        nonlocal found
+        found = ids if found is None else found.unionByName(ids)
+
+    for name, column in (("changes", "commit_ts"), ("ddl", "commit_ts"), ("resolved", "ts")):
+        path = _path(layout, name)
+        if delta_table_exists(path):
+            rows = read_delta(spark, path).where(F.col(column).between(start_ts, end_ts))
+            add(rows.select("bronze_batch"))
+    if delta_table_exists(layout.quarantine):
+        since = dt.datetime.fromtimestamp(((start_ts >> 18) - CLOCK_SKEW_MS) / 1000, dt.UTC)
+        quarantined = read_delta(spark, layout.quarantine).select(
+            "topic", "partition", "offset", "bronze_batch"
+        )
+        stamped = bronze.select(
+            "topic",
+            "partition",
+            "offset",
+            F.col("batch_id").alias("bronze_batch"),
+            "timestamp",
+        )
+        joined = quarantined.join(stamped, ["topic", "partition", "offset", "bronze_batch"])
+        add(
+            joined.where(F.col("timestamp").isNull() | (F.col("timestamp") >= F.lit(since))).select(
+                "bronze_batch"
+            )
+        )
+    if found is None:
+        return []
+    return sorted(row.bronze_batch for row in found.distinct().collect())
