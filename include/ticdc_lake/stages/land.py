@@ -260,7 +260,7 @@ class LandResult:
             f"{self.seconds:.1f} s"
         )
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
