@@ -25,19 +25,11 @@
  * generic compare; the message is therefore read in one pass over its entries, and a row's
  * columns are matched against the table plan in order rather than looked up.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_speedups.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
-
-#ifdef Py_T_OBJECT_EX
-#define SLOT_OBJECT_EX Py_T_OBJECT_EX
-#else
-#define SLOT_OBJECT_EX T_OBJECT_EX
-#endif
 
 /* How a column's text becomes its value; canal_json._table_plan maps converters to these. */
 enum {
@@ -56,50 +48,8 @@ enum {
 #define BAIL 0
 #define ERROR (-1)
 
-/* ---------------------------------------------------------------------------------------------
- * The event model, as handed over by `configure`. */
-
-enum { COLUMN_TYPE_CODE, COLUMN_FLAGS, COLUMN_VALUE, COLUMN_MYSQL_TYPE, COLUMN_NFIELDS };
-static const char *const column_fields[] = {"type_code", "flags", "value", "mysql_type", NULL};
-
-enum {
-    ROW_COMMIT_TS, ROW_SCHEMA, ROW_TABLE, ROW_OP, ROW_COLUMNS, ROW_OLD_COLUMNS, ROW_TOPIC,
-    ROW_PARTITION, ROW_OFFSET, ROW_INDEX, ROW_PARTITION_ID, ROW_HANDLE_KEY_ONLY, ROW_NFIELDS
-};
-static const char *const row_fields[] = {
-    "commit_ts", "schema", "table", "op", "columns", "old_columns", "topic", "partition",
-    "offset", "index", "partition_id", "handle_key_only", NULL};
-
-typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offsets[16];
-} SlotClass;
-
-static SlotClass column_class, row_class;
-static PyObject *op_insert, *op_update, *op_delete;
 static PyObject *json_loads; /* orjson.loads: the reference's parser */
 static PyObject *zero;
-static int configured;
-
-/* A new instance whose slots are all still NULL; the caller fills every one. */
-static inline PyObject *
-slot_new(const SlotClass *cls)
-{
-    return cls->type->tp_alloc(cls->type, 0);
-}
-
-/* Store a new reference (stolen) in a slot of a fresh instance. */
-static inline void
-slot_set(PyObject *obj, const SlotClass *cls, int field, PyObject *value)
-{
-    *(PyObject **)((char *)obj + cls->offsets[field]) = value;
-}
-
-static inline PyObject *
-slot_get(PyObject *obj, const SlotClass *cls, int field)
-{
-    return *(PyObject **)((char *)obj + cls->offsets[field]);
-}
 
 /* After a failed call: an ordinary exception means the reference path should look at the
  * message (it raises the right DecodeError); anything else (KeyboardInterrupt, SystemExit)
@@ -594,21 +544,6 @@ convert_value(const ColumnPlan *plan, PyObject *text, PyObject **out)
 /* ---------------------------------------------------------------------------------------------
  * Images. */
 
-static PyObject *
-new_column(PyObject *type_code, PyObject *flags, PyObject *value, PyObject *mysql_type)
-{
-    PyObject *column = slot_new(&column_class);
-    if (column == NULL) {
-        Py_DECREF(value);
-        return NULL;
-    }
-    slot_set(column, &column_class, COLUMN_TYPE_CODE, Py_NewRef(type_code));
-    slot_set(column, &column_class, COLUMN_FLAGS, Py_NewRef(flags));
-    slot_set(column, &column_class, COLUMN_VALUE, value);
-    slot_set(column, &column_class, COLUMN_MYSQL_TYPE, Py_NewRef(mysql_type));
-    return column;
-}
-
 /* `data`/`old`: a one-element list holding a dict (borrowed), or NULL. */
 static PyObject *
 single_row(PyObject *rows)
@@ -982,10 +917,8 @@ done:
 static PyObject *
 canal_row_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "_canal_speedups.configure() was not called");
-        return NULL;
-    }
+    if (!configured)
+        return not_configured("_canal_speedups");
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "row_event(message, tables, topic, partition, offset)");
         return NULL;
@@ -1020,70 +953,6 @@ canal_row_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------------------------------------
  * configure(Column, RowEvent, INSERT, UPDATE, DELETE, loads) */
 
-static int
-bind_class(PyObject *cls, const char *const *fields, SlotClass *out)
-{
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "%R is not a class", cls);
-        return -1;
-    }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    if (type->tp_base != &PyBaseObject_Type) {
-        PyErr_Format(PyExc_TypeError, "%s must derive directly from object", type->tp_name);
-        return -1;
-    }
-    /* Objects are made without __init__, so there must be nothing else to run. */
-    if (PyObject_HasAttrString(cls, "__post_init__")) {
-        PyErr_Format(PyExc_TypeError, "%s has __post_init__", type->tp_name);
-        return -1;
-    }
-    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
-    if (slots == NULL)
-        return -1;
-    PyObject *slot_tuple = PySequence_Tuple(slots);
-    Py_DECREF(slots);
-    if (slot_tuple == NULL)
-        return -1;
-    Py_ssize_t nfields = 0;
-    while (fields[nfields] != NULL)
-        nfields++;
-    int rc = -1;
-    if (PyTuple_GET_SIZE(slot_tuple) != nfields) {
-        PyErr_Format(PyExc_ValueError, "%s has slots %R; the extension fills %zd fields",
-                     type->tp_name, slot_tuple, nfields);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nfields; i++) {
-        PyObject *name = PyUnicode_FromString(fields[i]);
-        if (name == NULL)
-            goto done;
-        int present = PySequence_Contains(slot_tuple, name);
-        PyObject *descr = present == 1 ? PyDict_GetItemWithError(type->tp_dict, name) : NULL;
-        Py_DECREF(name);
-        if (present < 0)
-            goto done;
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s has no slot %s the extension can fill",
-                             type->tp_name, fields[i]);
-            goto done;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != SLOT_OBJECT_EX || (member->flags & READONLY)) {
-            PyErr_Format(PyExc_ValueError, "slot %s of %s is not a writable object slot",
-                         fields[i], type->tp_name);
-            goto done;
-        }
-        out->offsets[i] = member->offset;
-    }
-    Py_INCREF(type);
-    Py_XSETREF(out->type, type);
-    rc = 0;
-done:
-    Py_DECREF(slot_tuple);
-    return rc;
-}
-
 static PyObject *
 canal_configure(PyObject *module, PyObject *args)
 {
@@ -1099,12 +968,7 @@ canal_configure(PyObject *module, PyObject *args)
     if (bind_class(column, column_fields, &column_class) < 0
         || bind_class(row, row_fields, &row_class) < 0)
         return NULL;
-    Py_INCREF(insert);
-    Py_XSETREF(op_insert, insert);
-    Py_INCREF(update);
-    Py_XSETREF(op_update, update);
-    Py_INCREF(delete);
-    Py_XSETREF(op_delete, delete);
+    bind_ops(insert, update, delete);
     Py_INCREF(loads);
     Py_XSETREF(json_loads, loads);
     configured = 1;

@@ -14,20 +14,12 @@
  * and records each field's slot offset, so objects are made with tp_alloc and their slots filled
  * directly instead of running the dataclass __init__ (the bulk of the cost otherwise).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_speedups.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#ifdef Py_T_OBJECT_EX
-#define SLOT_OBJECT_EX Py_T_OBJECT_EX
-#else
-#define SLOT_OBJECT_EX T_OBJECT_EX
-#endif
 
 #define VERSION 1
 #define EVENT_ROW 1
@@ -56,18 +48,7 @@ enum {
 static unsigned char value_layout[256];
 
 /* ---------------------------------------------------------------------------------------------
- * The event model, as handed over by `configure`. */
-
-enum { COLUMN_TYPE_CODE, COLUMN_FLAGS, COLUMN_VALUE, COLUMN_MYSQL_TYPE, COLUMN_NFIELDS };
-static const char *const column_fields[] = {"type_code", "flags", "value", "mysql_type", NULL};
-
-enum {
-    ROW_COMMIT_TS, ROW_SCHEMA, ROW_TABLE, ROW_OP, ROW_COLUMNS, ROW_OLD_COLUMNS, ROW_TOPIC,
-    ROW_PARTITION, ROW_OFFSET, ROW_INDEX, ROW_PARTITION_ID, ROW_HANDLE_KEY_ONLY, ROW_NFIELDS
-};
-static const char *const row_fields[] = {
-    "commit_ts", "schema", "table", "op", "columns", "old_columns", "topic", "partition",
-    "offset", "index", "partition_id", "handle_key_only", NULL};
+ * The event model beyond _speedups.h: DDL and resolved events. */
 
 enum {
     DDL_COMMIT_TS, DDL_SCHEMA, DDL_TABLE, DDL_QUERY, DDL_DDL_TYPE, DDL_TOPIC, DDL_PARTITION,
@@ -77,32 +58,9 @@ static const char *const ddl_fields[] = {
     "commit_ts", "schema", "table", "query", "ddl_type", "topic", "partition", "offset", "index",
     NULL};
 
-enum { RES_TS, RES_TOPIC, RES_PARTITION, RES_OFFSET, RES_INDEX, RES_NFIELDS };
-static const char *const resolved_fields[] = {"ts", "topic", "partition", "offset", "index", NULL};
-
-typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offsets[16];
-} SlotClass;
-
-static SlotClass column_class, row_class, ddl_class, resolved_class;
+static SlotClass ddl_class, resolved_class;
 static PyObject *decode_error;  /* ticdc_lake.errors.DecodeError */
-static PyObject *op_insert, *op_update, *op_delete, *empty_str;
-static int configured;
-
-/* A new instance whose slots are all still NULL; the caller fills every one. */
-static inline PyObject *
-slot_new(const SlotClass *cls)
-{
-    return cls->type->tp_alloc(cls->type, 0);
-}
-
-/* Store a new reference (stolen) in a slot of a fresh instance. */
-static inline void
-slot_set(PyObject *obj, const SlotClass *cls, int field, PyObject *value)
-{
-    *(PyObject **)((char *)obj + cls->offsets[field]) = value;
-}
+static PyObject *empty_str;
 
 /* ---------------------------------------------------------------------------------------------
  * Errors: DecodeError(reason, byte_offset=byte). */
@@ -837,17 +795,6 @@ decode_value(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end, PyObject *col
 /* ---------------------------------------------------------------------------------------------
  * Row, DDL and resolved bodies. */
 
-/* A dict sized for `count` columns up front, so it never resizes while it is filled. */
-static inline PyObject *
-new_image_dict(Py_ssize_t count)
-{
-#if PY_VERSION_HEX < 0x030D0000 /* private from 3.13 on */
-    return _PyDict_NewPresized(count);
-#else
-    return PyDict_New();
-#endif
-}
-
 typedef struct {
     const uint8_t *buf;
     Terms *terms;
@@ -1204,10 +1151,8 @@ done:
 static PyObject *
 craft_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "_craft_speedups.configure() was not called");
-        return NULL;
-    }
+    if (!configured)
+        return not_configured("_craft_speedups");
     if (nargs != 4 && nargs != 5) {
         PyErr_SetString(PyExc_TypeError,
                         "decode(value, topic, partition, offset, delete_handle_key_only=False)");
@@ -1227,70 +1172,6 @@ craft_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------------------------------------
  * configure(Column, RowEvent, DdlEvent, ResolvedEvent, DecodeError, INSERT, UPDATE, DELETE,
  *           value_layout) */
-
-static int
-bind_class(PyObject *cls, const char *const *fields, SlotClass *out)
-{
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "%R is not a class", cls);
-        return -1;
-    }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    if (type->tp_base != &PyBaseObject_Type) {
-        PyErr_Format(PyExc_TypeError, "%s must derive directly from object", type->tp_name);
-        return -1;
-    }
-    /* Objects are made without __init__, so there must be nothing else to run. */
-    if (PyObject_HasAttrString(cls, "__post_init__")) {
-        PyErr_Format(PyExc_TypeError, "%s has __post_init__", type->tp_name);
-        return -1;
-    }
-    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
-    if (slots == NULL)
-        return -1;
-    PyObject *slot_tuple = PySequence_Tuple(slots);
-    Py_DECREF(slots);
-    if (slot_tuple == NULL)
-        return -1;
-    Py_ssize_t nfields = 0;
-    while (fields[nfields] != NULL)
-        nfields++;
-    int rc = -1;
-    if (PyTuple_GET_SIZE(slot_tuple) != nfields) {
-        PyErr_Format(PyExc_ValueError, "%s has slots %R; the extension fills %zd fields",
-                     type->tp_name, slot_tuple, nfields);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nfields; i++) {
-        PyObject *name = PyUnicode_FromString(fields[i]);
-        if (name == NULL)
-            goto done;
-        int present = PySequence_Contains(slot_tuple, name);
-        PyObject *descr = present == 1 ? PyDict_GetItemWithError(type->tp_dict, name) : NULL;
-        Py_DECREF(name);
-        if (present < 0)
-            goto done;
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s has no slot %s the extension can fill",
-                             type->tp_name, fields[i]);
-            goto done;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != SLOT_OBJECT_EX || (member->flags & READONLY)) {
-            PyErr_Format(PyExc_ValueError, "slot %s of %s is not a writable object slot",
-                         fields[i], type->tp_name);
-            goto done;
-        }
-        out->offsets[i] = member->offset;
-    }
-    Py_INCREF(type);
-    Py_XSETREF(out->type, type);
-    rc = 0;
-done:
-    Py_DECREF(slot_tuple);
-    return rc;
-}
 
 static PyObject *
 craft_configure(PyObject *module, PyObject *args)
@@ -1326,12 +1207,7 @@ craft_configure(PyObject *module, PyObject *args)
     memcpy(value_layout, table, sizeof table);
     Py_INCREF(error);
     Py_XSETREF(decode_error, error);
-    Py_INCREF(insert);
-    Py_XSETREF(op_insert, insert);
-    Py_INCREF(update);
-    Py_XSETREF(op_update, update);
-    Py_INCREF(delete);
-    Py_XSETREF(op_delete, delete);
+    bind_ops(insert, update, delete);
     configured = 1;
     Py_RETURN_NONE;
 }

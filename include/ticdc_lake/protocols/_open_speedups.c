@@ -28,19 +28,11 @@
  * and records each field's slot offset, so objects are made with tp_alloc and their slots filled
  * directly instead of running the dataclass __init__ (as _craft_speedups.c does).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_speedups.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#ifdef Py_T_OBJECT_EX
-#define SLOT_OBJECT_EX Py_T_OBJECT_EX
-#else
-#define SLOT_OBJECT_EX T_OBJECT_EX
-#endif
 
 #define BATCH_VERSION 1
 #define EVENT_ROW 1
@@ -63,51 +55,13 @@ enum {
 };
 static unsigned char value_kind[256];
 
-/* ---------------------------------------------------------------------------------------------
- * The event model, as handed over by `configure`. */
-
-enum { COLUMN_TYPE_CODE, COLUMN_FLAGS, COLUMN_VALUE, COLUMN_MYSQL_TYPE, COLUMN_NFIELDS };
-static const char *const column_fields[] = {"type_code", "flags", "value", "mysql_type", NULL};
-
-enum {
-    ROW_COMMIT_TS, ROW_SCHEMA, ROW_TABLE, ROW_OP, ROW_COLUMNS, ROW_OLD_COLUMNS, ROW_TOPIC,
-    ROW_PARTITION, ROW_OFFSET, ROW_INDEX, ROW_PARTITION_ID, ROW_HANDLE_KEY_ONLY, ROW_NFIELDS
-};
-static const char *const row_fields[] = {
-    "commit_ts", "schema", "table", "op", "columns", "old_columns", "topic", "partition",
-    "offset", "index", "partition_id", "handle_key_only", NULL};
-
-enum { RES_TS, RES_TOPIC, RES_PARTITION, RES_OFFSET, RES_INDEX, RES_NFIELDS };
-static const char *const resolved_fields[] = {"ts", "topic", "partition", "offset", "index", NULL};
-
-typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offsets[16];
-} SlotClass;
-
-static SlotClass column_class, row_class, resolved_class;
+static SlotClass resolved_class; /* beyond _speedups.h: Column and RowEvent are there */
 static PyObject *json_loads;        /* orjson.loads */
 static PyObject *py_decode_image;   /* open_protocol.decode_image(raw, index, image) */
 static PyObject *py_decode_value;   /* open_protocol.decode_value(code, flags, value) */
-static PyObject *op_insert, *op_update, *op_delete;
-static int configured;
 
 /* decode_image's `image` argument ("u", "p", "d") and the default schema/table name. */
 static PyObject *s_u, *s_p, *s_d, *s_empty;
-
-/* A new instance whose slots are all still NULL; the caller fills every one. */
-static inline PyObject *
-slot_new(const SlotClass *cls)
-{
-    return cls->type->tp_alloc(cls->type, 0);
-}
-
-/* Store a new reference (stolen) in a slot of a fresh instance. */
-static inline void
-slot_set(PyObject *obj, const SlotClass *cls, int field, PyObject *value)
-{
-    *(PyObject **)((char *)obj + cls->offsets[field]) = value;
-}
 
 /* After a failed attempt whose work Python will redo: drop the exception so the reference
  * decoder can raise its own, but let KeyboardInterrupt and the like through (-1). */
@@ -397,17 +351,6 @@ column_value(long code, long flags, PyObject *value)
 /* ---------------------------------------------------------------------------------------------
  * Images. */
 
-/* A dict sized for `count` columns up front, so it never resizes while it is filled. */
-static inline PyObject *
-new_image_dict(Py_ssize_t count)
-{
-#if PY_VERSION_HEX < 0x030D0000 /* private from 3.13 on */
-    return _PyDict_NewPresized(count);
-#else
-    return PyDict_New();
-#endif
-}
-
 /* The values (borrowed; NULL where absent) of the keys `names` in a JSON object, by one walk
  * over it: cheaper than a lookup per key, each of which ends in a string compare since orjson's
  * key objects are not ours. JSON object keys are exact str; a non-ASCII one matches no name. */
@@ -494,21 +437,6 @@ small_int(PyObject *obj, long *out)
     return !overflow;
 }
 
-static PyObject *
-make_column(PyObject *code, PyObject *flags, PyObject *value)
-{
-    PyObject *column = slot_new(&column_class);
-    if (column == NULL) {
-        Py_DECREF(value);
-        return NULL;
-    }
-    slot_set(column, &column_class, COLUMN_TYPE_CODE, Py_NewRef(code));
-    slot_set(column, &column_class, COLUMN_FLAGS, Py_NewRef(flags));
-    slot_set(column, &column_class, COLUMN_VALUE, value);
-    slot_set(column, &column_class, COLUMN_MYSQL_TYPE, Py_NewRef(Py_None));
-    return column;
-}
-
 /* open_protocol.decode_image(raw, index, image): column name → Column. Current-format columns
  * with exact-int `t` and `f` are built here; anything else (no `f`, a column that is not an
  * object, a value decode_value refuses) sends the whole image to the Python function, which
@@ -544,7 +472,7 @@ decode_image(PyObject *raw, PyObject *index, PyObject *which)
                 converted = PyObject_CallFunctionObjArgs(py_decode_value, code, flags, value,
                                                          NULL);
         }
-        PyObject *built = converted ? make_column(code, flags, converted) : NULL;
+        PyObject *built = converted ? new_column(code, flags, converted, Py_None) : NULL;
         Py_DECREF(code);
         Py_DECREF(flags);
         Py_DECREF(value);
@@ -873,10 +801,8 @@ python_or_error:
 static PyObject *
 open_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "_open_speedups.configure() was not called");
-        return NULL;
-    }
+    if (!configured)
+        return not_configured("_open_speedups");
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
                         "decode(key, value, decompress, topic, partition, offset)");
@@ -896,10 +822,8 @@ open_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 open_decode_image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "_open_speedups.configure() was not called");
-        return NULL;
-    }
+    if (!configured)
+        return not_configured("_open_speedups");
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "decode_image(raw, index, image)");
         return NULL;
@@ -910,70 +834,6 @@ open_decode_image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------------------------------------
  * configure(Column, RowEvent, ResolvedEvent, loads, decode_image, decode_value, INSERT,
  *           UPDATE, DELETE, value_kinds) */
-
-static int
-bind_class(PyObject *cls, const char *const *fields, SlotClass *out)
-{
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "%R is not a class", cls);
-        return -1;
-    }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    if (type->tp_base != &PyBaseObject_Type) {
-        PyErr_Format(PyExc_TypeError, "%s must derive directly from object", type->tp_name);
-        return -1;
-    }
-    /* Objects are made without __init__, so there must be nothing else to run. */
-    if (PyObject_HasAttrString(cls, "__post_init__")) {
-        PyErr_Format(PyExc_TypeError, "%s has __post_init__", type->tp_name);
-        return -1;
-    }
-    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
-    if (slots == NULL)
-        return -1;
-    PyObject *slot_tuple = PySequence_Tuple(slots);
-    Py_DECREF(slots);
-    if (slot_tuple == NULL)
-        return -1;
-    Py_ssize_t nfields = 0;
-    while (fields[nfields] != NULL)
-        nfields++;
-    int rc = -1;
-    if (PyTuple_GET_SIZE(slot_tuple) != nfields) {
-        PyErr_Format(PyExc_ValueError, "%s has slots %R; the extension fills %zd fields",
-                     type->tp_name, slot_tuple, nfields);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nfields; i++) {
-        PyObject *name = PyUnicode_FromString(fields[i]);
-        if (name == NULL)
-            goto done;
-        int present = PySequence_Contains(slot_tuple, name);
-        PyObject *descr = present == 1 ? PyDict_GetItemWithError(type->tp_dict, name) : NULL;
-        Py_DECREF(name);
-        if (present < 0)
-            goto done;
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s has no slot %s the extension can fill",
-                             type->tp_name, fields[i]);
-            goto done;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != SLOT_OBJECT_EX || (member->flags & READONLY)) {
-            PyErr_Format(PyExc_ValueError, "slot %s of %s is not a writable object slot",
-                         fields[i], type->tp_name);
-            goto done;
-        }
-        out->offsets[i] = member->offset;
-    }
-    Py_INCREF(type);
-    Py_XSETREF(out->type, type);
-    rc = 0;
-done:
-    Py_DECREF(slot_tuple);
-    return rc;
-}
 
 static PyObject *
 open_configure(PyObject *module, PyObject *args)
@@ -1012,12 +872,7 @@ open_configure(PyObject *module, PyObject *args)
     Py_XSETREF(py_decode_image, image);
     Py_INCREF(value);
     Py_XSETREF(py_decode_value, value);
-    Py_INCREF(insert);
-    Py_XSETREF(op_insert, insert);
-    Py_INCREF(update);
-    Py_XSETREF(op_update, update);
-    Py_INCREF(delete);
-    Py_XSETREF(op_delete, delete);
+    bind_ops(insert, update, delete);
     configured = 1;
     Py_RETURN_NONE;
 }
