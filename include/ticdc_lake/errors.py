@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def location_text(**places: object) -> str:
+    """Where an error happened, for its message: "name value" for each place known (not None),
+    in the order given, comma-separated ("file f.json, topic t, offset 7")."""
+    return ", ".join(f"{name} {value}" for name, value in places.items() if value is not None)
+
+
 class TicdcLakeError(Exception):
     """Base of every error this project raises on purpose."""
 
@@ -46,19 +52,15 @@ class DecodeError(TicdcLakeError):
         return self
 
     def __str__(self) -> str:
-        where = []
-        if self.source_file is not None:
-            where.append(f"file {self.source_file}")
-        if self.topic is not None:
-            where.append(f"topic {self.topic}")
-        if self.partition is not None:
-            where.append(f"partition {self.partition}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        if self.byte_offset is not None:
-            where.append(f"byte {self.byte_offset}")
+        where = location_text(
+            file=self.source_file,
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            byte=self.byte_offset,
+        )
         prefix = f"{self.protocol}: " if self.protocol else ""
-        location = f" ({', '.join(where)})" if where else ""
+        location = f" ({where})" if where else ""
         return f"{prefix}{self.reason}{location}"
 
 

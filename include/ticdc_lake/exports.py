@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from ticdc_lake.errors import DecodeError, TicdcLakeError
+from ticdc_lake.errors import DecodeError, TicdcLakeError, location_text
 from ticdc_lake.events import Event
 from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS, Decoder
 from ticdc_lake.records import KafkaRecord
@@ -150,16 +150,14 @@ class ExportError(TicdcLakeError):
         super().__init__(reason)
 
     def __str__(self) -> str:
-        where = [f"file {self.path}"]
-        if self.line is not None:
-            where.append(f"line {self.line}")
-        if self.topic is not None:
-            where.append(f"topic {self.topic}")
-        if self.partition is not None:
-            where.append(f"partition {self.partition}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        return f"unreadable export record: {self.reason} ({', '.join(where)})"
+        where = location_text(
+            file=self.path,
+            line=self.line,
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+        )
+        return f"unreadable export record: {self.reason} ({where})"
 
 
 ErrorHandler = Callable[[ExportError], None]
