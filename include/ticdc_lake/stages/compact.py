@@ -257,6 +257,7 @@ class _ChangefeedRun:
         self.zones = {topic: config.topic(topic).time_zone for topic in feed.topics}
         self.lacks_ts = any(_lacks_commit_ts(config, t) for t in feed.topics)
         generation = max((p.generation for p in prior), default=0)
+        # Tables marked inconsistent by a DDL or a failure keep the changefeed's mode.
         modes = {p.mode for p in prior if p.mode != s.INCONSISTENT or p.reason is None}
         self.rebuild = bool(prior) and (rebuild or bool(modes - {self.mode}))
         if self.rebuild:
@@ -660,7 +661,8 @@ class _ChangefeedRun:
             if self.mode == s.INCONSISTENT:
                 seen = [count.get("max_ts"), prior.applied_ts if prior else None]
                 applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
-            reasons = [prior.reason] if prior and prior.reason and not self.rebuild else []
+            carried = prior and prior.reason and not self.rebuild and not _failed(prior)
+            reasons = [prior.reason] if carried else []
             reasons += item.reasons
             reason = "; ".join(dict.fromkeys(r for r in reasons if r)) or None
             mode = s.INCONSISTENT if reason else self.mode
@@ -668,9 +670,9 @@ class _ChangefeedRun:
             info = final.info(name)
             dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
             if item.failed:
-                # Keep what the table reflected before; the next run retries.
-                if prior is not None:
-                    states.append(prior)
+                # The table keeps what it reflected before (nothing, if it is new), so the next
+                # run reads its changes again and retries.
+                states.append(_failed_state(self.feed.name, item, self.generation))
                 results.append(
                     TableResult(
                         str(name),
@@ -800,6 +802,35 @@ def _split_segments(reduced: pa.Table) -> dict[tuple[str, str, int], pa.Table]:
     ):
         groups.setdefault(key, []).append(position)
     return {key: reduced.take(pa.array(rows)) for key, rows in groups.items()}
+
+
+FAILED = "compaction failed: "
+
+
+def _failed(state: s.TableState) -> bool:
+    return bool(state.reason and state.reason.startswith(FAILED))
+
+
+def _failed_state(changefeed: str, item: _TableWork, generation: int) -> s.TableState:
+    """The state of a table whose compaction failed: as before the run, with the reason."""
+    prior = item.prior
+    return s.TableState(
+        changefeed=changefeed,
+        schema=item.name.schema,
+        table=item.name.name,
+        path=str(item.gold.path),
+        mode=s.INCONSISTENT,
+        watermark=prior.watermark if prior else None,
+        applied_ts=prior.applied_ts if prior else -1,
+        applied_batch=prior.applied_batch if prior else -1,
+        rows=item.gold.rows(),
+        columns=prior.columns if prior else "[]",
+        handle_key=prior.handle_key if prior else [],
+        dropped=bool(prior and prior.dropped),
+        reason=FAILED + item.reasons[-1],
+        generation=generation,
+        gold_version=item.gold.version(),
+    )
 
 
 def _combined(effects: list[c.Effect]) -> list[c.Effect]:

@@ -1,0 +1,477 @@
+"""Compact stage: gold equals the generator's tables at the watermark, exactly and typed."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from ticdc_lake import mysql as m
+from ticdc_lake.cases import BY_NAME, make_column
+from ticdc_lake.config import ChangefeedConfig
+from ticdc_lake.delta import read_delta
+from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.gold import tables as gold_tables
+from ticdc_lake.gold.exceptions import CompactError
+from ticdc_lake.gold.state import read_state
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.protocols import CodecSettings
+from ticdc_lake.stages.compact import compact, target_of
+from ticdc_lake.stages.watermark import ChangefeedWatermark, watermark
+from ticdc_lake.workload import generate_workload
+
+from tests.gold import silver_input as si
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+ZONE = "Asia/Shanghai"  # the TiCDC zone the main lake's TIMESTAMP text is read in
+
+
+def gold_rows(layout: LakeLayout, name: str, version: int | None = None) -> list[dict]:
+    schema, table = name.split(".")
+    return (
+        DeltaTable(str(layout.gold(schema, table)), version=version).to_pyarrow_table().to_pylist()
+    )
+
+
+def _key(row: dict, keys: tuple[str, ...]) -> tuple:
+    return tuple(str(row[k]) for k in keys)
+
+
+def assert_gold_equals_expected(layout, workload, ts, *, zone="UTC", versions=None):
+    """Every table, row by row with typed values; _commit_ts never above ``ts``."""
+    expected = si.expected_tables(workload, ts, zone)
+    assert expected, "the workload created its tables before the first resolved TS"
+    for name, (columns, rows) in expected.items():
+        keys = workload.expected.handle_keys[name]
+        found = gold_rows(layout, name, versions[name] if versions else None)
+        stamps = [row.pop("_commit_ts") for row in found]
+        # Without commit TSs (Canal-JSON without the TiDB extension) gold cannot say them.
+        assert all(stamp is None or stamp <= ts for stamp in stamps), name
+        assert sorted(found, key=lambda r: _key(r, keys)) == sorted(
+            rows, key=lambda r: _key(r, keys)
+        ), name
+        if found:
+            assert set(found[0]) == set(columns), name
+
+
+# --- the main lake: Open Protocol, replays, an idle partition, uneven arrival, two runs -------
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("main")
+    workload = generate_workload(seed=11, transactions=240)
+    streams = si.dispatch(workload, "open-protocol", partitions=4, idle_partitions=1, replays=3)
+    config = si.write_config(directory, streams, "open-protocol", time_zone=ZONE)
+    layout = LakeLayout(config.lake)
+    (topic,) = streams.topics
+    # Partitions arrive unevenly: the watermark is the slowest one's.
+    first_landing = {(topic, 0): 0.7, (topic, 1): 0.35, (topic, 2): 0.55, (topic, 3): 0.45}
+    si.land(spark, layout, streams, first_landing)
+    landed_first = dict(streams.landed)
+    first_mark = watermark(spark, config).changefeeds[0].watermark
+    first = compact(spark, config)
+    si.land(spark, layout, streams, 1.0)
+    second_mark = watermark(spark, config).changefeeds[0].watermark
+    second = compact(spark, config)
+    return SimpleNamespace(
+        workload=workload, streams=streams, config=config, layout=layout, topic=topic,
+        landed_first=landed_first, first_mark=first_mark, second_mark=second_mark,
+        first=first, second=second,
+    )  # fmt: skip
+
+
+def test_the_workload_has_every_case_the_issue_names(lake):
+    workload, streams = lake.workload, lake.streams
+    assert workload.counts["key_changes"] > 0
+    assert any(replay["row_events"] for replay in streams.routing.replays)
+    assert streams.routing.idle_partitions == (3,)
+    kinds = {e.ddl_type for e in workload.ddl_events if e.commit_ts <= lake.second_mark}
+    assert {m.ACTION_ADD_COLUMN, m.ACTION_DROP_COLUMN, m.ACTION_TRUNCATE_TABLE} <= kinds
+    # Some DDLs fall between the two watermarks: the second run crosses barriers.
+    assert any(lake.first_mark < e.commit_ts <= lake.second_mark for e in workload.ddl_events)
+    assert lake.first_mark in workload.resolved_ts and lake.first_mark < lake.second_mark
+    # Transactions spanning partitions that had partly landed, beyond the first watermark.
+    landed = {
+        (e.partition, e.offset)
+        for key, events in streams.events.items()
+        for e in events[: lake.landed_first[key]]
+    }
+    partly = 0
+    for transaction in workload.transactions:
+        if transaction.commit_ts <= lake.first_mark:
+            continue
+        where = [
+            (key[1], e.offset)
+            for key, events in streams.events.items()
+            for e in events
+            if isinstance(e, RowEvent) and e.commit_ts == transaction.commit_ts
+        ]
+        if len({p for p, _ in where}) > 1 and 0 < sum(w in landed for w in where) < len(where):
+            partly += 1
+    assert partly > 0
+
+
+def test_first_run_gold_is_the_expected_state_at_the_first_watermark(lake):
+    versions = {t.table: t.version for t in lake.first.changefeeds[0].tables}
+    assert_gold_equals_expected(
+        lake.layout, lake.workload, lake.first_mark, zone=ZONE, versions=versions
+    )
+
+
+def test_second_run_gold_is_the_expected_state_at_the_final_watermark(lake):
+    assert lake.second_mark == lake.workload.resolved_ts[-1]
+    assert_gold_equals_expected(lake.layout, lake.workload, lake.second_mark, zone=ZONE)
+
+
+def test_results_and_state_table_say_what_gold_holds(spark, lake):
+    (feed,) = lake.second.changefeeds
+    assert (feed.mode, feed.target, feed.previous) == (
+        "watermark",
+        lake.second_mark,
+        lake.first_mark,
+    )
+    states = {s.full_name: s for s in read_state(spark, lake.layout.gold_state)}
+    expected = si.expected_tables(lake.workload, lake.second_mark, ZONE)
+    assert set(states) == set(expected) == {t.table for t in feed.tables}
+    for table in feed.tables:
+        state = states[table.table]
+        found = DeltaTable(state.path).to_pyarrow_table()
+        assert table.rows == state.rows == found.num_rows == len(expected[table.table][1])
+        assert (state.mode, state.watermark, state.applied_ts) == (
+            "watermark",
+            lake.second_mark,
+            lake.second_mark,
+        )
+        assert state.reason is None and not state.dropped
+        assert tuple(state.handle_key) == lake.workload.expected.handle_keys[table.table]
+        columns = {c["name"]: c for c in json.loads(state.columns)}
+        assert set(columns) == set(found.column_names)
+        assert table.version == DeltaTable(state.path).version() == state.gold_version
+    totals = {name: sum(getattr(t, name) for t in feed.tables) for name in ("ddl", "duplicates")}
+    assert totals["ddl"] > 0 and totals["duplicates"] > 0
+    numbers = json.loads(states["shop.numbers"].columns)
+    assert {
+        "name": "c_bigint_unsigned",
+        "type": "decimal(20,0)",
+        "mysql_type": "bigint(20) unsigned",
+    } in numbers
+
+
+def test_plain_deltalake_and_spark_read_the_rows_the_stage_reports(spark, lake):
+    for table in lake.second.changefeeds[0].tables:
+        schema, name = table.table.split(".")
+        path = lake.layout.gold(schema, name)
+        plain = DeltaTable(str(path)).to_pyarrow_table()
+        through_spark = read_delta(spark, path).toArrow()
+        assert plain.num_rows == table.rows == through_spark.num_rows
+        keys = lake.workload.expected.handle_keys[table.table]
+        assert sorted(plain.to_pylist(), key=lambda r: _key(r, keys)) == sorted(
+            through_spark.cast(plain.schema).to_pylist(), key=lambda r: _key(r, keys)
+        )
+
+
+def test_gold_types_follow_the_ddl(lake):
+    schema = DeltaTable(str(lake.layout.gold("shop", "numbers"))).schema().to_arrow()
+    types = {f.name: str(f.type) for f in pa.schema(schema)}
+    assert types["id"] == "int64" and types["_commit_ts"] == "int64"
+    assert types["c_bigint_unsigned"] == "decimal128(20, 0)"
+    assert types["c_decimal"] == "decimal128(20, 6)" and types["c_decimal_wide"] == "string"
+    assert types["c_tinyint"] == "int8" and types["c_float"] == "float"
+    times = {f.name: str(f.type) for f in pa.schema(
+        DeltaTable(str(lake.layout.gold("shop", "times"))).schema().to_arrow()
+    )}  # fmt: skip
+    assert times["c_timestamp"] == "timestamp[us, tz=UTC]"
+    assert times["c_datetime6"] == "timestamp[us]" and times["c_date"] == "date32[day]"
+    assert "c_datetime" not in times  # dropped by ALTER TABLE ... DROP COLUMN
+
+
+def test_rerun_changes_nothing_and_adds_no_version(spark, lake):
+    paths = [lake.layout.gold_state, lake.layout.watermarks] + [
+        lake.layout.gold(*t.table.split(".")) for t in lake.second.changefeeds[0].tables
+    ]
+    before = {str(p): DeltaTable(str(p)).version() for p in paths}
+    assert not watermark(spark, lake.config).committed
+    again = compact(spark, lake.config)
+    assert again.changefeeds[0].noop
+    assert {str(p): DeltaTable(str(p)).version() for p in paths} == before
+    assert {t.table: t.rows for t in again.changefeeds[0].tables} == {
+        t.table: t.rows for t in lake.second.changefeeds[0].tables
+    }
+
+
+def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(spark, lake, tmp_path):
+    streams = si.dispatch(lake.workload, "open-protocol", partitions=4, replays=3)
+    config = si.write_config(tmp_path, streams, "open-protocol", time_zone=ZONE)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    once = compact(spark, config)
+    assert once.changefeeds[0].target == lake.second_mark
+    for table in once.changefeeds[0].tables:
+        keys = lake.workload.expected.handle_keys[table.table]
+        incremental = gold_rows(lake.layout, table.table)
+        assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
+            incremental, key=lambda r: _key(r, keys)
+        )
+
+
+def test_until_ts_caps_the_target_and_a_killed_run_resumes(spark, tmp_path, monkeypatch):
+    workload = generate_workload(seed=3, transactions=80)
+    streams = si.dispatch(workload, "open-protocol", partitions=3, replays=2)
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=3)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    middle = workload.resolved_ts[len(workload.resolved_ts) // 2]
+    capped = compact(spark, config, until_ts=middle)
+    assert capped.changefeeds[0].target == middle
+    assert_gold_equals_expected(layout, workload, middle)
+
+    merge = gold_tables.GoldTable.merge
+    calls: list[bool] = []
+
+    def dies_on_the_fourth(self, segment, version):
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")  # as a SIGKILL would stop the driver
+        calls.append(merge(self, segment, version))
+        return calls[-1]
+
+    monkeypatch.setattr(gold_tables.GoldTable, "merge", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        compact(spark, config)
+    assert calls == [True, True, True]
+    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
+    assert {s.applied_ts for s in states.values()} == {middle}  # the state was not advanced
+
+    calls.clear()
+
+    def counted(self, segment, version):
+        calls.append(merge(self, segment, version))
+        return calls[-1]
+
+    monkeypatch.setattr(gold_tables.GoldTable, "merge", counted)
+    resumed = compact(spark, config)
+    assert resumed.changefeeds[0].target == workload.resolved_ts[-1]
+    assert_gold_equals_expected(layout, workload, workload.resolved_ts[-1])
+    # The three merges done before the kill are recognised and not repeated.
+    assert calls[:3] == [False, False, False] and all(calls[3:])
+
+
+# --- changefeeds without watermarks --------------------------------------------------------------
+
+
+def test_avro_with_a_cutoff_ts(spark, tmp_path):
+    """Avro deletes carry no commit TS: they are placed by the next TS in their partition."""
+    workload = generate_workload(seed=4, transactions=120)
+    settings = CodecSettings(options=(("enable_watermark", True),))
+    streams = si.dispatch(workload, "avro", partitions=2, replays=2, settings=settings)
+    cutoff = workload.resolved_ts[2 * len(workload.resolved_ts) // 3]
+    config = si.write_config(
+        tmp_path, streams, "avro", partitions=2, watermarks=False, cutoff_ts=cutoff
+    )
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    result = compact(spark, config)
+    (feed,) = result.changefeeds
+    assert (feed.mode, feed.target) == ("cutoff", cutoff)
+    assert_gold_equals_expected(layout, workload, cutoff)
+    states = read_state(spark, layout.gold_state)
+    assert {(s.mode, s.watermark) for s in states} == {("cutoff", cutoff)}
+    deletes = sum(
+        1 for events in streams.events.values() for e in events
+        if isinstance(e, RowEvent) and e.op == "delete" and e.commit_ts is None
+    )  # fmt: skip
+    assert deletes > 0 and sum(t.deletes for t in feed.tables) > 0
+
+
+def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(spark, tmp_path):
+    workload = generate_workload(seed=5, transactions=100, ddl=False)
+    settings = CodecSettings(enable_tidb_extension=False)
+    streams = si.dispatch(workload, "canal-json", partitions=3, replays=0, settings=settings)
+    config = si.write_config(
+        tmp_path, streams, "canal-json", partitions=3, watermarks=False, cutoff_ts=10**18,
+        extension=False,
+    )  # fmt: skip
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 0.5)
+    first = compact(spark, config)
+    assert first.changefeeds[0].mode == "inconsistent" and first.changefeeds[0].target is None
+    assert any("cutoff-ts" in note for note in first.changefeeds[0].notes)
+    si.land(spark, layout, streams, 1.0)
+    second = compact(spark, config)
+    assert_gold_equals_expected(layout, workload, workload.resolved_ts[-1])
+    states = read_state(spark, layout.gold_state)
+    assert {(s.mode, s.watermark) for s in states} == {("inconsistent", None)}
+    # The UNIQUE-key handle of shop.accounts comes from its CREATE TABLE (pkNames omits it).
+    assert {s.full_name: s.handle_key for s in states}["shop.accounts"] == ["code"]
+    assert sum(t.upserts for t in second.changefeeds[0].tables) > 0
+    assert compact(spark, config).changefeeds[0].noop  # no new bronze batch
+
+
+def test_modes_and_targets():
+    config = SimpleNamespace(
+        topic=lambda t: SimpleNamespace(
+            protocol={"o": "open-protocol", "c": "canal-json", "a": "avro"}[t[0]],
+            enable_tidb_extension=not t.endswith("-plain"),
+        )
+    )
+    mark = ChangefeedWatermark("f", True, 500)
+    feed = ChangefeedConfig("f", ("o1",))
+    assert target_of(config, feed, mark, None)[:2] == ("watermark", 500)
+    assert target_of(config, feed, mark, 300)[:2] == ("watermark", 300)
+    cutoff = ChangefeedConfig("f", ("a1",), watermarks=False, cutoff_ts=200)
+    assert target_of(config, cutoff, ChangefeedWatermark("f", False, None), None)[:2] == (
+        "cutoff",
+        200,
+    )
+    plain = ChangefeedConfig("f", ("c-plain",), watermarks=False, cutoff_ts=200)
+    mode, target, notes = target_of(config, plain, ChangefeedWatermark("f", False, None), None)
+    assert (mode, target) == ("inconsistent", None) and "carry no commit TS" in notes[0]
+
+
+# --- DDL barriers the generator does not send ---------------------------------------------------
+
+
+def _column(type_name: str, value, key: bool = False):
+    return make_column(BY_NAME[type_name], value, key=key)
+
+
+class _Log:
+    """A hand-written change log on one Kafka partition."""
+
+    def __init__(self):
+        self.events = []
+
+    def _next(self) -> dict:
+        return {"topic": "t", "partition": 0, "offset": len(self.events)}
+
+    def ddl(self, ts: int, query: str, table: str = "x"):
+        self.events.append(DdlEvent(ts, "s", table, query, None, **self._next()))
+
+    def row(self, ts, table, op, new=None, old=None, *, key_only=False):
+        self.events.append(
+            RowEvent(ts, "s", table, op, new, old, **self._next(), handle_key_only=key_only)
+        )
+
+    def resolved(self, ts: int):
+        self.events.append(ResolvedEvent(ts, **self._next()))
+
+
+def _row(id_: int, **values) -> dict:
+    image = {"id": _column("c_int", id_, key=True)}
+    for name, (type_name, value) in values.items():
+        image[name] = _column(type_name, value)
+    return image
+
+
+def test_rename_modify_partition_drop_and_unreproducible_ddls(spark, tmp_path):
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int, name varchar(10))", "a")
+    log.ddl(
+        101,
+        "CREATE TABLE s.p (id int PRIMARY KEY, v varchar(5)) PARTITION BY RANGE (id) ("
+        "PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), "
+        "PARTITION p2 VALUES LESS THAN MAXVALUE)",
+        "p",
+    )
+    log.ddl(102, "CREATE TABLE s.nokey (v int)", "nokey")
+    for id_, v, name in ((1, 5, "x"), (2, 6, "y")):
+        log.row(110, "a", "insert", _row(id_, v=("c_int", v), name=("c_varchar", name)))
+    for id_, v in ((1, "a"), (15, "b"), (25, "c")):
+        log.row(110, "p", "insert", _row(id_, v=("c_varchar", v)))
+    log.row(110, "nokey", "insert", {"v": _column("c_int", 1)})
+    log.ddl(120, "ALTER TABLE s.a MODIFY COLUMN v bigint", "a")
+    old_one = _row(1, v=("c_bigint", 5), name=("c_varchar", "x"))
+    log.row(130, "a", "update", _row(1, v=("c_bigint", 2**40), name=("c_varchar", "x")), old_one)
+    # An UPDATE that changes the key, as TiCDC sends it with output-raw-change-event=true.
+    log.row(
+        130,
+        "a",
+        "update",
+        _row(3, v=("c_bigint", 6), name=("c_varchar", "y")),
+        _row(2, v=("c_bigint", 6), name=("c_varchar", "y")),
+    )
+    log.ddl(140, "RENAME TABLE s.a TO s.b", "b")
+    log.row(150, "b", "insert", _row(4, v=("c_bigint", 7), name=("c_varchar", "z")))
+    log.ddl(160, "ALTER TABLE s.p TRUNCATE PARTITION p1", "p")
+    log.ddl(170, "ALTER TABLE s.p DROP PARTITION p0", "p")
+    log.row(180, "p", "insert", _row(5, v=("c_varchar", "d")))
+    log.resolved(185)
+    log.ddl(190, "ALTER TABLE s.p EXCHANGE PARTITION p2 WITH TABLE s.other", "p")
+    log.ddl(200, "DROP TABLE s.b", "b")
+    log.row(205, "q", "insert", _row(1, v=("c_int", 1)))
+    log.ddl(210, "ALTER TABLE s.q FROB", "q")
+    log.row(220, "k", "insert", {"id": _column("c_int", 9, key=True)}, key_only=True)
+    log.resolved(300)
+
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+
+    with pytest.raises(CompactError) as error:
+        compact(spark, config, until_ts=185)
+    assert set(error.value.failures) == {"s.nokey"}
+    assert "handle key" in error.value.failures["s.nokey"]
+    tables = error.value.result.tables
+    assert gold_rows(layout, "s.a") == [] and tables["s.a"].dropped
+    assert sorted(gold_rows(layout, "s.b"), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 2**40, "name": "x", "_commit_ts": 130},
+        {"id": 3, "v": 6, "name": "y", "_commit_ts": 130},
+        {"id": 4, "v": 7, "name": "z", "_commit_ts": 150},
+    ]
+    schema = pa.schema(DeltaTable(str(layout.gold("s", "b"))).schema().to_arrow())
+    assert schema.field("v").type == pa.int64()  # MODIFY COLUMN int → bigint rewrote it
+    # TRUNCATE PARTITION p1 removed 15, DROP PARTITION p0 removed 1.
+    assert sorted(r["id"] for r in gold_rows(layout, "s.p")) == [5, 25]
+    assert tables["s.nokey"].mode == "failed"
+
+    with pytest.raises(CompactError):
+        compact(spark, config)
+    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
+    assert states["s.b"].dropped and gold_rows(layout, "s.b") == []
+    assert "EXCHANGE PARTITION" in states["s.p"].reason and states["s.p"].mode == "inconsistent"
+    assert "not understood" in states["s.q"].reason and gold_rows(layout, "s.q") != []
+    assert "handle-key-only" in states["s.k"].reason
+    assert states["s.a"].watermark == 300 and states["s.a"].mode == "watermark"
+    # A failed table keeps what it reflected (nothing yet), so every run retries it.
+    assert states["s.nokey"].applied_ts == -1
+    assert states["s.nokey"].reason.startswith("compaction failed: ")
+
+
+def test_spark_submit_entry_point_reports_failures(spark, tmp_path, monkeypatch, capsys):
+    log = _Log()
+    log.ddl(1, "CREATE TABLE s.nokey (v int)", "nokey")
+    log.row(2, "nokey", "insert", {"v": _column("c_int", 1)})
+    # As Open Protocol sends it: a type code, no DECIMAL precision.
+    image = _row(1, v=("c_decimal", "1.500000"))
+    image["v"] = dataclasses.replace(image["v"], mysql_type=None)
+    log.row(2, "ok", "insert", image)
+    log.resolved(3)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    si.land(spark, LakeLayout(config.lake), streams, 1.0)
+    watermark(spark, config)
+    spec = importlib.util.spec_from_file_location("job", REPO / "spark_jobs" / "compact.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    monkeypatch.setattr(job, "build_session", lambda name: spark)
+    assert job.main(["--config", str(tmp_path / "pipeline.yaml")]) == 1
+    out = capsys.readouterr()
+    printed = json.loads(out.out)
+    assert "s.nokey" in printed["failures"] and "s.nokey" in out.err
+    (table,) = [t for t in printed["changefeeds"][0]["tables"] if t["table"] == "s.ok"]
+    assert table["rows"] == 1
+    # Without a DDL the DECIMAL's precision is unknown (Open Protocol): gold keeps its text.
+    assert gold_rows(LakeLayout(config.lake), "s.ok")[0]["v"] == "1.500000"
+    assert Decimal("1.5") == Decimal(gold_rows(LakeLayout(config.lake), "s.ok")[0]["v"])
