@@ -2,7 +2,7 @@
 quarantine, plus a decode log that reconciles the counts of every bronze batch.
 
     decode(spark, config) -> DecodeResult          # every bronze batch not in the decode log
-    redecode(spark, config, batches=[...])         # re-derive silver for decoded batches
+    redecode(spark, config, batches=[...])         # re-derive silver for these bronze batches
     redecode(spark, config, start_ts=S, end_ts=E)  # ... for the batches touching a TS range
 
 Decoding runs on the executors: ``mapInArrow`` hands each task Arrow batches of bronze records,
@@ -28,8 +28,10 @@ between two writes leaves the log without the run's batches, so the rerun decode
 a table that already recorded the version (or a later one) skips its write, and one whose
 recorded version v is lower gets only the rows of batches above v (batches it already holds
 are ≤ v, since batch ids grow). Resolved events are written after the changes and DDLs, so a
-partial run never advances a watermark past changes it has not written. A no-op run writes
-nothing. Bronze is read at one pinned version for the whole run.
+partial run never advances a watermark past changes it has not written. Bronze is read at one
+pinned version for the whole run; the pending batches and their record counts come from its
+Delta log's file statistics (a batch's files hold one batch id), so a no-op run starts no Spark
+job and writes nothing.
 
 What fails the stage instead of quarantining: a schema registry that cannot be reached or
 refuses the credentials (the record is not at fault: quarantining a whole topic would hide an
