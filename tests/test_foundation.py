@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError

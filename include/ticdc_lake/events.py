@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from ticdc_lake.mysql import FLAG_HANDLE_KEY
 
@@ -106,7 +106,7 @@ class ResolvedEvent:
         return self.ts
 
 
-Event = Union[RowEvent, DdlEvent, ResolvedEvent]
+Event = RowEvent | DdlEvent | ResolvedEvent
 
 
 def json_value(value: Any) -> Any:

@@ -67,12 +67,13 @@ class Decoder(ABC):
         try:
             return self._decode(record)
         except DecodeError as exc:
-            raise exc.located(
+            exc.located(
                 protocol=self.protocol,
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
             )
+            raise
         except MALFORMED_INPUT_ERRORS as exc:
             raise DecodeError(
                 f"malformed {self.protocol} message: {type(exc).__name__}: {exc}",
