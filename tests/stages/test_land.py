@@ -523,6 +523,40 @@ def test_parquet_is_split_by_row_groups_and_keeps_positions(generated, tmp_path,
     assert rows.column("error").null_count == len(records)
 
 
+@pytest.mark.parametrize("split_bytes", [1, 700, 5_000, 10**9])
+def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
+    generated, tmp_path, monkeypatch, split_bytes
+):
+    records = retopic(generated[0] + generated[1], TOPIC)
+    path = tmp_path / "big.kcat.jsonl"
+    exports.write_export(path, records, "kcat")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[3:3] = [b"\n", b"not json\n"]  # a blank line, then a bad one: line 5
+    lines.append(b'{"topic": "orders", "partition": 0, "payload": "x"}')  # no offset, no "\\n"
+    path.write_bytes(b"".join(lines))
+    monkeypatch.setattr(export_source, "SPLIT_BYTES", split_bytes)
+    file = export_source.describe_file(str(path))
+    partitions = export_source.plan_partitions([file])
+    if split_bytes == 10**9:
+        assert [p.byte_range for p in partitions] == [None]  # small files are read whole
+    else:
+        assert len(partitions) > 1
+        ends = [p.byte_range[1] for p in partitions]
+        assert ends[-1] is None and all(
+            path.read_bytes()[end - 1 : end] == b"\n" for end in ends[:-1]
+        )
+    rows = read_rows([file]).sort_by("position").to_pylist()
+    got = [r for r in rows if r["error"] is None]
+    assert [(r["partition"], r["offset"], r["value"]) for r in got] == [
+        (r.partition, r.offset, r.value) for r in records
+    ]
+    errors = [r for r in rows if r["error"] is not None]
+    assert [e["line"] for e in errors] == [5, len(lines)]
+    assert "not valid JSON" in errors[0]["error"] and errors[0]["raw"] == b"not json\n"
+    assert "`offset` must be an integer" in errors[1]["error"]
+    assert len({r["position"] for r in rows}) == len(rows)  # positions order the file
+
+
 def test_parquet_rows_without_coordinates_become_error_rows(tmp_path):
     table_ = pa.table(
         {
@@ -544,7 +578,7 @@ def test_parquet_rows_without_coordinates_become_error_rows(tmp_path):
     assert [e["line"] for e in errors] == [2, 3, 4]
     assert "partition" in errors[0]["error"] and "-1" in errors[0]["error"]
     assert errors[0]["offset"] == 1  # what could be read is kept
-    assert all(e["source_file"] == str(path) for e in errors)
+    assert all(e["file_index"] == 0 for e in errors)
 
 
 def test_not_an_export_is_one_error_for_the_file(tmp_path):

@@ -6,7 +6,7 @@ partition per file (uncompressed Parquet: per group of row groups, so one large 
 every core), and yields Arrow batches of ``EXPORT_ROWS_SCHEMA``:
 
 - a **record** row per Kafka record (``error`` null): coordinates, timestamp, key, value,
-  headers, which file it came from and its ``position`` in that file;
+  headers, which file it came from (``file_index``) and its ``position`` in that file;
 - an **error** row per line, row or file ``exports`` could not read (``error`` set, with the
   1-based ``line`` when known, whatever coordinates could be read, and the raw line), so that
   nothing is dropped silently and the rest of the file still lands.
@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -63,7 +64,6 @@ EXPORT_ROWS_SCHEMA = StructType(
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
         StructField("headers", HEADERS_TYPE),
-        StructField("source_file", StringType()),
         StructField("line", LongType()),  # error rows: 1-based line/row, null for a whole file
         StructField("error", StringType()),  # null for records
         StructField("raw", BinaryType()),  # error rows: the offending line, when there is one
@@ -71,6 +71,7 @@ EXPORT_ROWS_SCHEMA = StructType(
 )
 # Spark compares a yielded batch's Arrow schema with exactly this one.
 ARROW_SCHEMA = to_arrow_schema(EXPORT_ROWS_SCHEMA, timezone="UTC")
+
 
 # Rows per Arrow batch handed to Spark, and the uncompressed Parquet bytes per Spark partition.
 BATCH_ROWS = 16_384
@@ -105,7 +106,9 @@ def describe_file(path: str) -> ExportFile:
 
 
 class ExportPartition(InputPartition):
-    """A whole file, or rows [first_row, ...) of row groups [start, stop) of a Parquet file."""
+    """A whole file; or row groups [start, stop) of a Parquet file, whose first row is row
+    ``first_row`` (0-based) of the file; or bytes [start, end) (end None: to the end) of a
+    JSON Lines file, starting at line ``first_line`` (1-based)."""
 
     def __init__(
         self,
@@ -113,23 +116,53 @@ class ExportPartition(InputPartition):
         file: ExportFile,
         row_groups: tuple[int, int] | None = None,
         first_row: int = 0,
+        byte_range: tuple[int, int | None] | None = None,
+        first_line: int = 1,
     ):
-        super().__init__((file_index, file.path, row_groups))
+        super().__init__((file_index, file.path, row_groups, byte_range))
         self.file_index = file_index
         self.file = file
         self.row_groups = row_groups
         self.first_row = first_row
+        self.byte_range = byte_range
+        self.first_line = first_line
 
 
 def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
-    """One partition per file; uncompressed Parquet split into runs of row groups."""
+    """One partition per file; uncompressed Parquet split into runs of row groups, large
+    uncompressed JSON Lines files into line-aligned byte ranges (compressed files cannot be
+    split: a gzip or zstd stream is read from its start)."""
     result: list[ExportPartition] = []
     for index, file in enumerate(files):
         if file.layout == "parquet" and file.compression == "none":
             result.extend(_parquet_partitions(index, file))
+        elif file.layout == "jsonl" and file.compression == "none" and file.size > SPLIT_BYTES:
+            result.extend(_json_lines_partitions(index, file))
         else:
             result.append(ExportPartition(index, file))
     return result
+
+
+def _json_lines_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
+    """Ranges of about SPLIT_BYTES ending at line ends, with the line number each starts at
+    (counting newlines reads the file once, at memory speed: error lines keep true numbers)."""
+    parts, start, line = [], 0, 1
+    try:
+        with open(file.path, "rb") as stream:
+            while True:
+                stream.seek(start)
+                chunk = stream.read(SPLIT_BYTES)
+                # Up to the end of the line the split falls in.
+                rest = stream.readline() if len(chunk) == SPLIT_BYTES else b""
+                end = start + len(chunk) + len(rest)
+                last = len(chunk) < SPLIT_BYTES or not stream.read(1)
+                byte_range = (start, None if last else end)  # the last one reads to the end
+                parts.append(ExportPartition(index, file, byte_range=byte_range, first_line=line))
+                if last:
+                    return parts
+                start, line = end, line + chunk.count(b"\n") + rest.count(b"\n")
+    except OSError:
+        return [ExportPartition(index, file)]  # the reader reports what is wrong with it
 
 
 def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
@@ -156,10 +189,12 @@ def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
 def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
     """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``."""
     file = partition.file
-    if file.layout == "parquet" and file.compression == "none":
+    if partition.byte_range is not None:
+        yield from _batches(partition, _json_range_items(partition))
+    elif file.layout == "parquet" and file.compression == "none":
         yield from _ParquetRows(partition).batches()
     else:
-        yield from _generic_batches(partition)
+        yield from _batches(partition, _export_items(partition))
 
 
 class _ParquetRows:
@@ -244,7 +279,6 @@ class _ParquetRows:
             "key": keep(columns["key"].cast(pa.binary())),
             "value": keep(columns["value"].cast(pa.binary())),
             "headers": keep(_headers(columns.get("headers"), count)),
-            "source_file": pa.array([self.path] * kept, pa.string()),
             "line": pa.nulls(kept, pa.int64()),
             "error": pa.nulls(kept, pa.string()),
             "raw": pa.nulls(kept, pa.binary()),
@@ -323,7 +357,6 @@ def _error_batch(partition: ExportPartition, rows: list[ErrorRow]) -> pa.RecordB
         "key": pa.nulls(count, pa.binary()),
         "value": pa.nulls(count, pa.binary()),
         "headers": pa.nulls(count, ARROW_SCHEMA.field("headers").type),
-        "source_file": pa.array([partition.file.path] * count, pa.string()),
         "line": pa.array(line, pa.int64()),
         "error": pa.array(reason, pa.string()),
         "raw": pa.array(raw, pa.binary()),
@@ -331,33 +364,82 @@ def _error_batch(partition: ExportPartition, rows: list[ErrorRow]) -> pa.RecordB
     return _batch(fields)
 
 
-def _generic_batches(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
-    """Any layout through ``exports.read_export``: records and reported errors, in file order."""
-    errors: list[exports.ExportError] = []
+Item = tuple[int, "KafkaRecord | exports.ExportError"]  # (position in the file, what is there)
+
+
+def _batches(partition: ExportPartition, items: Iterator[Item]) -> Iterator[pa.RecordBatch]:
+    """Records and errors, in batches of each kind."""
     records: list[tuple[int, KafkaRecord]] = []
-    error_rows: list[ErrorRow] = []
-    position = 0
-    for record in exports.read_export(partition.file.path, on_error=errors.append):
-        # on_error runs inside the iteration, so errors reported before this record come first.
-        for error in errors:
-            error_rows.append(_error_row(position, error))
-            position += 1
-        errors.clear()
-        records.append((position, record))
-        position += 1
-        if len(records) >= BATCH_ROWS:
-            yield _record_batch(partition, records)
-            records = []
-        if len(error_rows) >= BATCH_ROWS:
-            yield _error_batch(partition, error_rows)
-            error_rows = []
-    for error in errors:  # reported after the last record (e.g. a truncated stream)
-        error_rows.append(_error_row(position, error))
-        position += 1
+    errors: list[ErrorRow] = []
+    for position, item in items:
+        if isinstance(item, KafkaRecord):
+            records.append((position, item))
+            if len(records) >= BATCH_ROWS:
+                yield _record_batch(partition, records)
+                records = []
+        else:
+            errors.append(_error_row(position, item))
+            if len(errors) >= BATCH_ROWS:
+                yield _error_batch(partition, errors)
+                errors = []
     if records:
         yield _record_batch(partition, records)
-    if error_rows:
-        yield _error_batch(partition, error_rows)
+    if errors:
+        yield _error_batch(partition, errors)
+
+
+def _export_items(partition: ExportPartition) -> Iterator[Item]:
+    """Any layout through ``exports.read_export``: records and reported errors, in file order
+    (``on_error`` runs inside the iteration, so errors come out where they were met)."""
+    errors: list[exports.ExportError] = []
+    position = 0
+    for record in exports.read_export(partition.file.path, on_error=errors.append):
+        for error in errors:
+            yield position, error
+            position += 1
+        errors.clear()
+        yield position, record
+        position += 1
+    for error in errors:  # reported after the last record (e.g. a truncated stream)
+        yield position, error
+        position += 1
+
+
+def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
+    """The lines of one byte range of an uncompressed JSON Lines file (``jsonl`` or kcat),
+    parsed by exports' line parser; positions are 0-based line numbers."""
+    path = partition.file.path
+    start, end = partition.byte_range
+    number = partition.first_line
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(start)
+            at = start
+            for line in stream:
+                if end is not None and at >= end:
+                    break
+                at += len(line)
+                if line.strip():
+                    yield number - 1, _parse_line(line, path, number)
+                number += 1
+    except OSError as exc:
+        yield number - 1, exports.ExportError(f"cannot read export file: {exc}", path=path)
+
+
+def _parse_line(line: bytes, path: str, number: int) -> KafkaRecord | exports.ExportError:
+    # exports' private line parser: the same rules as exports.read_export, for one line.
+    try:
+        return exports._record_from_json_line(line)
+    except exports._BadLine as bad:
+        return exports.ExportError(
+            bad.reason,
+            path=path,
+            line=number,
+            topic=bad.fields.get("topic"),
+            partition=bad.fields.get("partition"),
+            offset=bad.fields.get("offset"),
+            raw=line,
+        )
 
 
 def _error_row(position: int, error: exports.ExportError) -> ErrorRow:
@@ -393,7 +475,6 @@ def _record_batch(
             [[{"key": k, "value": v} for k, v in r.headers] for r in records],
             ARROW_SCHEMA.field("headers").type,
         ),
-        "source_file": pa.array([partition.file.path] * count, pa.string()),
         "line": pa.nulls(count, pa.int64()),
         "error": pa.nulls(count, pa.string()),
         "raw": pa.nulls(count, pa.binary()),
@@ -435,7 +516,10 @@ def files_option(files: Sequence[ExportFile]) -> str:
     return json.dumps([asdict(file) for file in files])
 
 
-def read_export_files(spark: SparkSession, files: Sequence[ExportFile]):
-    """A DataFrame of ``EXPORT_ROWS_SCHEMA`` over ``files``, read by Spark's executors."""
+def read_export_files(spark: SparkSession, files: Sequence[ExportFile]) -> DataFrame:
+    """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors."""
     spark.dataSource.register(KafkaExportsDataSource)
-    return spark.read.format(SOURCE_NAME).option("files", files_option(files)).load()
+    rows = spark.read.format(SOURCE_NAME).option("files", files_option(files)).load()
+    # The JVM looks the path up: a path string per row need not cross from Python.
+    paths = F.array(*[F.lit(file.path) for file in files])
+    return rows.withColumn("source_file", F.element_at(paths, F.col("file_index") + 1))

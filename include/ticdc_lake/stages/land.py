@@ -473,11 +473,7 @@ def pending_plan(tables: LandTables) -> LandPlan | None:
 
 def run_batch(spark: SparkSession, tables: LandTables, plan: LandPlan) -> dict[str, int]:
     """Read the plan's files and make its commits (those not made yet); returns the counts."""
-    raw = read_export_files(spark, plan.files).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        return _Batch(spark, tables, plan, raw).run()
-    finally:
-        raw.unpersist()
+    return _Batch(spark, tables, plan).run()
 
 
 def with_record_hash(records: DataFrame) -> DataFrame:
@@ -530,32 +526,53 @@ def classify(slim: DataFrame, existing: DataFrame | None) -> DataFrame:
     return ranked.withColumn("status", status).drop("rank")
 
 
-class _Batch:
-    """One batch's computation: counts, then the commits in order."""
+SLIM_COLUMNS = ("file_index", "position", "topic", "partition", "offset", "record_hash")
 
-    def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan, raw: DataFrame):
+
+class _Batch:
+    """One batch's computation: what its records are, then the commits in order.
+
+    The files are read twice: once for the narrow columns (coordinates, position, hash),
+    which are cached and answer every question about the batch, and once more to write the
+    new records. Caching whole records instead costs more than reading Parquet again.
+    Usually a batch holds each offset once and none that bronze has (``_all_new``): then
+    nothing is sorted. Otherwise every record is classified (``classify``).
+    """
+
+    def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
         self.spark = spark
         self.tables = tables
         self.plan = plan
-        self.raw = raw
-        self.records = with_record_hash(raw.where(F.col("error").isNull()))
+        self.raw = read_export_files(spark, plan.files)
+        self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
+        self.slim = (
+            with_record_hash(self.raw)
+            .select(*SLIM_COLUMNS, F.col("error").isNull().alias("is_record"))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
 
     def run(self) -> dict[str, int]:
-        extents, per_file = self._extents()
-        old_ranges = self._old_ranges()
-        status = classify(
-            self.records.select(
-                "file_index", "position", "topic", "partition", "offset", "record_hash"
-            ),
-            self._existing(extents, old_ranges),
-        ).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            totals, new_runs = self._summarize(status, per_file)
-            self._commit_bronze(status, totals)
-            self._commit_errors(totals)
-            self._commit_conflicts(status, totals)
+            extents, per_file = self._extents()
+            old_ranges = self._old_ranges()
+            windows = overlap_windows(extents, old_ranges)
+            records = self.slim.where(F.col("is_record")).select(*SLIM_COLUMNS)
+            status = None
+            if not windows and self._offsets_unique(records, extents):
+                totals, new_runs = self._all_new(records, extents, per_file)
+            else:
+                status = classify(records, self._existing(windows))
+                status = status.persist(StorageLevel.MEMORY_AND_DISK)
+                totals, new_runs = self._summarize(status, per_file)
+            try:
+                self._commit_bronze(status, totals)
+                self._commit_errors(totals)
+                self._commit_conflicts(status, totals)
+            finally:
+                if status is not None:
+                    status.unpersist()
         finally:
-            status.unpersist()
+            self.slim.unpersist()
         ranges = merge_runs(old_ranges, new_runs)
         gaps = self._commit_ranges_and_gaps(old_ranges, ranges)
         self._commit_landed_files(per_file)
@@ -572,14 +589,14 @@ class _Batch:
     # --- reading what the batch holds ---
 
     def _extents(self) -> tuple[dict, dict]:
-        """Per (topic, partition): the batch's lowest and highest offset; per file: counts of
-        records and of error rows. One pass over the files, which fills the cache."""
+        """Per (topic, partition): the batch's lowest and highest offset and record count;
+        per file: counts of records and of error rows. Reads the files and fills the cache."""
         rows = (
-            self.raw.groupBy("file_index", "topic", "partition", F.col("error").isNull())
+            self.slim.groupBy("file_index", "topic", "partition", "is_record")
             .agg(F.min("offset"), F.max("offset"), F.count(F.lit(1)))
             .collect()
         )
-        extents: dict[tuple[str, int], tuple[int, int]] = {}
+        extents: dict[tuple[str, int], tuple[int, int, int]] = {}
         per_file = {i: defaultdict(int) for i in range(len(self.plan.files))}
         for file_index, topic, partition, is_record, low, high, count in rows:
             counts = per_file[file_index]
@@ -588,26 +605,45 @@ class _Batch:
                 continue
             counts["read"] += count
             known = extents.get((topic, partition))
-            extents[(topic, partition)] = (
-                (low, high) if known is None else (min(known[0], low), max(known[1], high))
-            )
+            if known is not None:
+                low, high, count = min(known[0], low), max(known[1], high), known[2] + count
+            extents[(topic, partition)] = (low, high, count)
         return extents, per_file
 
-    def _old_ranges(self) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    def _offsets_unique(self, records: DataFrame, extents: dict) -> bool:
+        """Whether no (topic, partition, offset) occurs twice in the batch."""
+        if any(count > high - low + 1 for low, high, count in extents.values()):
+            return False  # more records than offsets in their span
+        distinct = records.select("topic", "partition", "offset").distinct().count()
+        return distinct == sum(count for _, _, count in extents.values())
+
+    def _all_new(self, records: DataFrame, extents: dict, per_file: dict):
+        """Counts and new runs when every record is new; when each partition's offsets are
+        dense, its run is its [lowest, highest], known without reading anything again."""
+        totals: dict[str, int] = defaultdict(int)
+        for file_counts in per_file.values():
+            file_counts[NEW] = file_counts["read"]
+            for kind in ("read", "errors", NEW):
+                totals[kind] += file_counts[kind]
+        if all(count == high - low + 1 for low, high, count in extents.values()):
+            return totals, {key: [(low, high)] for key, (low, high, _) in extents.items()}
+        # Some partition has holes: its runs take a sort (rare: holes are lost records).
+        return totals, _collect_runs(records)
+
+    def _old_ranges(self) -> Runs:
         version = self.plan.versions.get("offset_ranges")
         if version is None:
             return {}
-        ranges: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        ranges: Runs = defaultdict(list)
         table = open_table(self.tables.offset_ranges, version)
         for row in table.to_pyarrow_table().to_pylist():
             ranges[(row["topic"], row["partition"])].append((row["from_offset"], row["to_offset"]))
         return {key: sorted(runs) for key, runs in ranges.items()}
 
-    def _existing(self, extents, old_ranges) -> DataFrame | None:
+    def _existing(self, windows: dict) -> DataFrame | None:
         """Bronze's copies of offsets the batch may hold again: only the windows where the
         batch's offsets meet bronze's runs are read, and only the narrow columns."""
         version = self.plan.versions.get("bronze")
-        windows = overlap_windows(extents, old_ranges)
         if version is None or not windows:
             return None
         condition = F.lit(False)
@@ -635,30 +671,17 @@ class _Batch:
     def _summarize(self, status: DataFrame, per_file: dict) -> tuple[dict[str, int], Runs]:
         """Per file, how many records are new, duplicates and conflicts (added to
         ``per_file``), the batch's totals, and the contiguous offset runs of its new records
-        per (topic, partition). One Spark job: each costs seconds on a loaded machine."""
-        counts = status.groupBy("file_index", "status").agg(F.count(F.lit(1)).alias("n"))
-        order = Window.partitionBy("topic", "partition").orderBy("offset")
-        runs = (
-            status.where(F.col("status") == NEW)
-            .select("topic", "partition", "offset")
-            .withColumn("run", F.col("offset") - F.row_number().over(order))
-            .groupBy("topic", "partition", "run")
-            .agg(F.min("offset").alias("low"), F.max("offset").alias("high"))
-            .drop("run")
-        )
-        new_runs: Runs = defaultdict(list)
-        for row in counts.unionByName(runs, allowMissingColumns=True).collect():
-            if row.status is not None:
-                per_file[row.file_index][row.status] += row.n
-            else:
-                new_runs[(row.topic, row.partition)].append((row.low, row.high))
+        per (topic, partition)."""
+        for row in status.groupBy("file_index", "status").count().collect():
+            per_file[row.file_index][row.status] += row["count"]
         totals: dict[str, int] = defaultdict(int)
         for file_counts in per_file.values():
             for kind in ("read", "errors", NEW, DUPLICATE, CONFLICT):
                 totals[kind] += file_counts[kind]
             if file_counts["read"] != sum(file_counts[k] for k in (NEW, DUPLICATE, CONFLICT)):
                 raise LandError(f"batch {self.plan.batch_id}: record counts do not reconcile")
-        return totals, {key: sorted(value) for key, value in new_runs.items()}
+        new_runs = _collect_runs(status.where(F.col("status") == NEW)) if totals[NEW] else {}
+        return totals, new_runs
 
     # --- the commits, in order ---
 
@@ -676,11 +699,11 @@ class _Batch:
         keys = status.where(F.col("status").isin(list(kinds))).select("file_index", "position")
         return F.broadcast(keys) if expected <= _BROADCAST_ROWS else keys
 
-    def _commit_bronze(self, status: DataFrame, totals: dict[str, int]) -> None:
+    def _commit_bronze(self, status: DataFrame | None, totals: dict[str, int]) -> None:
         if totals[NEW] == 0:
             return  # nothing new: no commit, no version
         records = self.records
-        if totals[DUPLICATE] or totals[CONFLICT]:
+        if status is not None and (totals[DUPLICATE] or totals[CONFLICT]):
             others = self._others(status, (DUPLICATE, CONFLICT), totals["read"] - totals[NEW])
             records = records.join(others, ["file_index", "position"], "left_anti")
         rows = records.select(
@@ -694,6 +717,7 @@ class _Batch:
     def _commit_errors(self, totals: dict[str, int]) -> None:
         if totals["errors"] == 0:
             return
+        # Read again: error rows are not cached (they are rare, and may hold long lines).
         rows = self.raw.where(F.col("error").isNotNull()).select(
             F.lit(self.plan.batch_id).cast(LongType()).alias("batch_id"),
             "source_file",
@@ -707,8 +731,8 @@ class _Batch:
         )
         write_delta(rows, self.tables.export_errors, **self._version_kwargs())
 
-    def _commit_conflicts(self, status: DataFrame, totals: dict[str, int]) -> None:
-        if totals[CONFLICT] == 0:
+    def _commit_conflicts(self, status: DataFrame | None, totals: dict[str, int]) -> None:
+        if status is None or totals[CONFLICT] == 0:
             return
         files = self.spark.createDataFrame(
             [(i, f.path) for i, f in enumerate(self.plan.files)],
@@ -816,6 +840,23 @@ class _Batch:
         )
 
 
+def _collect_runs(records: DataFrame) -> Runs:
+    """The contiguous offset runs of ``records`` (offsets unique per partition), per
+    (topic, partition): gaps and islands, offset minus its rank is constant along a run."""
+    order = Window.partitionBy("topic", "partition").orderBy("offset")
+    rows = (
+        records.select("topic", "partition", "offset")
+        .withColumn("run", F.col("offset") - F.row_number().over(order))
+        .groupBy("topic", "partition", "run")
+        .agg(F.min("offset").alias("low"), F.max("offset").alias("high"))
+        .collect()
+    )
+    runs: Runs = defaultdict(list)
+    for row in rows:
+        runs[(row.topic, row.partition)].append((row.low, row.high))
+    return {key: sorted(value) for key, value in runs.items()}
+
+
 def _run_key(row: dict) -> tuple:
     return row["topic"], row["partition"], row["from_offset"]
 
@@ -852,12 +893,12 @@ def gap_rows(ranges: Runs, old_gaps: list[dict], batch_id: int) -> list[dict]:
 
 
 def overlap_windows(
-    extents: dict[tuple[str, int], tuple[int, int]], ranges: Runs
+    extents: dict[tuple[str, int], tuple[int, ...]], ranges: Runs
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """Per (topic, partition): the offset window where the batch's [low, high] meets bronze's
     runs (absent when it meets none: the batch's offsets there are all new)."""
     windows = {}
-    for key, (low, high) in extents.items():
+    for key, (low, high, *_) in extents.items():
         meeting = [(a, b) for a, b in ranges.get(key, ()) if a <= high and b >= low]
         if meeting:
             windows[key] = (max(low, meeting[0][0]), min(high, meeting[-1][1]))
