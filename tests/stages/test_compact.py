@@ -67,8 +67,9 @@ def assert_gold_equals_expected(layout, workload, ts, *, zone="UTC", versions=No
 
 @pytest.fixture(scope="module")
 def lake(spark, tmp_path_factory):
+    """Two runs; the second is killed after three merges and run again."""
     directory = tmp_path_factory.mktemp("main")
-    workload = generate_workload(seed=11, transactions=240)
+    workload = generate_workload(seed=11, transactions=200)
     streams = si.dispatch(workload, "open-protocol", partitions=4, idle_partitions=1, replays=3)
     config = si.write_config(directory, streams, "open-protocol", time_zone=ZONE)
     layout = LakeLayout(config.lake)
@@ -81,11 +82,30 @@ def lake(spark, tmp_path_factory):
     first = compact(spark, config)
     si.land(spark, layout, streams, 1.0)
     second_mark = watermark(spark, config).changefeeds[0].watermark
-    second = compact(spark, config)
+
+    merge = gold_tables.GoldTable.merge
+    merges: list[bool] = []
+
+    def dies_on_the_fourth(self, segment, version):
+        if len(merges) == 3:
+            raise KeyboardInterrupt("killed")  # as a SIGKILL would stop the driver
+        merges.append(merge(self, segment, version))
+        return merges[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gold_tables.GoldTable, "merge", dies_on_the_fourth)
+        with pytest.raises(KeyboardInterrupt):
+            compact(spark, config)
+        killed = (list(merges), read_state(spark, layout.gold_state))
+        merges.clear()
+        patch.setattr(
+            gold_tables.GoldTable, "merge", lambda *a: merges.append(merge(*a)) or merges[-1]
+        )
+        second = compact(spark, config)
     return SimpleNamespace(
         workload=workload, streams=streams, config=config, layout=layout, topic=topic,
         landed_first=landed_first, first_mark=first_mark, second_mark=second_mark,
-        first=first, second=second,
+        first=first, second=second, killed=killed, resumed_merges=list(merges),
     )  # fmt: skip
 
 
@@ -224,46 +244,13 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(spark, l
         )
 
 
-def test_until_ts_caps_the_target_and_a_killed_run_resumes(spark, tmp_path, monkeypatch):
-    workload = generate_workload(seed=3, transactions=80)
-    streams = si.dispatch(workload, "open-protocol", partitions=3, replays=2)
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=3)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
-    middle = workload.resolved_ts[len(workload.resolved_ts) // 2]
-    capped = compact(spark, config, until_ts=middle)
-    assert capped.changefeeds[0].target == middle
-    assert_gold_equals_expected(layout, workload, middle)
-
-    merge = gold_tables.GoldTable.merge
-    calls: list[bool] = []
-
-    def dies_on_the_fourth(self, segment, version):
-        if len(calls) == 3:
-            raise KeyboardInterrupt("killed")  # as a SIGKILL would stop the driver
-        calls.append(merge(self, segment, version))
-        return calls[-1]
-
-    monkeypatch.setattr(gold_tables.GoldTable, "merge", dies_on_the_fourth)
-    with pytest.raises(KeyboardInterrupt):
-        compact(spark, config)
-    assert calls == [True, True, True]
-    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
-    assert {s.applied_ts for s in states.values()} == {middle}  # the state was not advanced
-
-    calls.clear()
-
-    def counted(self, segment, version):
-        calls.append(merge(self, segment, version))
-        return calls[-1]
-
-    monkeypatch.setattr(gold_tables.GoldTable, "merge", counted)
-    resumed = compact(spark, config)
-    assert resumed.changefeeds[0].target == workload.resolved_ts[-1]
-    assert_gold_equals_expected(layout, workload, workload.resolved_ts[-1])
-    # The three merges done before the kill are recognised and not repeated.
-    assert calls[:3] == [False, False, False] and all(calls[3:])
+def test_a_killed_run_leaves_the_state_behind_and_the_rerun_skips_what_was_done(lake):
+    merges, states = lake.killed
+    assert merges == [True, True, True]
+    assert {s.applied_ts for s in states} == {lake.first_mark}  # the state did not advance
+    # The rerun recognises the three merges done before the kill and does the rest.
+    assert lake.resumed_merges[:3] == [False, False, False]
+    assert len(lake.resumed_merges) > 3 and all(lake.resumed_merges[3:])
 
 
 # --- changefeeds without watermarks --------------------------------------------------------------

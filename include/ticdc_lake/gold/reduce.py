@@ -8,14 +8,14 @@ In order (stages/compact.py strings them together):
    commit order, so that TS bounds the change's own from above. None when nothing follows yet.
 2. ``with_selection``: which changes this run applies (per table: above the TS already applied,
    up to the target TS; or, without TSs, the bronze batches not applied yet).
-3. ``with_duplicates_marked``: at-least-once replays share an event_id (and order TS); only the
-   first in Kafka order counts.
-4. ``with_segments``: DDL barriers cut a table's changes into segments applied in turn.
-5. ``key_actions``: each change as upserts/deletes keyed by its handle-key values (a delete by
+3. ``segment_of``: DDL barriers cut a table's changes into segments applied in turn.
+4. ``key_actions``: each change as upserts/deletes keyed by its handle-key values (a delete by
    the old key; an UPDATE that changed the key, as TiCDC sends it with
    ``output-raw-change-event``, deletes the old key and upserts the new one).
-6. ``last_per_key``: per (table, segment, key) the last action by (order TS, topic, partition,
-   offset, index).
+5. ``last_per_key``: per (table, segment, key) the last action by (order TS, topic, partition,
+   offset, index), after dropping at-least-once replays: copies of an event (same event_id and
+   order TS) after its first in Kafka order. Both happen after one shuffle by key: every copy
+   of an event has the same table, segment and key.
 """
 
 from __future__ import annotations
@@ -87,12 +87,6 @@ def with_selection(
             order_ts.isNotNull() & (order_ts > F.col("applied_ts")) & (order_ts <= F.lit(target_ts))
         )
     return joined.withColumn("selected", selected)
-
-
-def with_duplicates_marked(changes: DataFrame) -> DataFrame:
-    """Add ``duplicate``: true for every copy of an event after its first in Kafka order."""
-    first = Window.partitionBy("event_id", "order_ts").orderBy(*POSITION)
-    return changes.withColumn("duplicate", F.row_number().over(first) > 1)
 
 
 def segment_of(barriers: Mapping[tuple[str, str], Sequence[int | None]]) -> Column:
@@ -169,14 +163,23 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
 
 
 def last_per_key(actions: DataFrame) -> DataFrame:
-    """Keep the last action per (schema, table, segment, key). A change without any order TS
-    (only when nothing tells its TS) sorts after every change that has one."""
-    last = Window.partitionBy("schema", "table", "segment", "key").orderBy(
+    """Keep the last action per (schema, table, segment, key), replays dropped. A change without
+    any order TS (only when nothing tells its TS) sorts after every change that has one."""
+    key = ("schema", "table", "segment", "key")
+    # One exchange: both windows below partition by a superset of these columns.
+    clustered = actions.repartition(*key)
+    first = Window.partitionBy(*key, "event_id", "order_ts", "sub").orderBy(*POSITION)
+    last = Window.partitionBy(*key).orderBy(
         F.col("order_ts").desc_nulls_first(),
         *[F.col(name).desc() for name in POSITION],
         F.col("sub").desc(),
     )
-    return actions.withColumn("_rank", F.row_number().over(last)).where("_rank = 1").drop("_rank")
+    unique = clustered.withColumn("_copy", F.row_number().over(first)).where("_copy = 1")
+    return (
+        unique.withColumn("_rank", F.row_number().over(last))
+        .where("_rank = 1")
+        .drop("_rank", "_copy")
+    )
 
 
 NO_KEY = "[]"  # the key text of an image without handle-key columns

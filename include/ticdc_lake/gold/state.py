@@ -1,8 +1,7 @@
 """The gold state table (layout.gold_state): per gold table, what it reflects.
 
-One row per gold table, partitioned by changefeed; each compaction of a changefeed replaces its
-partition in one commit (app id ``compact-state:<changefeed>#<generation>``), after the gold
-tables:
+One row per gold table, partitioned by changefeed; each compaction of a changefeed upserts its
+rows in one commit (app id ``compact-state:<changefeed>#<generation>``), after the gold tables:
 
 | column        | meaning                                                                      |
 |---------------|------------------------------------------------------------------------------|
@@ -29,33 +28,33 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, fields
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql import types as T
 
-from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
+from ticdc_lake.delta import delta_table_exists, merge_delta, read_delta
 
 WATERMARK = "watermark"
 CUTOFF = "cutoff"
 INCONSISTENT = "inconsistent"
 MODES = (WATERMARK, CUTOFF, INCONSISTENT)
 
-STATE_SCHEMA = T.StructType(
+STATE_ARROW = pa.schema(
     [
-        T.StructField("changefeed", T.StringType()),
-        T.StructField("schema", T.StringType()),
-        T.StructField("table", T.StringType()),
-        T.StructField("path", T.StringType()),
-        T.StructField("mode", T.StringType()),
-        T.StructField("watermark", T.LongType()),
-        T.StructField("applied_ts", T.LongType()),
-        T.StructField("applied_batch", T.LongType()),
-        T.StructField("rows", T.LongType()),
-        T.StructField("columns", T.StringType()),
-        T.StructField("handle_key", T.ArrayType(T.StringType())),
-        T.StructField("dropped", T.BooleanType()),
-        T.StructField("reason", T.StringType()),
-        T.StructField("generation", T.IntegerType()),
-        T.StructField("gold_version", T.LongType()),
+        ("changefeed", pa.string()),
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("path", pa.string()),
+        ("mode", pa.string()),
+        ("watermark", pa.int64()),
+        ("applied_ts", pa.int64()),
+        ("applied_batch", pa.int64()),
+        ("rows", pa.int64()),
+        ("columns", pa.string()),
+        ("handle_key", pa.list_(pa.string())),
+        ("dropped", pa.bool_()),
+        ("reason", pa.string()),
+        ("generation", pa.int32()),
+        ("gold_version", pa.int64()),
     ]
 )
 
@@ -93,23 +92,25 @@ def read_state(spark: SparkSession, path: str | os.PathLike) -> list[TableState]
 
 
 def write_state(
-    spark: SparkSession,
     path: str | os.PathLike,
     changefeed: str,
     states: list[TableState],
     version: int,
     generation: int,
 ) -> bool:
-    """Replace the changefeed's rows in one commit; False when (changefeed, generation,
-    version) was already written (a rerun)."""
+    """Upsert the changefeed's rows in one commit; False when (changefeed, generation,
+    version) was already written (a rerun). A gold table never leaves the state table (a
+    dropped one is marked), so an upsert by (changefeed, schema, table) replaces them all."""
+    for state in states:
+        if state.changefeed != changefeed:
+            raise ValueError(f"state of {state.full_name} is not changefeed {changefeed}'s")
     rows = [asdict(state) for state in sorted(states, key=lambda s: (s.schema, s.table))]
-    frame = spark.createDataFrame(rows, STATE_SCHEMA)
-    result = write_delta(
-        frame,
+    data = pa.Table.from_pylist(rows, schema=STATE_ARROW)
+    result = merge_delta(
+        data,
         path,
-        mode="overwrite",
+        ["changefeed", "schema", "table"],
         partition_by=["changefeed"],
-        replace_where={"changefeed": changefeed},
         app_id=f"compact-state:{changefeed}#{generation}",
         version=version,
     )

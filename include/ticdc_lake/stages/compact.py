@@ -35,16 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta
+from ticdc_lake.delta import delta_table_exists, read_delta
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.gold import catalog as c
 from ticdc_lake.gold import reduce as r
@@ -54,7 +52,12 @@ from ticdc_lake.gold.exceptions import CompactError, GoldError
 from ticdc_lake.gold.plan import Barrier, Timeline, build_timeline, parse_record, unique_records
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages.watermark import ChangefeedWatermark, changefeed_watermarks, read_watermarks
+from ticdc_lake.stages.watermark import (
+    ChangefeedWatermark,
+    changefeed_watermarks,
+    column_max,
+    read_watermarks,
+)
 
 # Room for this many DDL effects on one table at one commit TS (versions are TS x 8 + n; a TSO
 # x 8 still fits a long until the year 2100).
@@ -306,7 +309,7 @@ class _ChangefeedRun:
                     )
                 return self._unchanged()
             return None
-        latest = _max_batch(self.layout.changes)
+        latest = column_max(self.layout.changes, "bronze_batch")
         if latest is None or latest <= self.low_batch:
             return self._unchanged()
         return None
@@ -402,7 +405,7 @@ class _ChangefeedRun:
             default_ts=self.low_ts,
             default_batch=self.low_batch,
         )
-        marked = r.with_duplicates_marked(selected).persist()
+        marked = selected.persist()
         try:
             counts, batches = self._counts(marked)
             barriers = {
@@ -410,9 +413,7 @@ class _ChangefeedRun:
                 for name in {n for b in timeline.barriers for n in b.tables}
             }
             handles = self._fallback_handles(timeline)
-            applying = marked.where(F.col("selected") & ~F.col("duplicate")).withColumn(
-                "segment", r.segment_of(barriers)
-            )
+            applying = marked.where(F.col("selected")).withColumn("segment", r.segment_of(barriers))
             reduced = r.last_per_key(r.key_actions(applying, handles))
             table = reduced.select(*REDUCED_COLUMNS).toArrow()
         finally:
@@ -420,7 +421,7 @@ class _ChangefeedRun:
         return table, counts, batches
 
     def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
-        selected, duplicate = F.col("selected"), F.col("duplicate")
+        selected = F.col("selected")
         waiting = F.col("commit_ts").isNull() & ~selected
         if self.mode != s.INCONSISTENT:
             waiting = waiting & (
@@ -429,8 +430,11 @@ class _ChangefeedRun:
         rows = (
             marked.groupBy("schema", "table")
             .agg(
-                F.sum((selected & ~duplicate).cast("long")).alias("changes"),
-                F.sum((selected & duplicate).cast("long")).alias("duplicates"),
+                F.sum(selected.cast("long")).alias("read"),
+                # Replays: copies of an event (same event_id and order TS) beyond the first.
+                F.count_distinct(
+                    F.when(selected, F.struct("event_id", F.coalesce("order_ts", F.lit(-1))))
+                ).alias("changes"),
                 F.sum(waiting.cast("long")).alias("pending"),
                 F.min(F.when(waiting, F.col("bronze_batch"))).alias("pending_batch"),
                 F.max("bronze_batch").alias("max_batch"),
@@ -438,7 +442,11 @@ class _ChangefeedRun:
             )
             .collect()
         )
-        counts = {c.TableName(row.schema, row.table): row.asDict() for row in rows}
+        counts = {
+            c.TableName(row.schema, row.table): row.asDict()
+            | {"duplicates": (row.read or 0) - (row.changes or 0)}
+            for row in rows
+        }
         pending = [row.pending_batch for row in rows if row.pending_batch is not None]
         batches = {
             "max": max((row.max_batch for row in rows), default=None),
@@ -727,9 +735,7 @@ class _ChangefeedRun:
             version = (
                 self.target if self.mode != s.INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
             )
-            s.write_state(
-                self.spark, self.layout.gold_state, self.feed.name, states, version, self.generation
-            )
+            s.write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
         pending = sum(int(count.get("pending") or 0) for count in counts.values())
         return ChangefeedResult(
             self.feed.name,
@@ -857,20 +863,6 @@ def _combined(effects: list[c.Effect]) -> list[c.Effect]:
 
 def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
     return gold_type(spec).arrow
-
-
-def _max_batch(path: Path) -> int | None:
-    """The highest bronze batch in a silver table, from its file statistics (no data read)."""
-    if not delta_table_exists(path):
-        return None
-    actions = pa.table(open_table(path).get_add_actions(flatten=True))
-    if not actions.num_rows:
-        return None
-    for name in ("partition.bronze_batch", "max.bronze_batch"):
-        if name in actions.column_names:
-            values = pc.cast(actions.column(name), pa.int64())
-            return pc.max(values).as_py()
-    return None
 
 
 __all__ = [

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -256,82 +258,69 @@ def read_watermarks(spark: SparkSession, layout: LakeLayout) -> list[tuple[str, 
     return [(r.topic, r.partition, r.resolved_ts) for r in rows.collect()]
 
 
+def column_max(path, column: str) -> int | None:
+    """The highest value of an integer column from the table's file statistics (or partition
+    values): no data is read. None for a missing or empty table."""
+    if not delta_table_exists(path):
+        return None
+    actions = pa.table(open_table(path).get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return None
+    for name in (f"partition.{column}", f"max.{column}"):
+        if name in actions.column_names:
+            return pc.max(pc.cast(actions.column(name), pa.int64())).as_py()
+    raise ValueError(f"{path} records no statistics for {column}")
+
+
 def watermark(spark: SparkSession, config: PipelineConfig) -> WatermarkResult:
     """Fold the new resolved events into the watermarks table; report every changefeed's."""
     layout = LakeLayout(config.lake)
     notes: list[str] = []
     previous = None
-    cursor = -1
+    before: dict[tuple[str, int], dict] = {}
     if delta_table_exists(layout.watermarks):
-        previous = read_delta(spark, layout.watermarks).persist()
-        cursor = previous.agg(F.max("bronze_batch")).first()[0]
-        cursor = -1 if cursor is None else cursor
-    new = None
-    if delta_table_exists(layout.resolved):
-        new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor).persist()
-    else:
+        previous = read_delta(spark, layout.watermarks)
+        before = {(r.topic, r.partition): r.asDict() for r in previous.collect()}
+    cursor = max((row["bronze_batch"] for row in before.values()), default=-1)
+    after = before
+    committed, version = False, None
+    if not delta_table_exists(layout.resolved):
         notes.append(f"no resolved events yet ({layout.resolved} does not exist)")
-    try:
-        stats = (
-            new.agg(
-                F.count("*").alias("events"),
-                F.max("bronze_batch").alias("batch"),
-                F.collect_set("topic").alias("topics"),
-            ).first()
-            if new is not None
-            else None
-        )
-        read = stats["events"] if stats else 0
-        committed, version, advanced, regressions = False, None, 0, 0
-        topics = set(stats["topics"]) if stats else set()
-        if read:
-            folded = fold_resolved(new, previous).persist()
-            try:
-                advanced, regressions = _changes(folded, previous)
-                result = write_delta(
-                    folded, layout.watermarks, mode="overwrite", app_id=APP_ID,
-                    version=int(stats["batch"]),
-                )  # fmt: skip
-                committed, version = result.committed, result.version
-            finally:
-                folded.unpersist()
-        elif delta_table_exists(layout.watermarks):
-            version = open_table(layout.watermarks).version()
-        marks = read_watermarks(spark, layout)
-    finally:
-        for frame in (previous, new):
-            if frame is not None:
-                frame.unpersist()
+    elif (latest := column_max(layout.resolved, "bronze_batch")) is not None and latest > cursor:
+        new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor)
+        rows = fold_resolved(new, previous).collect()
+        after = {(r.topic, r.partition): r.asDict() for r in rows}
+        batch = max(row["bronze_batch"] for row in after.values())
+        if batch > cursor:
+            folded = spark.createDataFrame(rows, WATERMARKS_SCHEMA)
+            result = write_delta(
+                folded, layout.watermarks, mode="overwrite", app_id=APP_ID, version=int(batch)
+            )
+            committed, version = result.committed, result.version
+    if version is None and delta_table_exists(layout.watermarks):
+        version = open_table(layout.watermarks).version()
+
+    def total(rows: dict, name: str) -> int:
+        return sum(row[name] for row in rows.values())
+
+    advanced = sum(
+        1
+        for key, row in after.items()
+        if key not in before or row["resolved_ts"] > before[key]["resolved_ts"]
+    )
+    topics = {topic for topic, _ in after}
     unknown = tuple(sorted(topic for topic in topics if topic not in config.topics))
     if unknown:
         notes.append(f"resolved events of topics not in the config: {', '.join(unknown)}")
+    marks = [(t, p, row["resolved_ts"]) for (t, p), row in after.items()]
     return WatermarkResult(
-        resolved_read=read,
-        partitions=len(marks),
+        resolved_read=total(after, "events") - total(before, "events"),
+        partitions=len(after),
         advanced=advanced,
-        regressions=regressions,
+        regressions=total(after, "regressions") - total(before, "regressions"),
         committed=committed,
         version=version,
         changefeeds=tuple(changefeed_watermarks(config, marks).values()),
         unknown_topics=unknown,
         notes=tuple(notes),
     )
-
-
-def _changes(folded: DataFrame, previous: DataFrame | None) -> tuple[int, int]:
-    """(partitions whose watermark rose, regressions added) between two versions of the table."""
-    if previous is None:
-        totals = folded.agg(F.count("*"), F.sum("regressions")).first()
-        return totals[0], totals[1] or 0
-    old = previous.select(
-        "topic",
-        "partition",
-        F.col("resolved_ts").alias("old_ts"),
-        F.col("regressions").alias("old_regressions"),
-    )
-    joined = folded.join(old, ["topic", "partition"], "left")
-    totals = joined.agg(
-        F.sum((F.col("old_ts").isNull() | (F.col("resolved_ts") > F.col("old_ts"))).cast("long")),
-        F.sum(F.col("regressions") - F.coalesce("old_regressions", F.lit(0))),
-    ).first()
-    return totals[0] or 0, totals[1] or 0
