@@ -442,6 +442,31 @@ def test_a_file_arriving_after_a_kill_lands_in_the_next_batch(story):
     assert noop["versions"] == story["steps"]["after"]["versions"]
 
 
+def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monkeypatch):
+    """Killed after the bronze commit, and the plan deleted by hand: the next batch takes a
+    new id, reads the file again, and finds its records in bronze (ranges rebuilt from it)."""
+    config = load_config(write_config(tmp_path, [TOPIC]))
+    tables = LandTables.of(LakeLayout(config.lake))
+    records = retopic(generated[0], TOPIC)
+    exports.write_export(tmp_path / "landing" / "a.jsonl", records, "jsonl")
+
+    def killed(self, *args):
+        raise SimulatedKill("after the bronze commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_Batch, "_commit_ranges_and_gaps", killed)
+        with pytest.raises(SimulatedKill):
+            land(spark, config)
+    tables.plan.unlink()
+    result = land(spark, config)
+    assert (result.batch_id, result.recovered) == (2, False)
+    assert (result.records_added, result.duplicates, result.offset_gaps) == (0, len(records), 0)
+    assert bronze_records(tables) == expected(records)
+    assert [(r["from_offset"], r["to_offset"]) for r in table(tables.offset_ranges)] == [
+        (0, len(records) - 1)
+    ]
+
+
 def test_each_commit_records_its_batch_and_unchanged_tables_get_none(story):
     tables = story["tables"]
     assert sorted({r["batch_id"] for r in table(tables.landed_files)}) == [1, 2, 3, 4, 5]

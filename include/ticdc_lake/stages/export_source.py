@@ -21,6 +21,7 @@ compute; JSON Lines, kcat, Avro containers and whole-file-compressed Parquet go 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -189,12 +190,20 @@ def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
 def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
     """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``."""
     file = partition.file
-    if partition.byte_range is not None:
-        yield from _batches(partition, _json_range_items(partition))
-    elif file.layout == "parquet" and file.compression == "none":
-        yield from _ParquetRows(partition).batches()
-    else:
-        yield from _batches(partition, _export_items(partition))
+    # The record-by-record layouts allocate millions of small acyclic objects; the cyclic
+    # GC's scans over them cost more than the parsing (measured: 2.4 s against 1.0 s).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if partition.byte_range is not None:
+            yield from _batches(partition, _json_range_items(partition))
+        elif file.layout == "parquet" and file.compression == "none":
+            yield from _ParquetRows(partition).batches()
+        else:
+            yield from _batches(partition, _export_items(partition))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _ParquetRows:

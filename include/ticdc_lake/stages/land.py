@@ -30,7 +30,7 @@ Deduplication: each (topic, partition, offset) is landed once. Within a batch th
 wins (files in planned order, oldest modification time first, then path; rows in file order);
 against bronze, the landed copy wins. A later copy with the same bytes is a duplicate, one with
 other bytes a conflict. Bronze keeps a 64-bit hash of each record's bytes (``record_hash``), so
-the comparison reads four narrow columns of bronze, and only in the offset windows where
+the comparison reads a few narrow columns of bronze, and only in the offset windows where
 ``offset_ranges`` says the batch overlaps bronze: a batch of new offsets never reads bronze.
 
 Idempotency and crashes: a batch is planned first (its files with their size and time, the
@@ -272,6 +272,9 @@ class LandPlan:
     landed_at_us: int  # one landing time for the whole batch, the same on a retry
     files: tuple[ExportFile, ...]
     versions: dict[str, int | None]  # table versions the batch is computed against
+    # offset_ranges is behind bronze (a killed run's plan was lost): derive the runs from
+    # bronze itself, or records of that run would look new and land twice.
+    rebuild_ranges: bool = False
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -286,6 +289,7 @@ class LandPlan:
             landed_at_us=data["landed_at_us"],
             files=tuple(ExportFile(**f) for f in data["files"]),
             versions=data["versions"],
+            rebuild_ranges=data.get("rebuild_ranges", False),
         )
 
     @property
@@ -421,6 +425,8 @@ def plan_batch(tables: LandTables, files: Sequence[ExportFile]) -> LandPlan:
     """The next batch, over ``files``: its id, landing time and the table versions it reads."""
     # Any table may be ahead of landed_files if a killed run's plan was lost: never reuse its id.
     batch_id = max(_land_version(path) for path in tables.committed()) + 1
+    # Every batch that adds records to bronze also extends offset_ranges, after it.
+    stale_ranges = _land_version(tables.bronze) > _land_version(tables.offset_ranges)
     return LandPlan(
         batch_id=batch_id,
         landed_at_us=time.time_ns() // 1000,
@@ -431,6 +437,7 @@ def plan_batch(tables: LandTables, files: Sequence[ExportFile]) -> LandPlan:
             "offset_ranges": _table_version(tables.offset_ranges),
             "offset_gaps": _table_version(tables.offset_gaps),
         },
+        rebuild_ranges=stale_ranges,
     )
 
 
@@ -532,11 +539,12 @@ SLIM_COLUMNS = ("file_index", "position", "topic", "partition", "offset", "recor
 class _Batch:
     """One batch's computation: what its records are, then the commits in order.
 
-    The files are read twice: once for the narrow columns (coordinates, position, hash),
-    which are cached and answer every question about the batch, and once more to write the
-    new records. Caching whole records instead costs more than reading Parquet again.
-    Usually a batch holds each offset once and none that bronze has (``_all_new``): then
-    nothing is sorted. Otherwise every record is classified (``classify``).
+    The narrow columns (coordinates, position, hash) are cached: they answer every question
+    about the batch. Plain Parquet files are then read again to write the new records
+    (cheaper than caching whole records); records parsed in Python (JSON Lines, kcat, Avro,
+    compressed files) are cached whole instead, parsing being the dearer part. Usually a
+    batch holds each offset once and none that bronze has (``_all_new``): then nothing is
+    sorted. Otherwise every record is classified (``classify``).
     """
 
     def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
@@ -544,12 +552,16 @@ class _Batch:
         self.tables = tables
         self.plan = plan
         self.raw = read_export_files(spark, plan.files)
+        self.cached = [self.raw] if any(not _plain_parquet(f) for f in plan.files) else []
+        for frame in self.cached:
+            frame.persist(StorageLevel.MEMORY_AND_DISK)
         self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
         self.slim = (
             with_record_hash(self.raw)
             .select(*SLIM_COLUMNS, F.col("error").isNull().alias("is_record"))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
+        self.cached.append(self.slim)
 
     def run(self) -> dict[str, int]:
         try:
@@ -572,9 +584,10 @@ class _Batch:
                 if status is not None:
                     status.unpersist()
         finally:
-            self.slim.unpersist()
+            for frame in self.cached:
+                frame.unpersist()
         ranges = merge_runs(old_ranges, new_runs)
-        gaps = self._commit_ranges_and_gaps(old_ranges, ranges)
+        gaps = self._commit_ranges_and_gaps(ranges)
         self._commit_landed_files(per_file)
         return {
             "records_read": totals["read"],
@@ -631,6 +644,9 @@ class _Batch:
         return totals, _collect_runs(records)
 
     def _old_ranges(self) -> Runs:
+        if self.plan.rebuild_ranges:
+            bronze = read_delta(self.spark, self.tables.bronze, self.plan.versions["bronze"])
+            return _collect_runs(bronze)  # a full scan of three columns, once
         version = self.plan.versions.get("offset_ranges")
         if version is None:
             return {}
@@ -688,11 +704,12 @@ class _Batch:
     def _version_kwargs(self) -> dict:
         return {"app_id": APP_ID, "version": self.plan.batch_id}
 
-    def _batch_columns(self) -> list:
-        return [
-            F.lit(self.plan.batch_id).cast(LongType()).alias("batch_id"),
-            F.lit(self.plan.landed_at).cast(TimestampType()).alias("landed_at"),
-        ]
+    def _conform(self, frame: DataFrame, schema: StructType) -> DataFrame:
+        """``frame`` with this batch's id and landing time, as exactly ``schema``'s columns."""
+        frame = frame.withColumns(
+            {"batch_id": F.lit(self.plan.batch_id), "landed_at": F.lit(self.plan.landed_at)}
+        )
+        return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
 
     def _others(self, status: DataFrame, kinds: Sequence[str], expected: int) -> DataFrame:
         """(file_index, position) of records with the given statuses, broadcast when small."""
@@ -706,83 +723,63 @@ class _Batch:
         if status is not None and (totals[DUPLICATE] or totals[CONFLICT]):
             others = self._others(status, (DUPLICATE, CONFLICT), totals["read"] - totals[NEW])
             records = records.join(others, ["file_index", "position"], "left_anti")
-        rows = records.select(
-            *[name for name in BRONZE_SCHEMA.fieldNames() if name not in ("batch_id", "landed_at")],
-            *self._batch_columns(),
-        )
         write_delta(
-            rows, self.tables.bronze, partition_by=BRONZE_PARTITION_BY, **self._version_kwargs()
+            self._conform(records, BRONZE_SCHEMA),
+            self.tables.bronze,
+            partition_by=BRONZE_PARTITION_BY,
+            **self._version_kwargs(),
         )
 
     def _commit_errors(self, totals: dict[str, int]) -> None:
         if totals["errors"] == 0:
             return
         # Read again: error rows are not cached (they are rare, and may hold long lines).
-        rows = self.raw.where(F.col("error").isNotNull()).select(
-            F.lit(self.plan.batch_id).cast(LongType()).alias("batch_id"),
-            "source_file",
-            "line",
-            F.col("error").alias("reason"),
-            "topic",
-            "partition",
-            "offset",
-            "raw",
-            F.lit(self.plan.landed_at).cast(TimestampType()).alias("landed_at"),
+        errors = self.raw.where(F.col("error").isNotNull()).withColumnRenamed("error", "reason")
+        write_delta(
+            self._conform(errors, EXPORT_ERRORS_SCHEMA),
+            self.tables.export_errors,
+            **self._version_kwargs(),
         )
-        write_delta(rows, self.tables.export_errors, **self._version_kwargs())
 
     def _commit_conflicts(self, status: DataFrame | None, totals: dict[str, int]) -> None:
         if status is None or totals[CONFLICT] == 0:
             return
-        files = self.spark.createDataFrame(
+        first_files = self.spark.createDataFrame(
             [(i, f.path) for i, f in enumerate(self.plan.files)],
             "first_file int, first_source_file string",
         )
+        in_bronze = F.col("kept_record_hash").isNotNull()
+        # The copy kept is bronze's when bronze had one, else the batch's first.
         conflicts = (
             status.where(F.col("status") == CONFLICT)
+            .join(F.broadcast(first_files), "first_file")
             .select(
                 "file_index",
                 "position",
-                "first_file",
-                "first_hash",
-                "kept_batch_id",
-                "kept_source_file",
-                "kept_record_hash",
+                F.when(in_bronze, F.col("kept_batch_id"))
+                .otherwise(F.lit(self.plan.batch_id))
+                .alias("kept_batch_id"),
+                F.when(in_bronze, F.col("kept_source_file"))
+                .otherwise(F.col("first_source_file"))
+                .alias("kept_source_file"),
+                F.when(in_bronze, F.col("kept_record_hash"))
+                .otherwise(F.col("first_hash"))
+                .alias("kept_record_hash"),
             )
-            .join(F.broadcast(files), "first_file")
         )
-        in_bronze = F.col("kept_record_hash").isNotNull()
-        rows = self.records.join(
-            F.broadcast(conflicts), ["file_index", "position"], "inner"
-        ).select(
-            F.lit(self.plan.batch_id).cast(LongType()).alias("batch_id"),
-            "topic",
-            "partition",
-            "offset",
-            "source_file",
-            "timestamp",
-            "key",
-            "value",
-            "headers",
-            "record_hash",
-            F.when(in_bronze, F.col("kept_batch_id"))
-            .otherwise(F.lit(self.plan.batch_id))
-            .cast(LongType())
-            .alias("kept_batch_id"),
-            F.when(in_bronze, F.col("kept_source_file"))
-            .otherwise(F.col("first_source_file"))
-            .alias("kept_source_file"),
-            F.when(in_bronze, F.col("kept_record_hash"))
-            .otherwise(F.col("first_hash"))
-            .alias("kept_record_hash"),
-            F.lit(self.plan.landed_at).cast(TimestampType()).alias("landed_at"),
+        rows = self.records.join(F.broadcast(conflicts), ["file_index", "position"])
+        write_delta(
+            self._conform(rows, OFFSET_CONFLICTS_SCHEMA),
+            self.tables.offset_conflicts,
+            **self._version_kwargs(),
         )
-        write_delta(rows, self.tables.offset_conflicts, **self._version_kwargs())
 
-    def _commit_ranges_and_gaps(self, old_ranges: Runs, ranges: Runs) -> list[dict]:
+    def _commit_ranges_and_gaps(self, ranges: Runs) -> list[dict]:
+        # Against what the tables held when planned (not rebuilt runs): the diff must be theirs.
+        old_ranges = self._old_rows(self.tables.offset_ranges, "offset_ranges")
         old_gaps = self._old_rows(self.tables.offset_gaps, "offset_gaps")
         gaps = gap_rows(ranges, old_gaps, self.plan.batch_id)
-        self._sync(self.tables.offset_ranges, range_rows(old_ranges), range_rows(ranges))
+        self._sync(self.tables.offset_ranges, old_ranges, range_rows(ranges))
         self._sync(self.tables.offset_gaps, old_gaps, gaps)
         return gaps
 
@@ -838,6 +835,10 @@ class _Batch:
             ["path", "batch_id"],
             **self._version_kwargs(),
         )
+
+
+def _plain_parquet(file: ExportFile) -> bool:
+    return file.layout == "parquet" and file.compression == "none"
 
 
 def _collect_runs(records: DataFrame) -> Runs:
