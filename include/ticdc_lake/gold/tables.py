@@ -106,6 +106,10 @@ class GoldTable:
         )
         return result.committed
 
+    def append(self, frame: DataFrame, version: int) -> bool:
+        """Rows known to be new (an initial load), written by Spark's executors."""
+        return self._write(frame, version, mode="append")
+
     # --- DDL effects ---------------------------------------------------------------------
 
     def _write(self, frame: DataFrame, version: int, *, mode: str = "overwrite") -> bool:
@@ -227,34 +231,130 @@ def delete_rows(rows: c.PartitionRows):
 
 # --- typing a segment --------------------------------------------------------------------------
 
+DESCRIPTION = ("name", "type_code", "flags", "mysql_type")
+
+
+def specs_of(descriptions: list[dict]) -> dict[str, t.ColumnSpec]:
+    """Each column's spec from (name, type_code, flags, mysql_type) descriptions in the order
+    the columns first appear; a full type text (sent with some rows only, e.g. Canal-JSON)
+    beats a bare one."""
+    specs: dict[str, t.ColumnSpec] = {}
+    for row in descriptions:
+        spec = t.ColumnSpec.from_row(row["type_code"], row["flags"], row["mysql_type"])
+        known = specs.get(row["name"])
+        bare = known is not None and known.length is None and known.elements is None
+        if known is None or (bare and (spec.length is not None or spec.elements is not None)):
+            specs[row["name"]] = spec
+    return specs
+
 
 def row_specs(images: pa.Array) -> dict[str, t.ColumnSpec]:
-    """Each column's spec as the change rows describe it (the first description wins)."""
+    """Each column's spec as a batch of change images describes it."""
     if isinstance(images, pa.ChunkedArray):
         images = images.combine_chunks()
     flat = pc.list_flatten(images)
-    described = pa.table(
-        {
-            "name": flat.field("name"),
-            "type_code": flat.field("type_code"),
-            "flags": flat.field("flags"),
-            "mysql_type": flat.field("mysql_type"),
-        }
+    described = pa.table({name: flat.field(name) for name in DESCRIPTION})
+    first = described.append_column("_at", pa.array(range(len(described)), pa.int64()))
+    distinct = first.group_by(list(DESCRIPTION), use_threads=False).aggregate([("_at", "min")])
+    return specs_of(sorted(distinct.to_pylist(), key=lambda row: row["_at_min"]))
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """The gold columns of a segment: name, how its values are typed, and its Arrow type."""
+
+    table: str
+    keys: tuple[str, ...]
+    columns: tuple[tuple[str, t.GoldType | None, pa.DataType, t.ColumnSpec | None], ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The gold table's columns for these rows (without the merge's delete flag)."""
+        fields = [pa.field(name, arrow) for name, _, arrow, _ in self.columns]
+        return pa.schema([*fields, pa.field(COMMIT_TS, pa.int64())])
+
+    @property
+    def described(self) -> list[dict]:
+        return [
+            {
+                "name": name,
+                "type": t.delta_type_name(arrow),
+                "mysql_type": spec.describe() if spec else None,
+            }
+            for name, _, arrow, spec in self.columns
+        ]
+
+
+def plan_segment(
+    table: c.TableInfo,
+    handles: set[tuple[str, ...]],
+    from_rows: dict[str, t.ColumnSpec],
+    existing: pa.Schema | None,
+) -> SegmentPlan:
+    """Decide a segment's gold columns: the gold table's (keeping their types), then those the
+    DDL defines, then any other the changes carry; types from the DDL, else from the changes."""
+    name = str(table.name)
+    if len(handles) != 1 or not next(iter(handles)):
+        raise GoldError(
+            f"{name}: the changes name no single handle key ({sorted(handles)}); gold needs the "
+            "primary key or a NOT NULL unique key (from the rows or a CREATE TABLE)"
+        )
+    keys = next(iter(handles))
+    from_ddl = table.specs
+    present = [f.name for f in existing if f.name != COMMIT_TS] if existing is not None else []
+    order = present + [n for n in from_ddl if n not in present]
+    order += [n for n in from_rows if n not in order]
+    missing = [k for k in keys if k not in order]
+    if missing:
+        raise GoldError(f"{name}: handle key column(s) {missing} are in no change or DDL")
+    existing_types = {f.name: f.type for f in existing} if existing is not None else {}
+    columns = []
+    for column in order:
+        spec = from_ddl.get(column) or from_rows.get(column)
+        gold = t.gold_type(spec) if spec is not None else None
+        arrow = existing_types.get(column) or (gold.arrow if gold else pa.string())
+        columns.append((column, gold, arrow, spec))
+    return SegmentPlan(name, keys, tuple(columns))
+
+
+def apply_plan(plan: SegmentPlan, rows: pa.Table, zones: dict[str, str]) -> TypedSegment:
+    """The gold rows of reduced changes (reduce.last_per_key's columns) under ``plan``."""
+    names = [name for name, *_ in plan.columns]
+    values = column_values(rows.column("image"), names)
+    origin = Origin(
+        plan.table, rows.column("topic"), rows.column("partition"), rows.column("offset")
     )
-    distinct = described.group_by(["name", "type_code", "flags", "mysql_type"]).aggregate([])
-    specs: dict[str, t.ColumnSpec] = {}
-    order = {name: i for i, name in enumerate(pc.unique(flat.field("name")).to_pylist())}
-    for row in sorted(distinct.to_pylist(), key=lambda r: order[r["name"]]):
-        spec = t.ColumnSpec.from_row(row["type_code"], row["flags"], row["mysql_type"])
-        known = specs.get(row["name"])
-        # A full type text (sent with some rows only, e.g. Canal-JSON) beats a bare one.
-        if known is None or (
-            known.length is None
-            and known.elements is None
-            and (spec.length is not None or spec.elements is not None)
-        ):
-            specs[row["name"]] = spec
-    return specs
+    row_zones = pc.fill_null(
+        pa.array([zones.get(topic) for topic in rows.column("topic").to_pylist()], pa.string()),
+        "UTC",
+    )
+    arrays = []
+    stats = SegmentStats()
+    for column, gold, arrow, _ in plan.columns:
+        if gold is None:
+            array = pa.nulls(rows.num_rows, arrow)  # only in gold: nothing to type
+        else:
+            array, nulled = convert(values[column], gold, arrow, column, origin, row_zones)
+            stats.zero_dates += nulled
+        arrays.append(array)
+    deleted = pc.fill_null(rows.column("deleted"), False)
+    for key in plan.keys:
+        array = arrays[names.index(key)]
+        if array.null_count:
+            raise ConversionError(f"{plan.table}: {array.null_count} changes lack key {key}")
+    upserts = pc.invert(deleted)
+    key_only = pc.and_(upserts, pc.fill_null(rows.column("handle_key_only"), False))
+    stats.upserts = int(pc.sum(upserts).as_py() or 0)
+    stats.deletes = rows.num_rows - stats.upserts
+    stats.key_only = int(pc.sum(key_only).as_py() or 0)
+    arrays.append(rows.column("commit_ts").cast(pa.int64()))
+    arrays.append(deleted)
+    schema = plan.schema.append(pa.field(DELETED, pa.bool_()))
+    data = pa.Table.from_arrays(
+        [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
+        schema=schema,
+    )
+    return TypedSegment(data, plan.keys, plan.described, stats)
 
 
 def type_segment(
@@ -263,70 +363,36 @@ def type_segment(
     existing: pa.Schema | None,
     zones: dict[str, str],
 ) -> TypedSegment:
-    """The gold rows of one segment of reduced changes (reduce.last_per_key's columns)."""
-    name = str(table.name)
-    images = rows.column("image")
+    """Plan and type one segment of reduced changes on the driver."""
     handles = {tuple(h) for h in rows.column("handle").to_pylist()}
-    if len(handles) != 1 or not next(iter(handles)):
-        raise GoldError(
-            f"{name}: the changes name no single handle key ({sorted(handles)}); gold needs the "
-            "primary key or a NOT NULL unique key (from the rows or a CREATE TABLE)"
-        )
-    keys = next(iter(handles))
-    from_rows = row_specs(images)
-    from_ddl = table.specs
-    present = [f.name for f in existing if f.name != COMMIT_TS] if existing is not None else []
-    order = present + [n for n in from_ddl if n not in present]
-    order += [n for n in from_rows if n not in order]
-    missing = [k for k in keys if k not in order]
-    if missing:
-        raise GoldError(f"{name}: handle key column(s) {missing} are in no change or DDL")
-    values = column_values(images, order)
-    origin = Origin(name, rows.column("topic"), rows.column("partition"), rows.column("offset"))
-    row_zones = pc.fill_null(
-        pa.array([zones.get(topic) for topic in rows.column("topic").to_pylist()], pa.string()),
-        "UTC",
+    plan = plan_segment(table, handles, row_specs(rows.column("image")), existing)
+    return apply_plan(plan, rows, zones)
+
+
+def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> DataFrame:
+    """The upserts of a large segment typed on the executors (for an append to an empty table:
+    deletes have nothing to delete there)."""
+
+    def typed(batches):
+        for batch in batches:
+            rows = pa.Table.from_batches([batch])
+            yield from apply_plan(plan, rows, zones).data.drop_columns([DELETED]).to_batches()
+
+    upserts = frame.where(~F.coalesce(F.col("deleted"), F.lit(False)))
+    return upserts.mapInArrow(typed, arrow_struct(plan.schema))
+
+
+def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, t.ColumnSpec]]:
+    """The handle keys and column specs of a large segment, by a small Spark aggregate."""
+    described = (
+        frame.select(F.posexplode("image").alias("_at", "c"))
+        .groupBy(*[F.col(f"c.{name}").alias(name) for name in DESCRIPTION])
+        .agg(F.min("_at").alias("_at"))
+        .collect()
     )
-    existing_types = {f.name: f.type for f in existing} if existing is not None else {}
-    arrays, fields, described = [], [], []
-    stats = SegmentStats()
-    for column in order:
-        spec = from_ddl.get(column) or from_rows.get(column)
-        gold = t.gold_type(spec) if spec is not None else None
-        target = existing_types.get(column) or (gold.arrow if gold else pa.string())
-        if gold is None:
-            array = pa.nulls(rows.num_rows, target)  # only in gold: nothing to type
-        else:
-            array, nulled = convert(values[column], gold, target, column, origin, row_zones)
-            stats.zero_dates += nulled
-        arrays.append(array)
-        fields.append(pa.field(column, target))
-        described.append(
-            {
-                "name": column,
-                "type": t.delta_type_name(target),
-                "mysql_type": spec.describe() if spec else None,
-            }
-        )
-    deleted = pc.fill_null(rows.column("deleted"), False)
-    for key in keys:
-        position = order.index(key)
-        if arrays[position].null_count:
-            raise ConversionError(f"{name}: {arrays[position].null_count} changes lack key {key}")
-    upserts = pc.invert(deleted)
-    key_only = pc.and_(upserts, pc.fill_null(rows.column("handle_key_only"), False))
-    stats.upserts = int(pc.sum(upserts).as_py() or 0)
-    stats.deletes = rows.num_rows - stats.upserts
-    stats.key_only = int(pc.sum(key_only).as_py() or 0)
-    arrays.append(rows.column("commit_ts").cast(pa.int64()))
-    fields.append(pa.field(COMMIT_TS, pa.int64()))
-    arrays.append(deleted)
-    fields.append(pa.field(DELETED, pa.bool_()))
-    data = pa.Table.from_arrays(
-        [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
-        schema=pa.schema(fields),
-    )
-    return TypedSegment(data, keys, described, stats)
+    handles = {tuple(row.handle) for row in frame.select("handle").distinct().collect()}
+    ordered = sorted((row.asDict() for row in described), key=lambda row: row["_at"])
+    return handles, specs_of(ordered)
 
 
 def describe_schema(schema: pa.Schema | None, specs: dict[str, t.ColumnSpec]) -> str:

@@ -64,6 +64,10 @@ from ticdc_lake.stages.watermark import (
 EFFECTS_PER_DDL = 8
 # Inconsistent mode numbers its steps from (bronze batch + 1) x STEPS_PER_RUN.
 STEPS_PER_RUN = 1 << 16
+# A run reading more changes than this keeps its change set in Spark: an empty gold table is
+# loaded by the executors, and other segments are brought to the driver (for merge_delta) one
+# at a time. Below it, one collect serves the whole run.
+COLLECT_LIMIT = 200_000
 REDUCED_COLUMNS = (
     "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
     "handle_key_only", "topic", "partition", "offset",
@@ -290,12 +294,15 @@ class _ChangefeedRun:
             target_ts=self.target if self.mode != s.INCONSISTENT else None,
         )
         reduced, counts, batches = self._reduce(timeline)
-        tables = self._tables(timeline, reduced)
-        work = {name: _TableWork(name, self._gold(name), self.prior.get(name)) for name in tables}
-        if self.rebuild:
-            self._empty_for_rebuild(work)
-        self._execute(timeline, reduced, work, batches)
-        return self._finish(timeline, reduced, counts, batches, work)
+        try:
+            tables = self._tables(timeline, reduced)
+            work = {n: _TableWork(n, self._gold(n), self.prior.get(n)) for n in tables}
+            if self.rebuild:
+                self._empty_for_rebuild(work)
+            self._execute(timeline, reduced, work, batches)
+        finally:
+            reduced.release()
+        return self._finish(timeline, counts, batches, work)
 
     def _noop(self) -> ChangefeedResult | None:
         if self.rebuild or not self.prior:
@@ -383,12 +390,18 @@ class _ChangefeedRun:
             return None
         return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
-    def _reduce(self, timeline: Timeline) -> tuple[pa.Table, dict, dict[str, int | None]]:
+    def _reduce(self, timeline: Timeline) -> tuple[_Reduced, dict, dict[str, int | None]]:
         """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
         changes = self._changes()
-        empty = pa.table({name: pa.array([], pa.null()) for name in REDUCED_COLUMNS})
         if changes is None:
-            return empty, {}, {"max": None, "pending": None}
+            return (
+                _Reduced(pa.table({n: [] for n in REDUCED_COLUMNS})),
+                {},
+                {
+                    "max": None,
+                    "pending": None,
+                },
+            )
         ordered = r.with_order_ts(changes, self._markers() if self.lacks_ts else None)
         applied = self.spark.createDataFrame(
             [
@@ -414,11 +427,14 @@ class _ChangefeedRun:
             }
             handles = self._fallback_handles(timeline)
             applying = marked.where(F.col("selected")).withColumn("segment", r.segment_of(barriers))
-            reduced = r.last_per_key(r.key_actions(applying, handles))
-            table = reduced.select(*REDUCED_COLUMNS).toArrow()
+            reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
+            if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
+                return _Reduced(reduced.toArrow()), counts, batches
+            # A large run: keep the change set in Spark and bring one segment at a time.
+            reduced = reduced.persist()
+            return _Reduced(None, reduced, keys=_segment_keys(reduced)), counts, batches
         finally:
             marked.unpersist()
-        return table, counts, batches
 
     def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
         selected = F.col("selected")
@@ -465,15 +481,13 @@ class _ChangefeedRun:
 
     # --- planning the steps --------------------------------------------------------------
 
-    def _tables(self, timeline: Timeline, reduced: pa.Table) -> list[c.TableName]:
+    def _tables(self, timeline: Timeline, reduced: _Reduced) -> list[c.TableName]:
         names = set(self.prior)
         for barrier in timeline.barriers:
             names |= barrier.tables
         for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
             names |= {name for name, info in catalog.tables.items() if info.complete}
-        if reduced.num_rows:
-            pairs = reduced.select(["schema", "table"]).group_by(["schema", "table"]).aggregate([])
-            names |= {c.TableName(a, b) for a, b in zip(*pairs.to_pydict().values(), strict=True)}
+        names |= {c.TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
 
     def _versions(self, batches: dict[str, int | None]) -> _Versions:
@@ -492,31 +506,30 @@ class _ChangefeedRun:
     def _execute(
         self,
         timeline: Timeline,
-        reduced: pa.Table,
+        reduced: _Reduced,
         work: dict[c.TableName, _TableWork],
         batches: dict[str, int | None],
     ) -> None:
         versions = self._versions(batches)
-        segments = _split_segments(reduced)
         steps: list[tuple[tuple, Any]] = []
         for name, item in work.items():
             known = [b for b in timeline.barriers_of(name) if b.ts is not None]
             for number in range(len(known) + 1):
-                rows = segments.get((name.schema, name.name, number))
-                if rows is None:
+                segment = (name.schema, name.name, number)
+                if segment not in reduced.keys:
                     continue
                 end = known[number].ts if number < len(known) else None
                 key = (end if end is not None else _INFINITY, 0, str(name))
-                steps.append((key, ("merge", item, number, rows, end)))
+                steps.append((key, ("merge", item, number, segment, end)))
         for position, barrier in enumerate(timeline.barriers):
             ts = barrier.ts if barrier.ts is not None else _INFINITY
             steps.append(((ts, 1, position), ("ddl", barrier)))
         steps.sort(key=lambda step: step[0])
         for number, (_, step) in enumerate(steps):
             if step[0] == "merge":
-                _, item, segment, rows, end = step
+                _, item, segment, key, end = step
                 version = versions.merge(end, number)
-                self._merge(timeline, item, segment, rows, version)
+                self._merge(timeline, item, segment, reduced, key, version)
             else:
                 self._ddl(step[1], work, versions, number)
 
@@ -525,21 +538,25 @@ class _ChangefeedRun:
         timeline: Timeline,
         item: _TableWork,
         segment: int,
-        rows: pa.Table,
+        reduced: _Reduced,
+        key: tuple[str, str, int],
         version: int,
     ) -> None:
         if item.failed:
             return
         info = timeline.catalog_for_segment(item.name, segment).info(item.name)
         try:
-            typed = g.type_segment(rows, info, item.gold.schema(), self.zones)
-            item.commits += item.gold.merge(typed, version)
+            frame = reduced.frame(key)
+            if frame is not None and item.gold.rows() == 0:
+                stats = self._append(item, info, frame, version)
+            else:
+                typed = g.type_segment(reduced.rows(key), info, item.gold.schema(), self.zones)
+                item.commits += item.gold.merge(typed, version)
+                item.keys, stats = typed.keys, typed.stats
         except (GoldError, ValueError, pa.ArrowException) as exc:
             item.fail(str(exc))
             self.failures[str(item.name)] = str(exc)
             return
-        item.keys = typed.keys
-        stats = typed.stats
         item.upserts += stats.upserts
         item.deletes += stats.deletes
         item.zero_dates += stats.zero_dates
@@ -548,6 +565,24 @@ class _ChangefeedRun:
                 f"{stats.key_only} changes carried only their handle key (TiCDC's large-message "
                 "handle-key-only option): their other columns are NULL in gold"
             )
+
+    def _append(self, item: _TableWork, info: c.TableInfo, frame: DataFrame, version: int):
+        """A large segment into an empty gold table (an initial load): typed on the executors
+        and appended by write_delta, never collected to the driver."""
+        handles, specs = g.frame_specs(frame)
+        plan = g.plan_segment(info, handles, specs, item.gold.schema())
+        totals = frame.agg(
+            F.sum(F.col("deleted").cast("long")).alias("deletes"),
+            F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
+        ).first()
+        item.commits += item.gold.append(g.typed_frame(frame, plan, self.zones), version)
+        item.keys = plan.keys
+        # Zero dates are not counted on this path (the executors type the values).
+        return g.SegmentStats(
+            upserts=int(frame.count()) - int(totals.deletes or 0),
+            deletes=int(totals.deletes or 0),
+            key_only=int(totals.key_only or 0),
+        )
 
     def _ddl(
         self,
@@ -645,7 +680,6 @@ class _ChangefeedRun:
     def _finish(
         self,
         timeline: Timeline,
-        reduced: pa.Table,
         counts: dict,
         batches: dict[str, int | None],
         work: dict[c.TableName, _TableWork],
@@ -797,17 +831,47 @@ class _Versions:
         return ts * EFFECTS_PER_DDL + sub
 
 
-def _split_segments(reduced: pa.Table) -> dict[tuple[str, str, int], pa.Table]:
-    """The reduced change set split by (schema, table, segment)."""
-    if not reduced.num_rows:
-        return {}
-    keys = reduced.select(["schema", "table", "segment"]).to_pydict()
-    groups: dict[tuple[str, str, int], list[int]] = {}
-    for position, key in enumerate(
-        zip(keys["schema"], keys["table"], keys["segment"], strict=True)
+class _Reduced:
+    """A run's reduced change set, on the driver (small runs) or kept in Spark (large runs)."""
+
+    def __init__(
+        self,
+        table: pa.Table | None,
+        frame: DataFrame | None = None,
+        keys: set[tuple[str, str, int]] | None = None,
     ):
-        groups.setdefault(key, []).append(position)
-    return {key: reduced.take(pa.array(rows)) for key, rows in groups.items()}
+        self.frame_all = frame
+        self.segments: dict[tuple[str, str, int], pa.Table] = {}
+        if table is not None and table.num_rows:
+            columns = table.select(["schema", "table", "segment"]).to_pydict()
+            groups: dict[tuple[str, str, int], list[int]] = {}
+            triples = zip(columns["schema"], columns["table"], columns["segment"], strict=True)
+            for position, key in enumerate(triples):
+                groups.setdefault(key, []).append(position)
+            self.segments = {key: table.take(pa.array(rows)) for key, rows in groups.items()}
+        self.keys = set(self.segments) if keys is None else keys
+
+    def frame(self, key: tuple[str, str, int]) -> DataFrame | None:
+        if self.frame_all is None:
+            return None
+        schema, table, segment = key
+        return self.frame_all.where(
+            (F.col("schema") == schema) & (F.col("table") == table) & (F.col("segment") == segment)
+        )
+
+    def rows(self, key: tuple[str, str, int]) -> pa.Table:
+        if self.frame_all is None:
+            return self.segments[key]
+        return self.frame(key).toArrow()
+
+    def release(self) -> None:
+        if self.frame_all is not None:
+            self.frame_all.unpersist()
+
+
+def _segment_keys(frame: DataFrame) -> set[tuple[str, str, int]]:
+    rows = frame.select("schema", "table", "segment").distinct().collect()
+    return {(row.schema, row.table, row.segment) for row in rows}
 
 
 FAILED = "compaction failed: "
