@@ -103,8 +103,8 @@ def land(
     )
 
 
-def write_config(path: Path, topics: dict[str, dict], inputs=("exports/*",)) -> PipelineConfig:
-    document = {"version": 1, "lake": "lake", "inputs": list(inputs), "topics": topics}
+def write_config(path: Path, topics: dict[str, dict]) -> PipelineConfig:
+    document = {"version": 1, "lake": "lake", "topics": topics}
     path.write_text(yaml.safe_dump(document))
     return load_config(path)
 
@@ -534,7 +534,11 @@ def test_spark_job_prints_the_result_as_json(spark, tmp_path, capsys):
 @pytest.mark.slow
 def test_decode_throughput(spark, tmp_path_factory):
     """~100k events through decode on local Spark; prints events/s beside one core decoding the
-    same records in-process into silver rows (the Python floor). Only counts are asserted."""
+    same records in-process into silver rows (the Python floor). Only counts are asserted.
+
+    A small first batch is decoded before the timed one, so the Python workers have imported
+    the decoders and the JVM has compiled the plan, as in a session that has run before.
+    """
     out = tmp_path_factory.mktemp("bench")
     transactions = int(os.environ.get("DECODE_BENCH_TRANSACTIONS", "20000"))
     protocol = os.environ.get("DECODE_BENCH_PROTOCOL", "canal-json")
@@ -542,21 +546,24 @@ def test_decode_throughput(spark, tmp_path_factory):
     output = write_generated(out, options)
     config = generated_config(out, output)
     records = export_records(output.export_files)
-    land(spark, config, {1: records})
+    warm, timed = records[:1000], records[1000:]
+    land(spark, config, {1: warm})
+    decode(spark, config)
+    land(spark, config, {2: timed})
 
     started = time.perf_counter()
     result = decode(spark, config)
     seconds = time.perf_counter() - started
 
     started = time.perf_counter()
-    expected, _ = python_decode(config, {1: records})
+    expected, _ = python_decode(config, {2: timed})
     floor = time.perf_counter() - started
 
     events = sum(result.events.values())
-    assert result.records == result.decoded == len(records)
+    assert result.records == result.decoded == len(timed)
     assert events == sum(len(rows) for rows in expected.values())
     print(
-        f"\ndecode {protocol}: {len(records)} records, {events} events {result.events}\n"
+        f"\ndecode {protocol}: {len(timed)} records, {events} events {result.events}\n"
         f"  stage on local Spark ({spark.sparkContext.defaultParallelism} cores): "
         f"{seconds:.1f} s = {events / seconds:,.0f} events/s (decode, split, 5 Delta commits)\n"
         f"  one core, in-process Python decoders → silver rows: {floor:.1f} s = "
