@@ -388,11 +388,7 @@ def decode_batches(
 
 
 def _summarise(decoded: DataFrame) -> list[dict[str, Any]]:
-    kind = F.col("kind")
-
-    def count(condition) -> F.Column:
-        return F.count_if(condition)
-
+    kind, count = F.col("kind"), F.count_if
     rows = decoded.groupBy("bronze_batch").agg(
         F.coalesce(F.sum(f"{TALLY}.records"), F.lit(0)).alias("records"),
         F.coalesce(F.sum(f"{TALLY}.decoded"), F.lit(0)).alias("decoded"),
@@ -440,6 +436,8 @@ def _reconcile(summary: list[dict[str, Any]], expected: dict[int, int]) -> None:
                 f"batch {batch}: {records} records != {row['decoded']} decoded + "
                 f"{row['quarantined']} quarantined"
             )
+        if row["changes"] != sum(row[f"{op}s"] for op in OPS):
+            problems.append(f"batch {batch}: row events with an op other than {OPS}")
         if row["quarantine_rows"] != row["quarantined"]:
             problems.append(
                 f"batch {batch}: {row['quarantined']} records quarantined but "
