@@ -292,6 +292,11 @@ def test_avro_with_a_cutoff_ts(spark, tmp_path):
         if isinstance(e, RowEvent) and e.op == "delete" and e.commit_ts is None
     )  # fmt: skip
     assert deletes > 0 and sum(t.deletes for t in feed.tables) > 0
+    # A rebuild empties gold and applies the log again, under a new generation of app ids.
+    rebuilt = compact(spark, config, rebuild=True)
+    assert rebuilt.changefeeds[0].generation == 1
+    assert_gold_equals_expected(layout, workload, cutoff)
+    assert {s.generation for s in read_state(spark, layout.gold_state)} == {1}
 
 
 def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(spark, tmp_path):

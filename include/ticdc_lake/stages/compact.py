@@ -68,6 +68,8 @@ STEPS_PER_RUN = 1 << 16
 # loaded by the executors, and other segments are brought to the driver (for merge_delta) one
 # at a time. Below it, one collect serves the whole run.
 COLLECT_LIMIT = 200_000
+# Rows per file of a gold table loaded by the executors (~10-40 MB of Parquet).
+ROWS_PER_FILE = 250_000
 REDUCED_COLUMNS = (
     "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
     "handle_key_only", "topic", "partition", "offset",
@@ -575,11 +577,18 @@ class _ChangefeedRun:
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
             F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
         ).first()
-        item.commits += item.gold.append(g.typed_frame(frame, plan, self.zones), version)
+        rows = int(frame.count())
+        # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
+        # files it does not touch (changes cluster on recent keys in most tables).
+        files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
+        typed = g.typed_frame(frame, plan, self.zones)
+        keys = [F.col(f"`{key}`") for key in plan.keys]
+        clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
+        item.commits += item.gold.append(clustered, version)
         item.keys = plan.keys
         # Zero dates are not counted on this path (the executors type the values).
         return g.SegmentStats(
-            upserts=int(frame.count()) - int(totals.deletes or 0),
+            upserts=rows - int(totals.deletes or 0),
             deletes=int(totals.deletes or 0),
             key_only=int(totals.key_only or 0),
         )
