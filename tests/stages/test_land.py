@@ -157,6 +157,7 @@ def formats(spark, generated, tmp_path_factory):
     }
 
 
+@pytest.mark.spark
 def test_every_format_lands_every_record_exactly(formats):
     first = formats["first"]
     total = sum(len(records) for records in formats["sources"].values())
@@ -170,6 +171,7 @@ def test_every_format_lands_every_record_exactly(formats):
         assert mine == expected(records), topic
 
 
+@pytest.mark.spark
 def test_bronze_rows_carry_their_batch_and_file(formats):
     tables = formats["tables"]
     rows = table(tables.bronze)
@@ -186,6 +188,7 @@ def test_bronze_rows_carry_their_batch_and_file(formats):
     assert DeltaTable(str(tables.bronze)).metadata().partition_columns == ["topic"]
 
 
+@pytest.mark.spark
 def test_landed_files_table(formats):
     rows = table(formats["tables"].landed_files)
     assert len(rows) == len(FORMATS)
@@ -202,6 +205,7 @@ def test_landed_files_table(formats):
                        ("parquet", "zstd"), ("jsonl", "zstd"), ("avro", "none")}  # fmt: skip
 
 
+@pytest.mark.spark
 def test_rerun_adds_nothing_and_no_delta_version(formats):
     second = formats["second"]
     assert second.batch_id is None
@@ -308,6 +312,8 @@ def story(spark, generated, tmp_path_factory):
     return {"steps": steps, "tables": tables, "p0": p0, "p1": p1, "p2": p2}
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_malformed_lines_are_recorded_and_the_rest_lands(story):
     result = story["steps"]["first"]["result"]
     p0, p1, p2 = story["p0"], story["p1"], story["p2"]
@@ -330,6 +336,8 @@ def test_malformed_lines_are_recorded_and_the_rest_lands(story):
     assert (files["bad.jsonl"]["errors"], files["bad.jsonl"]["records_added"]) == (2, landed_p2)
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_offset_gaps_are_recorded(story):
     first = story["steps"]["first"]["result"]
     assert (first.offset_gaps, first.missing_offsets) == (1, 3)
@@ -346,6 +354,8 @@ def test_offset_gaps_are_recorded(story):
     ]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_gap_rows_name_partition_range_and_first_batch(story):
     def gaps(step):
         return sorted(
@@ -358,6 +368,8 @@ def test_gap_rows_name_partition_range_and_first_batch(story):
     assert gaps("changed") == []
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_reexport_adds_only_new_offsets_and_records_conflicts(story):
     step = story["steps"]["reexport"]
     result = step["result"]
@@ -392,6 +404,8 @@ def test_reexport_adds_only_new_offsets_and_records_conflicts(story):
         assert conflict["record_hash"] != conflict["kept_record_hash"]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_changed_file_is_read_again_and_dedup_keeps_bronze_right(story):
     step = story["steps"]["changed"]
     result = step["result"]
@@ -407,6 +421,8 @@ def test_changed_file_is_read_again_and_dedup_keeps_bronze_right(story):
     assert sorted(r["batch_id"] for r in files) == [1, 3]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_a_run_killed_between_commits_is_finished_by_the_next(story):
     steps = story["steps"]
     killed, recovered = steps["killed"], steps["recovered"]
@@ -433,6 +449,8 @@ def test_a_run_killed_between_commits_is_finished_by_the_next(story):
     assert not story["tables"].plan.exists()
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_a_file_arriving_after_a_kill_lands_in_the_next_batch(story):
     after = story["steps"]["after"]["result"]
     assert (after.batch_id, after.recovered, after.files_landed) == (5, False, 1)
@@ -442,6 +460,8 @@ def test_a_file_arriving_after_a_kill_lands_in_the_next_batch(story):
     assert noop["versions"] == story["steps"]["after"]["versions"]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monkeypatch):
     """Killed after the bronze commit, and the plan deleted by hand: the next batch takes a
     new id, reads the file again, and finds its records in bronze (ranges rebuilt from it)."""
@@ -467,6 +487,8 @@ def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monke
     ]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_each_commit_records_its_batch_and_unchanged_tables_get_none(story):
     tables = story["tables"]
     assert sorted({r["batch_id"] for r in table(tables.landed_files)}) == [1, 2, 3, 4, 5]
@@ -520,6 +542,14 @@ def test_discover_files_expands_directories_and_skips_bookkeeping(tmp_path):
         "spark-export/part-0.parquet",
     ]
     assert discover_files([f"{tmp_path}/none/*"]) == []
+    # The lake under a landing glob is not landed.
+    lake = tmp_path / "lake" / "bronze"
+    lake.mkdir(parents=True)
+    (lake / "part-0.parquet").write_text("")
+    assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"])) == 2
+    # A file named outright is taken, whatever its name; patterns add up.
+    named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"])
+    assert [Path(p).name for p in named] == ["_SUCCESS", "a.jsonl"]
 
 
 def read_rows(files: list[export_source.ExportFile]) -> pa.Table:
@@ -606,6 +636,26 @@ def test_parquet_rows_without_coordinates_become_error_rows(tmp_path):
     assert all(e["file_index"] == 0 for e in errors)
 
 
+def test_parquet_columns_of_other_types_are_reported_not_dropped(tmp_path):
+    path = tmp_path / "typed.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "key": pa.array([b"k"]),
+                "value": pa.array([b"v"]),
+                "topic": pa.array(["t"]),
+                "partition": pa.array([0], pa.int32()),
+                "offset": pa.array([7], pa.int64()),
+                "headers": pa.array([[1, 2]], pa.list_(pa.int64())),
+            }
+        ),
+        path,
+    )
+    rows = read_rows([export_source.describe_file(str(path))]).to_pylist()
+    assert len(rows) == 1 and rows[0]["offset"] is None
+    assert rows[0]["error"].startswith("rows 1-1: columns not of the Spark Kafka export types")
+
+
 def test_not_an_export_is_one_error_for_the_file(tmp_path):
     path = tmp_path / "other.parquet"
     pq.write_table(pa.table({"id": [1, 2]}), path)
@@ -637,6 +687,7 @@ def test_json_lines_errors_keep_their_place_among_records(generated, tmp_path):
     assert rows[1]["raw"] == b"[1, 2]\n"
 
 
+@pytest.mark.spark
 def test_a_stale_or_inconsistent_plan(tmp_path, spark):
     config = load_config(write_config(tmp_path, [TOPIC]))
     tables = LandTables.of(LakeLayout(config.lake))

@@ -2,8 +2,9 @@
 
 ``spark.read.format("ticdc_kafka_exports").option("files", json).load()`` reads the export
 files listed in ``files`` (see ``ExportFile``) with ``ticdc_lake.exports``'s rules, one Spark
-partition per file (uncompressed Parquet: per group of row groups, so one large file still uses
-every core), and yields Arrow batches of ``EXPORT_ROWS_SCHEMA``:
+partition per file (uncompressed Parquet: per run of row groups; large uncompressed JSON Lines:
+per line-aligned byte range; so one large file still uses every core), and yields Arrow
+batches of ``EXPORT_ROWS_SCHEMA``:
 
 - a **record** row per Kafka record (``error`` null): coordinates, timestamp, key, value,
   headers, which file it came from (``file_index``) and its ``position`` in that file;
@@ -15,8 +16,8 @@ every core), and yields Arrow batches of ``EXPORT_ROWS_SCHEMA``:
 them, which is how the land stage decides which copy of a re-exported record came first.
 
 Spark-Kafka Parquet files (the bulk of a landing area) are converted column-wise with Arrow
-compute; JSON Lines, kcat, Avro containers and whole-file-compressed Parquet go through
-``exports.read_export`` record by record.
+compute; JSON Lines, kcat, Avro containers and whole-file-compressed files go through
+``exports.read_export`` (byte ranges: its line parser) record by record.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class ExportPartition(InputPartition):
         self.first_row = first_row
         self.byte_range = byte_range
         self.first_line = first_line
+        self.coordinates_only = False  # Parquet: read topic, partition, offset only
 
 
 def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
@@ -229,6 +231,8 @@ class _ParquetRows:
                 )
             return
         wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
+        if part.coordinates_only:
+            wanted = ["topic", "partition", "offset"]
         groups = range(*part.row_groups) if part.row_groups else None
         row = part.first_row
         try:
@@ -254,8 +258,17 @@ class _ParquetRows:
             topic = _as_string(columns["topic"])
             partition = columns["partition"].cast(pa.int64())
             offset = columns["offset"].cast(pa.int64())
+            converted = {
+                "timestamp": _timestamps(columns.get("timestamp"), count),
+                "timestamp_type": _optional_int32(columns.get("timestampType"), count),
+                "key": _binary(columns.get("key"), count),
+                "value": _binary(columns.get("value"), count),
+                "headers": _headers(columns.get("headers"), count),
+            }
         except pa.ArrowException as exc:
-            reason = f"rows {first_row + 1}-{first_row + count}: unreadable coordinates: {exc}"
+            # Columns of unexpected types: these rows cannot be records; say which and why.
+            reason = f"rows {first_row + 1}-{first_row + count}: columns not of the Spark Kafka "
+            reason += f"export types: {exc}"
             yield _error_batch(self.partition, [(first_row, first_row + 1, reason, *[None] * 4)])
             return
         valid = pc.and_(
@@ -266,28 +279,22 @@ class _ParquetRows:
             ),
         )
         valid = pc.fill_null(valid, False)
-        bad = pc.invert(valid)
-        if pc.any(bad).as_py():
-            yield self._bad_rows(bad, positions, topic, partition, offset)
-        good = valid if pc.any(bad).as_py() else None
-
-        def keep(array: pa.Array) -> pa.Array:
-            return array if good is None else pc.filter(array, good)
-
-        kept = len(positions) if good is None else pc.sum(good).as_py() or 0
+        kept = pc.sum(valid).as_py() or 0
+        if kept < count:
+            yield self._bad_rows(pc.invert(valid), positions, topic, partition, offset)
         if kept == 0:
             return
-        fields = {
+
+        def keep(array: pa.Array) -> pa.Array:
+            return array if kept == count else pc.filter(array, valid)
+
+        fields = {name: keep(array) for name, array in converted.items()}
+        fields |= {
             "file_index": pa.array([self.partition.file_index] * kept, pa.int32()),
             "position": keep(positions),
             "topic": keep(topic),
             "partition": keep(partition).cast(pa.int32()),
             "offset": keep(offset),
-            "timestamp": keep(_timestamps(columns.get("timestamp"), count)),
-            "timestamp_type": keep(_optional_int32(columns.get("timestampType"), count)),
-            "key": keep(columns["key"].cast(pa.binary())),
-            "value": keep(columns["value"].cast(pa.binary())),
-            "headers": keep(_headers(columns.get("headers"), count)),
             "line": pa.nulls(kept, pa.int64()),
             "error": pa.nulls(kept, pa.string()),
             "raw": pa.nulls(kept, pa.binary()),
@@ -330,6 +337,10 @@ def _timestamps(column: pa.Array | None, count: int) -> pa.Array:
         return column.cast(target, safe=False)  # ns → us truncates, as exports' ms does
     millis = column.cast(pa.int64())
     return pc.multiply(millis, 1000).cast(pa.timestamp("us")).cast(target)
+
+
+def _binary(column: pa.Array | None, count: int) -> pa.Array:
+    return pa.nulls(count, pa.binary()) if column is None else column.cast(pa.binary())
 
 
 def _optional_int32(column: pa.Array | None, count: int) -> pa.Array:
@@ -495,11 +506,15 @@ def _record_batch(
 
 
 class ExportReader(DataSourceReader):
-    def __init__(self, files: list[ExportFile]):
+    def __init__(self, files: list[ExportFile], coordinates_only: bool = False):
         self.files = files
+        self.coordinates_only = coordinates_only
 
     def partitions(self) -> list[ExportPartition]:
-        return plan_partitions(self.files)
+        parts = plan_partitions(self.files)
+        for part in parts:
+            part.coordinates_only = self.coordinates_only
+        return parts
 
     def read(self, partition: ExportPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -518,17 +533,30 @@ class KafkaExportsDataSource(DataSource):
     def reader(self, schema: StructType) -> ExportReader:
         if "files" not in self.options:
             raise ValueError(f"the {SOURCE_NAME} data source needs the `files` option")
-        return ExportReader([ExportFile(**entry) for entry in json.loads(self.options["files"])])
+        files = [ExportFile(**entry) for entry in json.loads(self.options["files"])]
+        return ExportReader(files, self.options.get("coordinates_only") == "true")
 
 
 def files_option(files: Sequence[ExportFile]) -> str:
     return json.dumps([asdict(file) for file in files])
 
 
-def read_export_files(spark: SparkSession, files: Sequence[ExportFile]) -> DataFrame:
-    """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors."""
+def read_export_files(
+    spark: SparkSession, files: Sequence[ExportFile], *, coordinates_only: bool = False
+) -> DataFrame:
+    """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors.
+
+    ``coordinates_only``: plain Parquet files give topic, partition and offset but no
+    timestamp, key, value or headers (null), reading only those columns: a cheap first look
+    at a batch. (Spark's Python data sources cannot prune columns themselves.) Other layouts
+    are parsed whole either way, and give everything."""
     spark.dataSource.register(KafkaExportsDataSource)
-    rows = spark.read.format(SOURCE_NAME).option("files", files_option(files)).load()
+    rows = (
+        spark.read.format(SOURCE_NAME)
+        .option("files", files_option(files))
+        .option("coordinates_only", str(coordinates_only).lower())
+        .load()
+    )
     # The JVM looks the path up: a path string per row need not cross from Python.
     paths = F.array(*[F.lit(file.path) for file in files])
     return rows.withColumn("source_file", F.element_at(paths, F.col("file_index") + 1))

@@ -304,7 +304,8 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
     """Land the new and changed export files of ``config.inputs`` as one bronze batch."""
     started = time.perf_counter()
     tables = LandTables.of(LakeLayout(config.lake))
-    seen = discover_files(config.inputs)
+    # A glob reaching into the lake must not land the lake's own files.
+    seen = discover_files(config.inputs, exclude=(config.lake, config.reports))
     changed = changed_files(seen, landed_state(tables))
     plan = pending_plan(tables)
     recovered = plan is not None
@@ -345,26 +346,44 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
 # --- planning ---------------------------------------------------------------------------------
 
 
-def discover_files(patterns: Iterable[str]) -> list[str]:
+def discover_files(patterns: Iterable[str], exclude: Iterable[str | Path] = ()) -> list[str]:
     """Every file the glob patterns match, directories expanded (a Spark or Kafka Connect
-    export is a directory of part files), without hidden and bookkeeping files (names starting
-    with "." or "_", e.g. ``_SUCCESS`` and ``.crc`` files)."""
+    export is a directory of part files), without hidden and bookkeeping files or directories
+    below the pattern's fixed part (names starting with "." or "_": ``_SUCCESS``, ``.crc``,
+    ``_temporary/``) and without files under ``exclude``."""
     found: set[str] = set()
     for pattern in patterns:
+        matched: set[str] = set()
         for match in glob.glob(pattern, recursive=True):
-            if _hidden(match):
-                continue
             if os.path.isdir(match):
-                for directory, subdirectories, names in os.walk(match):
-                    subdirectories[:] = sorted(d for d in subdirectories if not _hidden(d))
-                    found.update(os.path.join(directory, n) for n in names if not _hidden(n))
+                for directory, _, names in os.walk(match):
+                    matched.update(os.path.join(directory, name) for name in names)
             elif os.path.isfile(match):
-                found.add(os.path.abspath(match))
-    return sorted(os.path.abspath(path) for path in found)
+                matched.add(match)
+        base = _fixed_prefix(pattern)
+        found.update(path for path in matched if not _hidden(os.path.relpath(path, base)))
+    roots = [os.path.join(os.path.abspath(root), "") for root in exclude]
+    return sorted(
+        path
+        for path in map(os.path.abspath, found)
+        if not any(path.startswith(root) for root in roots)
+    )
 
 
-def _hidden(path: str) -> bool:
-    return os.path.basename(os.path.normpath(path)).startswith((".", "_"))
+def _fixed_prefix(pattern: str) -> str:
+    """The directory part of a glob pattern before its first wildcard."""
+    parts = []
+    for part in Path(pattern).parts:
+        if any(char in part for char in "*?["):
+            break
+        parts.append(part)
+    return os.path.join(*parts) if parts else "."
+
+
+def _hidden(relative: str) -> bool:
+    return any(
+        part.startswith((".", "_")) for part in Path(relative).parts if part not in (".", "..")
+    )
 
 
 def landed_state(tables: LandTables) -> dict[str, tuple[int, int]]:
@@ -533,18 +552,20 @@ def classify(slim: DataFrame, existing: DataFrame | None) -> DataFrame:
     return ranked.withColumn("status", status).drop("rank")
 
 
-SLIM_COLUMNS = ("file_index", "position", "topic", "partition", "offset", "record_hash")
+# Where each record is (file and position in it) and what it is (Kafka coordinates).
+COORDINATES = ("file_index", "position", "topic", "partition", "offset")
 
 
 class _Batch:
     """One batch's computation: what its records are, then the commits in order.
 
-    The narrow columns (coordinates, position, hash) are cached: they answer every question
-    about the batch. Plain Parquet files are then read again to write the new records
-    (cheaper than caching whole records); records parsed in Python (JSON Lines, kcat, Avro,
-    compressed files) are cached whole instead, parsing being the dearer part. Usually a
-    batch holds each offset once and none that bronze has (``_all_new``): then nothing is
-    sorted. Otherwise every record is classified (``classify``).
+    The records' coordinates and positions are cached: they answer what the batch holds.
+    Usually it holds each offset once and none that bronze has (``_all_new``): then nothing is
+    sorted and no record's bytes are compared. Otherwise every record is classified
+    (``classify``) by the hash of its bytes. Plain Parquet files are read three columns wide
+    for the coordinates, and again whole to write the new records (cheaper than caching whole
+    records); records parsed in Python (JSON Lines, kcat, Avro, compressed files) are cached
+    whole instead, parsing being the dearer part.
     """
 
     def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
@@ -552,15 +573,18 @@ class _Batch:
         self.tables = tables
         self.plan = plan
         self.raw = read_export_files(spark, plan.files)
-        self.cached = [self.raw] if any(not _plain_parquet(f) for f in plan.files) else []
-        for frame in self.cached:
-            frame.persist(StorageLevel.MEMORY_AND_DISK)
         self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
-        self.slim = (
-            with_record_hash(self.raw)
-            .select(*SLIM_COLUMNS, F.col("error").isNull().alias("is_record"))
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        if all(_plain_parquet(f) for f in plan.files):
+            # Parquet is cheap to read again, and its coordinates alone cheaper still.
+            self.cached = []
+            first_look = read_export_files(spark, plan.files, coordinates_only=True)
+        else:
+            # Records parsed in Python: parse once, keep them.
+            self.cached = [self.raw.persist(StorageLevel.MEMORY_AND_DISK)]
+            first_look = self.raw
+        self.slim = first_look.select(
+            *COORDINATES, F.col("error").isNull().alias("is_record")
+        ).persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(self.slim)
 
     def run(self) -> dict[str, int]:
@@ -568,12 +592,14 @@ class _Batch:
             extents, per_file = self._extents()
             old_ranges = self._old_ranges()
             windows = overlap_windows(extents, old_ranges)
-            records = self.slim.where(F.col("is_record")).select(*SLIM_COLUMNS)
+            records = self.slim.where(F.col("is_record")).drop("is_record")
             status = None
             if not windows and self._offsets_unique(records, extents):
                 totals, new_runs = self._all_new(records, extents, per_file)
             else:
-                status = classify(records, self._existing(windows))
+                # Which copy is which takes the records' bytes (their hashes).
+                hashed = self.records.select(*COORDINATES, "record_hash")
+                status = classify(hashed, self._existing(windows))
                 status = status.persist(StorageLevel.MEMORY_AND_DISK)
                 totals, new_runs = self._summarize(status, per_file)
             try:
