@@ -13,7 +13,8 @@ rows in one commit (app id ``compact-state:<changefeed>#<generation>``), after t
 | watermark     | the TS the table reflects (watermark or cut-off; null when inconsistent      |
 |               | because the changefeed has no TS)                                            |
 | applied_ts    | the highest TS applied (= watermark in the consistent modes)                 |
-| applied_batch | bronze batches up to this one were read (for changes without a commit TS)    |
+| applied_batch | bronze batches up to this one are settled: their changes are all applied    |
+|               | (or replays); the next run reads only later batches                          |
 | rows          | rows in the gold table                                                        |
 | columns       | JSON list of {name, type, mysql_type}: the gold columns and their origin     |
 | handle_key    | the key gold rows are unique by                                              |

@@ -20,10 +20,15 @@ old schema, then the DDL's effect is carried out on gold (``gold/tables.py``), t
 after it. Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
 (``gold/types.py``); TIMESTAMP text is read in the topic's configured time zone.
 
-Incremental: only silver rows above the applied TS are read (the commit_ts filter is pushed down
-to Parquet statistics; changes without a commit TS are found by bronze batch, silver's partition
-column), and gold is changed by ``merge_delta``, which rewrites only the files holding changed
-keys. Only DDL rewrites (DROP/MODIFY COLUMN, partition drops, RENAME) rewrite a table.
+Incremental: silver is partitioned by bronze batch, and the state records the last batch that is
+settled (every change in it applied, none still above the target); a run reads only the later
+batches (partition pruning), and of those only changes above the applied TS (pushed down to
+Parquet statistics). Gold is changed by ``merge_delta``, which rewrites only the files holding
+changed keys (files loaded by the executors are sorted key ranges, so recent keys share few
+files). Only DDL rewrites (DROP/MODIFY COLUMN, partition drops, RENAME) rewrite a table.
+
+A cut-off TS is the user's word that every change up to it has landed: changes with a TS at or
+below it that land later are not applied (raise the cut-off, or ``rebuild``).
 
 Idempotent: each gold commit carries an app transaction (``compact:<schema>.<table>#<gen>`` for
 merges with version = the segment's last TS, ``...:ddl`` for DDL effects with version = DDL TS
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -369,14 +375,14 @@ class _ChangefeedRun:
         if not delta_table_exists(self.layout.changes):
             return None
         changes = read_delta(self.spark, self.layout.changes).where(self._topics())
-        ts, batch = F.col("commit_ts"), F.col("bronze_batch")
-        if self.mode == s.INCONSISTENT:
-            return changes.where(batch > self.low_batch)
-        window = (ts > self.low_ts) & (ts <= self.target)
-        if self.lacks_ts:
-            # Changes without a TS, and their neighbours, from the batches not yet settled.
-            window = window | (batch > self.low_batch)
-        return changes.where(window)
+        # Bronze batches up to low_batch are settled: every change in them is applied (or was
+        # a replay). Silver is partitioned by bronze batch, so Spark reads only later files.
+        unsettled = changes.where(F.col("bronze_batch") > self.low_batch)
+        if self.mode == s.INCONSISTENT or self.lacks_ts:
+            # Changes without a TS need their neighbours, whatever their TSs.
+            return unsettled
+        # Above the target too: those changes keep their batches unsettled (see _counts).
+        return unsettled.where(F.col("commit_ts") > self.low_ts)
 
     def _markers(self) -> DataFrame | None:
         """Resolved events and DDLs of the unsettled batches: known TSs in the partitions."""
@@ -420,31 +426,31 @@ class _ChangefeedRun:
             default_ts=self.low_ts,
             default_batch=self.low_batch,
         )
-        marked = selected.persist()
-        try:
-            counts, batches = self._counts(marked)
-            barriers = {
-                (name.schema, name.name): [b.ts for b in timeline.barriers_of(name)]
-                for name in {n for b in timeline.barriers for n in b.tables}
-            }
-            handles = self._fallback_handles(timeline)
-            applying = marked.where(F.col("selected")).withColumn("segment", r.segment_of(barriers))
-            reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
-            if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
-                return _Reduced(reduced.toArrow()), counts, batches
-            # A large run: keep the change set in Spark and bring one segment at a time.
-            reduced = reduced.persist()
-            return _Reduced(None, reduced, keys=_segment_keys(reduced)), counts, batches
-        finally:
-            marked.unpersist()
+        # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
+        # the images of a large run would not fit a small driver.
+        counts, batches = self._counts(selected)
+        barriers = {
+            (name.schema, name.name): [b.ts for b in timeline.barriers_of(name)]
+            for name in {n for b in timeline.barriers for n in b.tables}
+        }
+        handles = self._fallback_handles(timeline)
+        applying = selected.where(F.col("selected")).withColumn("segment", r.segment_of(barriers))
+        reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
+        if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
+            return _Reduced(reduced.toArrow()), counts, batches
+        # A large run: keep the change set in Spark (on disk) and bring one segment at a time.
+        reduced = reduced.persist(StorageLevel.DISK_ONLY)
+        return _Reduced(None, reduced, keys=_segment_keys(reduced)), counts, batches
 
     def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
+        """Per table: changes read, distinct, left for later; the batch bounds of the run."""
         selected = F.col("selected")
-        waiting = F.col("commit_ts").isNull() & ~selected
+        unsettled = F.lit(False)  # a change this run leaves for a later one
         if self.mode != s.INCONSISTENT:
-            waiting = waiting & (
+            unsettled = ~selected & (
                 F.col("order_ts").isNull() | (F.col("order_ts") > F.lit(self.target))
             )
+        waiting = F.col("commit_ts").isNull() & unsettled
         rows = (
             marked.groupBy("schema", "table")
             .agg(
@@ -454,7 +460,7 @@ class _ChangefeedRun:
                     F.when(selected, F.struct("event_id", F.coalesce("order_ts", F.lit(-1))))
                 ).alias("changes"),
                 F.sum(waiting.cast("long")).alias("pending"),
-                F.min(F.when(waiting, F.col("bronze_batch"))).alias("pending_batch"),
+                F.min(F.when(unsettled, F.col("bronze_batch"))).alias("pending_batch"),
                 F.max("bronze_batch").alias("max_batch"),
                 F.max(F.when(selected, F.col("order_ts"))).alias("max_ts"),
             )
@@ -574,10 +580,11 @@ class _ChangefeedRun:
         handles, specs = g.frame_specs(frame)
         plan = g.plan_segment(info, handles, specs, item.gold.schema())
         totals = frame.agg(
+            F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
             F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
         ).first()
-        rows = int(frame.count())
+        rows = int(totals.rows)
         # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
         # files it does not touch (changes cluster on recent keys in most tables).
         files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
