@@ -18,10 +18,11 @@ from ticdc_lake.protocols import make_decoder
 from ticdc_lake.records import KafkaRecord
 
 RECORDS = [
-    KafkaRecord("t", 0, 0, None, b'{"plain": "json \xc3\xa9"}', 1_700_000_000_000),
-    KafkaRecord("t", 1, 7, b"\x00\x01key", bytes(range(256)), 1_700_000_000_001),
+    KafkaRecord("t", 0, 0, None, b'{"plain": "json \xc3\xa9"}', 1_700_000_000_000, (), 0),
+    # LogAppendTime: the broker's clock.
+    KafkaRecord("t", 1, 7, b"\x00\x01key", bytes(range(256)), 1_700_000_000_001, (), 1),
     KafkaRecord("t", 0, 1, b"k", None, None),  # a tombstone without a timestamp
-    KafkaRecord("other", 2, 2**40, b"", b"", 5, (("h1", b"\xff\x00"), ("h2", None))),
+    KafkaRecord("other", 2, 2**40, b"", b"", 5, (("h1", b"\xff\x00"), ("h2", None)), 0),
 ]
 
 
@@ -167,12 +168,19 @@ def test_kcat_lines_as_kcat_prints_them(tmp_path):
         b'"payload":null}\n'
         b'{"topic":"t","partition":2,"offset":8,"key":null,"payload":null,'
         b'"payload_error":"schema not found"}\n'
+        b'{"topic":"t","partition":2,"offset":9,"tstype":"logappend","ts":7,"key":null,'
+        b'"payload":null}\n'
+        b'{"topic":"t","partition":2,"offset":10,"tstype":"unknown","ts":-1,"key":null,'
+        b'"payload":null}\n'
     )
     records, errors = collect(path)
+    headers = (("a", b"1"), ("b", None))
     assert records == [
-        KafkaRecord("t", 2, 5, None, b'{"x":1}', 1_700_000_000_000, (("a", b"1"), ("b", None))),
+        KafkaRecord("t", 2, 5, None, b'{"x":1}', 1_700_000_000_000, headers, exports.CREATE_TIME),
         KafkaRecord("t", 2, 6, b"k\xff", b"\x80\x00", None),
         KafkaRecord("t", 2, 7, None, None, None, (("h", b"x"), ("h", b"y"))),
+        KafkaRecord("t", 2, 9, None, None, 7, (), exports.LOG_APPEND_TIME),
+        KafkaRecord("t", 2, 10, None, None, -1, (), None),
     ]
     assert len(errors) == 1 and "schema not found" in errors[0].reason
 
@@ -270,3 +278,27 @@ def test_corrupted_binary_files_give_records_or_export_errors_only(tmp_path, lay
         records, errors = collect(path)
         assert all(isinstance(record, KafkaRecord) for record in records)
         assert all(isinstance(error, ExportError) for error in errors)
+
+
+def test_timestamp_types(tmp_path):
+    """Kafka's timestamp type is kept where the layout carries it; Parquet and Avro exports, like
+    Spark's Kafka source, always say one (CreateTime unless told), and -1 reads as None."""
+    records = [
+        KafkaRecord("t", 0, 0, None, b"v", None),
+        KafkaRecord("t", 0, 1, None, b"v", 10),
+        KafkaRecord("t", 0, 2, None, b"v", 11, (), exports.LOG_APPEND_TIME),
+    ]
+    expected = {"parquet": [None, 0, 1], "avro": [None, 0, 1], "jsonl": [None, None, 1]}
+    expected["kcat"] = [None, 0, 1]  # kcat prints a tstype with every timestamp
+    for layout, types in expected.items():
+        path = tmp_path / exports.export_file_name("x", layout)
+        write_export(path, records, layout)
+        got, errors = collect(path)
+        assert [r.timestamp_type for r in got] == types and errors == [], layout
+    assert pq.read_table(tmp_path / "x.parquet").column("timestampType").to_pylist() == [-1, 0, 1]
+    path = tmp_path / "types.jsonl"
+    path.write_bytes(
+        b64_line(0, 1, b"v", timestamp_type=-1) + b64_line(0, 2, b"v", timestamp_type=9)
+    )
+    got, errors = collect(path)
+    assert [r.timestamp_type for r in got] == [None] and "`timestamp_type`" in errors[0].reason

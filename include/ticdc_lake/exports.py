@@ -9,13 +9,21 @@ magic bytes, whatever the file is called):
   fields is read as well (`avro`).
 - **jsonl**: one JSON object per line with `topic`, `partition`, `offset`, `timestamp` (ms),
   `key_b64`, `value_b64` (standard base64 or null) and optionally
-  `headers: [{"key": ..., "value_b64": ...}]`.
+  `headers: [{"key": ..., "value_b64": ...}]` and `timestamp_type` (Kafka's id: 0 CreateTime,
+  1 LogAppendTime, -1 none).
 - **kcat**: what `kcat -C -J` prints: `topic`, `partition`, `offset`, `tstype`, `ts`, `key`,
   `payload` (the bytes as JSON text; kcat writes bytes that are not UTF-8 as they are, and those
   are recovered exactly) and `headers` (`[name, value, ...]` or, with `-J --json-headers`,
   `{name: [value, ...]}`).
 
 JSON Lines files may mix `jsonl` and `kcat` lines; each line is recognised by its fields.
+Kafka's timestamp type is kept in `KafkaRecord.timestamp_type` where the layout says it
+(Parquet/Avro `timestampType`, kcat `tstype`, jsonl `timestamp_type`), None otherwise.
+
+The same rules serve the CLI (`read_export`, record by record) and the land stage's Spark data
+source (`stages.export_source`), which uses the pieces: `detect_format`, `parse_json_line` for
+one line, `open_parquet_export` + `missing_columns_error` + `kafka_columns` to check and
+convert a Parquet batch column-wise, `records_to_arrow`, and `CORRUPT_FILE_ERRORS`.
 
 A malformed line or row never stops the file and is never dropped silently: it becomes an
 `ExportError` (file, 1-based line or row number, reason, and the coordinates that could be
@@ -33,13 +41,15 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import fastavro
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
@@ -71,7 +81,15 @@ SPARK_KAFKA_SCHEMA = pa.schema(
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
     ]
 )
-_REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset")
+_HEADERS_TYPE = SPARK_KAFKA_SCHEMA.field("headers").type
+# Without these a Parquet file is not a Spark Kafka export (the others may be absent).
+REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset")
+# Kafka's TimestampType ids, as Spark's Kafka source gives them (-1, "no timestamp type", is
+# read as None).
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+_KCAT_TIMESTAMP_TYPES = {"create": CREATE_TIME, "logappend": LOG_APPEND_TIME}
+_KCAT_TSTYPE_NAMES = {number: name for name, number in _KCAT_TIMESTAMP_TYPES.items()}
+_INT32_MAX = 2**31 - 1
 
 AVRO_CONTAINER_SCHEMA = {
     "type": "record",
@@ -111,7 +129,7 @@ AVRO_CONTAINER_SCHEMA = {
 
 # What reading a corrupt or truncated file raises, from the decompressors, pyarrow, fastavro
 # and the parsers under them.
-_CORRUPT_FILE_ERRORS = (
+CORRUPT_FILE_ERRORS = (
     *MALFORMED_INPUT_ERRORS,
     OSError,
     zlib.error,
@@ -231,13 +249,13 @@ def read_export(
     report = on_error or _raise
     try:
         layout, compression = detect_format(path)
-    except _CORRUPT_FILE_ERRORS as exc:
+    except CORRUPT_FILE_ERRORS as exc:
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
     readers = {"parquet": _read_parquet, "avro": _read_avro, "jsonl": _read_json_lines}
     try:
         yield from readers[layout](path, compression, report)
-    except _CORRUPT_FILE_ERRORS as exc:
+    except CORRUPT_FILE_ERRORS as exc:
         # Corrupt or truncated files end here; the records already yielded stay valid.
         report(ExportError(f"{layout} file is corrupt or truncated: {exc}", path=path))
 
@@ -247,20 +265,29 @@ def _read_json_lines(path: str, _compression: str, report: ErrorHandler) -> Iter
         for number, line in enumerate(stream, start=1):
             if not line.strip():
                 continue
-            try:
-                yield _record_from_json_line(line)
-            except _BadLine as bad:
-                report(
-                    ExportError(
-                        bad.reason,
-                        path=path,
-                        line=number,
-                        topic=bad.fields.get("topic"),
-                        partition=bad.fields.get("partition"),
-                        offset=bad.fields.get("offset"),
-                        raw=line,
-                    )
-                )
+            item = parse_json_line(line, path=path, number=number)
+            if isinstance(item, ExportError):
+                report(item)
+            else:
+                yield item
+
+
+def parse_json_line(line: bytes, *, path: str, number: int) -> KafkaRecord | ExportError:
+    """One line of a JSON Lines export (``jsonl`` or kcat, told by its fields): its record,
+    or the ExportError saying why it is not one (with the raw line and whatever coordinates
+    could be read). ``number`` is the line's 1-based number in ``path``."""
+    try:
+        return _record_from_json_line(line)
+    except _BadLine as bad:
+        return ExportError(
+            bad.reason,
+            path=path,
+            line=number,
+            topic=bad.fields.get("topic"),
+            partition=bad.fields.get("partition"),
+            offset=bad.fields.get("offset"),
+            raw=line,
+        )
 
 
 class _BadLine(Exception):
@@ -335,6 +362,12 @@ def _optional_int(document: dict, name: str) -> int | None:
     return value
 
 
+def _timestamp_type(value: int | None) -> int | None:
+    if value is not None and value not in (-1, CREATE_TIME, LOG_APPEND_TIME):
+        raise _BadLine(f"`timestamp_type` must be -1, 0 or 1 (Kafka's ids), found {value}")
+    return None if value == -1 else value
+
+
 def _b64_field(document: dict, name: str) -> bytes | None:
     value = document.get(name)
     if value is None:
@@ -366,6 +399,7 @@ def _record_from_b64_object(document: dict) -> KafkaRecord:
         value=_b64_field(document, "value_b64"),
         timestamp_ms=_optional_int(document, "timestamp"),
         headers=tuple(parsed_headers),
+        timestamp_type=_timestamp_type(_optional_int(document, "timestamp_type")),
     )
 
 
@@ -399,6 +433,10 @@ def _kcat_headers(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(result)
 
 
+def _kcat_timestamp_type(tstype: Any) -> int | None:
+    return _KCAT_TIMESTAMP_TYPES.get(tstype) if isinstance(tstype, str) else None
+
+
 def _record_from_kcat_object(document: dict) -> KafkaRecord:
     """A `kcat -C -J` line: key and payload as text, `ts` in ms when `tstype` says there is one."""
     topic, partition, offset = _require_coordinates(document)
@@ -414,82 +452,203 @@ def _record_from_kcat_object(document: dict) -> KafkaRecord:
         value=_text_bytes(document.get("payload"), "payload"),
         timestamp_ms=_optional_int(document, "ts"),
         headers=_kcat_headers(document.get("headers")),
+        timestamp_type=_kcat_timestamp_type(document.get("tstype")),
     )
 
 
-def _parquet_source(path: str, compression: str):
+def open_parquet_export(path: str, compression: str) -> pq.ParquetFile:
+    """A Parquet export file; a whole-file-compressed one is unpacked in memory (Parquet needs
+    random access). Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
     if compression == "none":
-        return path
-    # Parquet needs random access: a whole-file-compressed one is unpacked in memory.
+        return pq.ParquetFile(path)
     with _open_decompressed(path) as stream:
-        return pa.BufferReader(stream.read())
+        return pq.ParquetFile(pa.BufferReader(stream.read()))
+
+
+def missing_columns_error(parquet: pq.ParquetFile, path: str) -> ExportError | None:
+    """The file-wide error of a Parquet file that lacks a Spark Kafka column, or None."""
+    names = set(parquet.schema_arrow.names)
+    missing = [name for name in REQUIRED_COLUMNS if name not in names]
+    if not missing:
+        return None
+    return ExportError(
+        f"not a Spark Kafka export: missing column(s) {', '.join(missing)}", path=path
+    )
+
+
+@dataclass(frozen=True)
+class KafkaColumns:
+    """One batch of Spark-Kafka rows, checked and converted column-wise.
+
+    ``records``: the rows that are Kafka records, as ``SPARK_KAFKA_SCHEMA`` (timestamps UTC
+    microseconds; ``timestampType`` null where the file has none or says -1); ``rows``: each
+    one's 0-based row number in the file; ``errors``: the other rows, one ExportError each
+    (``line`` = row number + 1), or one for the whole batch when its columns are not of the
+    Spark Kafka types."""
+
+    records: pa.RecordBatch
+    rows: pa.Array
+    errors: list[ExportError]
+
+
+def kafka_columns(batch: pa.RecordBatch, *, path: str, first_row: int) -> KafkaColumns:
+    """``batch`` (Parquet rows ``first_row``.. of ``path``; any subset of the Spark Kafka
+    columns, absent ones read as null) as KafkaColumns."""
+    columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+    count = batch.num_rows
+    rows = pa.array(range(first_row, first_row + count), pa.int64())
+    try:
+        converted = {
+            "topic": _as_string(columns.get("topic"), count),
+            "partition": _cast(columns.get("partition"), pa.int64(), count),
+            "offset": _cast(columns.get("offset"), pa.int64(), count),
+            "timestamp": _timestamps(columns.get("timestamp"), count),
+            "timestampType": _timestamp_types(columns.get("timestampType"), count),
+            "key": _cast(columns.get("key"), pa.binary(), count),
+            "value": _cast(columns.get("value"), pa.binary(), count),
+            "headers": _cast(columns.get("headers"), _HEADERS_TYPE, count),
+        }
+    except pa.ArrowException as exc:
+        # Columns of unexpected types: these rows cannot be records; say which and why.
+        reason = f"rows {first_row + 1}-{first_row + count}: columns not of the Spark Kafka "
+        error = ExportError(reason + f"export types: {exc}", path=path, line=first_row + 1)
+        return KafkaColumns(records_to_arrow([]), pa.array([], pa.int64()), [error])
+    topic, partition, offset = (converted[n] for n in ("topic", "partition", "offset"))
+    valid = pc.fill_null(
+        pc.and_(
+            pc.and_(pc.is_valid(topic), pc.greater_equal(offset, 0)),
+            pc.and_(pc.greater_equal(partition, 0), pc.less_equal(partition, _INT32_MAX)),
+        ),
+        False,
+    )
+    kept = pc.sum(valid).as_py() or 0
+    errors = []
+    if kept < count:
+        bad = pc.invert(valid)
+        errors = [
+            _bad_row(path, row, t, p, o)
+            for row, t, p, o in zip(
+                *(pc.filter(a, bad).to_pylist() for a in (rows, topic, partition, offset)),
+                strict=True,
+            )
+        ]
+    if kept < count:
+        converted = {name: pc.filter(array, valid) for name, array in converted.items()}
+        rows = pc.filter(rows, valid)
+    arrays = [converted[f.name].cast(f.type) for f in SPARK_KAFKA_SCHEMA]
+    records = pa.RecordBatch.from_arrays(arrays, schema=SPARK_KAFKA_SCHEMA)
+    return KafkaColumns(records, rows, errors)
+
+
+def _bad_row(path: str, row: int, topic, partition, offset) -> ExportError:
+    reason = "topic, partition and offset must not be null"
+    if partition is not None and not 0 <= partition <= _INT32_MAX:
+        reason, partition = f"`partition` must be in [0, 2^31), found {partition}", None
+    elif offset is not None and offset < 0:
+        reason, offset = f"`offset` must not be negative, found {offset}", None
+    return ExportError(
+        reason, path=path, line=row + 1, topic=topic, partition=partition, offset=offset
+    )
+
+
+def _cast(column: pa.Array | None, target: pa.DataType, count: int) -> pa.Array:
+    return pa.nulls(count, target) if column is None else column.cast(target)
+
+
+def _as_string(column: pa.Array | None, count: int) -> pa.Array:
+    if column is not None and pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return _cast(column, pa.string(), count)
+
+
+def _timestamps(column: pa.Array | None, count: int) -> pa.Array:
+    """UTC microseconds; integer columns are milliseconds; a zone-less timestamp is UTC."""
+    target = SPARK_KAFKA_SCHEMA.field("timestamp").type
+    if column is None:
+        return pa.nulls(count, target)
+    if pa.types.is_timestamp(column.type):
+        if column.type.tz is None:
+            column = column.cast(pa.timestamp(column.type.unit, tz="UTC"))
+        return column.cast(target, safe=False)  # ns → µs truncates
+    return micros_as_timestamps(pc.multiply(column.cast(pa.int64()), 1000))
+
+
+def micros_as_timestamps(micros: pa.Array) -> pa.Array:
+    return micros.cast(pa.timestamp("us")).cast(SPARK_KAFKA_SCHEMA.field("timestamp").type)
+
+
+def _timestamp_types(column: pa.Array | None, count: int) -> pa.Array:
+    types = _cast(column, pa.int32(), count)
+    return pc.if_else(pc.equal(types, -1), pa.scalar(None, pa.int32()), types)
+
+
+def records_from_arrow(batch: pa.RecordBatch) -> Iterator[KafkaRecord]:
+    """KafkaRecords of a ``SPARK_KAFKA_SCHEMA`` batch whose coordinates are all set."""
+    columns = {name: batch.column(name).to_pylist() for name in SPARK_KAFKA_SCHEMA.names}
+    micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    for i in range(batch.num_rows):
+        headers = columns["headers"][i]
+        yield KafkaRecord(
+            topic=columns["topic"][i],
+            partition=columns["partition"][i],
+            offset=columns["offset"][i],
+            key=columns["key"][i],
+            value=columns["value"][i],
+            timestamp_ms=None if micros[i] is None else micros[i] // 1000,
+            headers=tuple((h["key"], h["value"]) for h in headers) if headers else (),
+            timestamp_type=columns["timestampType"][i],
+        )
+
+
+def records_to_arrow(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+    """``records`` as a ``SPARK_KAFKA_SCHEMA`` batch (``timestampType`` null where unknown)."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.array([r.topic for r in records], pa.string()),
+            pa.array([r.partition for r in records], pa.int32()),
+            pa.array([r.offset for r in records], pa.int64()),
+            micros_as_timestamps(
+                pa.array(
+                    [None if r.timestamp_ms is None else r.timestamp_ms * 1000 for r in records],
+                    pa.int64(),
+                )
+            ),
+            pa.array([r.timestamp_type for r in records], pa.int32()),
+            pa.array(
+                [[{"key": k, "value": v} for k, v in r.headers] for r in records], _HEADERS_TYPE
+            ),
+        ],
+        schema=SPARK_KAFKA_SCHEMA,
+    )
 
 
 def _read_parquet(path: str, compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
-    parquet = pq.ParquetFile(_parquet_source(path, compression))
-    names = set(parquet.schema_arrow.names)
-    missing = [name for name in _REQUIRED_COLUMNS if name not in names]
-    if missing:
-        report(
-            ExportError(
-                f"not a Spark Kafka export: missing column(s) {', '.join(missing)}", path=path
-            )
-        )
+    parquet = open_parquet_export(path, compression)
+    missing = missing_columns_error(parquet, path)
+    if missing is not None:
+        report(missing)
         return
-    wanted = [name for name in SPARK_KAFKA_SCHEMA.names if name in names]
+    wanted = [name for name in SPARK_KAFKA_SCHEMA.names if name in parquet.schema_arrow.names]
     row = 0
     for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
-        yield from _records_from_batch(batch, path, row, report)
+        checked = kafka_columns(batch, path=path, first_row=row)
+        # Errors are reported where their rows stand among the records.
+        errors = iter(checked.errors)
+        error = next(errors, None)
+        for number, record in zip(
+            checked.rows.to_pylist(), records_from_arrow(checked.records), strict=True
+        ):
+            while error is not None and error.line <= number:
+                report(error)
+                error = next(errors, None)
+            yield record
+        if error is not None:
+            report(error)
+        for error in errors:
+            report(error)
         row += batch.num_rows
-
-
-def _timestamps_ms(column: pa.Array) -> list[int | None]:
-    if pa.types.is_timestamp(column.type):
-        per_ms = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
-        values = column.cast(pa.int64()).to_pylist()
-        if per_ms == 1:
-            return values
-        return [None if v is None else int(v // per_ms) for v in values]
-    return column.cast(pa.int64()).to_pylist()
-
-
-def _records_from_batch(
-    batch: pa.RecordBatch, path: str, first_row: int, report: ErrorHandler
-) -> Iterator[KafkaRecord]:
-    """Column-wise conversion (much faster than row dicts), then one record per row."""
-    columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-    count = batch.num_rows
-    keys = columns["key"].to_pylist()
-    values = columns["value"].to_pylist()
-    topics = columns["topic"].to_pylist()
-    partitions = columns["partition"].to_pylist()
-    offsets = columns["offset"].to_pylist()
-    nothing = [None] * count
-    stamps = _timestamps_ms(columns["timestamp"]) if "timestamp" in columns else nothing
-    headers = columns["headers"].to_pylist() if "headers" in columns else nothing
-    for i in range(count):
-        topic, partition, offset = topics[i], partitions[i], offsets[i]
-        if topic is None or partition is None or offset is None:
-            report(
-                ExportError(
-                    "topic, partition and offset must not be null",
-                    path=path,
-                    line=first_row + i + 1,
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                )
-            )
-            continue
-        yield KafkaRecord(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            key=keys[i],
-            value=values[i],
-            timestamp_ms=stamps[i],
-            headers=tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else (),
-        )
 
 
 def _read_avro(path: str, _compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
@@ -509,6 +668,7 @@ def _read_avro(path: str, _compression: str, report: ErrorHandler) -> Iterator[K
             stamp = row.get("timestamp")
             if hasattr(stamp, "timestamp"):  # fastavro turns timestamp-millis into datetime
                 stamp = round(stamp.timestamp() * 1000)
+            stamp_type = row.get("timestampType")
             yield KafkaRecord(
                 topic=topic,
                 partition=partition,
@@ -517,6 +677,7 @@ def _read_avro(path: str, _compression: str, report: ErrorHandler) -> Iterator[K
                 value=row.get("value"),
                 timestamp_ms=stamp,
                 headers=tuple((h["key"], h.get("value")) for h in row.get("headers") or ()),
+                timestamp_type=stamp_type if _is_int(stamp_type) and stamp_type >= 0 else None,
             )
 
 
@@ -625,6 +786,8 @@ def _jsonl_line(record: KafkaRecord) -> bytes:
         "key_b64": _b64(record.key),
         "value_b64": _b64(record.value),
     }
+    if record.timestamp_type is not None:
+        document["timestamp_type"] = record.timestamp_type
     if record.headers:
         document["headers"] = [{"key": k, "value_b64": _b64(v)} for k, v in record.headers]
     return orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE)
@@ -639,7 +802,7 @@ def _kcat_line(record: KafkaRecord) -> bytes:
     document: dict[str, Any] = {"topic": record.topic, "partition": record.partition}
     document["offset"] = record.offset
     if record.timestamp_ms is not None:
-        document["tstype"] = "create"
+        document["tstype"] = _KCAT_TSTYPE_NAMES.get(record.timestamp_type, "create")
         document["ts"] = record.timestamp_ms
     document["broker"] = -1
     if record.headers:
@@ -656,26 +819,13 @@ def _kcat_line(record: KafkaRecord) -> bytes:
         return text.encode("utf-8", "surrogateescape") + b"\n"
 
 
-def _arrow_batch(records: list[KafkaRecord]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r.key for r in records], pa.binary()),
-            pa.array([r.value for r in records], pa.binary()),
-            pa.array([r.topic for r in records], pa.string()),
-            pa.array([r.partition for r in records], pa.int32()),
-            pa.array([r.offset for r in records], pa.int64()),
-            pa.array(
-                [None if r.timestamp_ms is None else r.timestamp_ms * 1000 for r in records],
-                SPARK_KAFKA_SCHEMA.field("timestamp").type,
-            ),
-            pa.array([0 if r.timestamp_ms is not None else -1 for r in records], pa.int32()),
-            pa.array(
-                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-                SPARK_KAFKA_SCHEMA.field("headers").type,
-            ),
-        ],
-        schema=SPARK_KAFKA_SCHEMA,
-    )
+def _spark_like(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Spark's Kafka source always says a timestamp type: CreateTime (what TiCDC's producer
+    sets) unless the record says otherwise, -1 for a record without a timestamp."""
+    types = batch.column("timestampType")
+    default = pc.if_else(batch.column("timestamp").is_valid(), 0, -1).cast(pa.int32())
+    index = SPARK_KAFKA_SCHEMA.get_field_index("timestampType")
+    return batch.set_column(index, "timestampType", pc.coalesce(types, default))
 
 
 def _write_parquet(sink: BinaryIO, records: Iterable[KafkaRecord]) -> int:
@@ -685,13 +835,19 @@ def _write_parquet(sink: BinaryIO, records: Iterable[KafkaRecord]) -> int:
         for record in records:
             chunk.append(record)
             if len(chunk) >= _BATCH_ROWS:
-                writer.write_batch(_arrow_batch(chunk))
+                writer.write_batch(_spark_like(records_to_arrow(chunk)))
                 count += len(chunk)
                 chunk = []
         if chunk or count == 0:
-            writer.write_batch(_arrow_batch(chunk))
+            writer.write_batch(_spark_like(records_to_arrow(chunk)))
             count += len(chunk)
     return count
+
+
+def _avro_timestamp_type(record: KafkaRecord) -> int | None:
+    if record.timestamp_type is not None:
+        return record.timestamp_type
+    return None if record.timestamp_ms is None else CREATE_TIME
 
 
 def _write_avro(sink: BinaryIO, records: Iterable[KafkaRecord]) -> int:
@@ -708,7 +864,7 @@ def _write_avro(sink: BinaryIO, records: Iterable[KafkaRecord]) -> int:
                 "partition": record.partition,
                 "offset": record.offset,
                 "timestamp": record.timestamp_ms,
-                "timestampType": None if record.timestamp_ms is None else 0,
+                "timestampType": _avro_timestamp_type(record),
                 "headers": [{"key": k, "value": v} for k, v in record.headers] or None,
             }
 

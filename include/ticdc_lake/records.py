@@ -14,3 +14,6 @@ class KafkaRecord:
     value: bytes | None
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+    # Kafka's timestamp type: 0 CreateTime, 1 LogAppendTime; None when the export does not say
+    # (or says there is none).
+    timestamp_type: int | None = None

@@ -15,9 +15,10 @@ batches of ``EXPORT_ROWS_SCHEMA``:
 ``file_index`` and ``position`` order the rows as the files were listed and as each file holds
 them, which is how the land stage decides which copy of a re-exported record came first.
 
-Spark-Kafka Parquet files (the bulk of a landing area) are converted column-wise with Arrow
-compute; JSON Lines, kcat, Avro containers and whole-file-compressed files go through
-``exports.read_export`` (byte ranges: its line parser) record by record.
+Spark-Kafka Parquet files (the bulk of a landing area), compressed or not, are checked and
+converted column-wise by ``exports.kafka_columns``; JSON Lines, kcat and Avro containers go
+through ``exports.read_export`` (byte ranges: ``exports.parse_json_line``) record by record.
+Either way the rules are ``exports``' own: this module only adds positions and batches.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -79,10 +79,6 @@ ARROW_SCHEMA = to_arrow_schema(EXPORT_ROWS_SCHEMA, timezone="UTC")
 BATCH_ROWS = 16_384
 SPLIT_BYTES = 64 * 1024 * 1024
 
-_INT32_MAX = 2**31 - 1
-# Without these a Parquet file is not a Spark Kafka export (the others may be absent).
-_REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset")
-
 
 @dataclass(frozen=True)
 class ExportFile:
@@ -100,8 +96,7 @@ def describe_file(path: str) -> ExportFile:
     stat = os.stat(path)
     try:
         layout, compression = exports.detect_format(path)
-    # exports' own list of what reading a corrupt file raises (zlib, zstd, Arrow, ...).
-    except (OSError, *exports._CORRUPT_FILE_ERRORS):
+    except exports.CORRUPT_FILE_ERRORS:
         # The reader reports an unreadable file as an error row; planning must not fail on it.
         layout, compression = "unknown", "none"
     return ExportFile(path, stat.st_size, stat.st_mtime_ns, layout, compression)
@@ -199,8 +194,8 @@ def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
     try:
         if partition.byte_range is not None:
             yield from _batches(partition, _json_range_items(partition))
-        elif file.layout == "parquet" and file.compression == "none":
-            yield from _ParquetRows(partition).batches()
+        elif file.layout == "parquet":
+            yield from _parquet_batches(partition)
         else:
             yield from _batches(partition, _export_items(partition))
     finally:
@@ -208,150 +203,40 @@ def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
             gc.enable()
 
 
-class _ParquetRows:
+def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
     """Spark-Kafka Parquet rows converted column by column (no Python object per record)."""
-
-    def __init__(self, partition: ExportPartition):
-        self.partition = partition
-        self.path = partition.file.path
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        part = self.partition
-        try:
-            parquet = pq.ParquetFile(self.path)
-            names = set(parquet.schema_arrow.names)
-        except (OSError, pa.ArrowException) as exc:
-            yield self._file_error(f"parquet file is corrupt or truncated: {exc}")
-            return
-        missing = [name for name in _REQUIRED_COLUMNS if name not in names]
-        if missing:
-            if part.first_row == 0:  # one report per file, not per split
-                yield self._file_error(
-                    f"not a Spark Kafka export: missing column(s) {', '.join(missing)}"
-                )
-            return
-        wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
-        if part.coordinates_only:
-            wanted = ["topic", "partition", "offset"]
-        groups = range(*part.row_groups) if part.row_groups else None
-        row = part.first_row
-        try:
-            for batch in parquet.iter_batches(
-                batch_size=BATCH_ROWS, row_groups=groups, columns=wanted
-            ):
-                yield from self._convert(batch, row)
-                row += batch.num_rows
-        except (OSError, pa.ArrowException) as exc:
-            # Rows already yielded stay valid, as in exports.read_export.
-            yield self._file_error(f"parquet file is corrupt or truncated: {exc}", row + 1)
-
-    def _file_error(self, reason: str, line: int | None = None) -> pa.RecordBatch:
-        return _error_batch(
-            self.partition, [(self.partition.first_row, line, reason, None, None, None, None)]
+    path = part.file.path
+    try:
+        parquet = exports.open_parquet_export(path, part.file.compression)
+    except exports.CORRUPT_FILE_ERRORS as exc:
+        error = exports.ExportError(f"parquet file is corrupt or truncated: {exc}", path=path)
+        yield _error_batch(part, [(part.first_row, error)])
+        return
+    missing = exports.missing_columns_error(parquet, path)
+    if missing is not None:
+        if part.first_row == 0:  # one report per file, not per split
+            yield _error_batch(part, [(part.first_row, missing)])
+        return
+    names = parquet.schema_arrow.names
+    wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
+    if part.coordinates_only:
+        wanted = ["topic", "partition", "offset"]
+    groups = range(*part.row_groups) if part.row_groups else None
+    row = part.first_row
+    try:
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=wanted):
+            checked = exports.kafka_columns(batch, path=path, first_row=row)
+            if checked.errors:
+                yield _error_batch(part, [(error.line - 1, error) for error in checked.errors])
+            if checked.records.num_rows:
+                yield _rows_batch(part, checked.records, checked.rows)
+            row += batch.num_rows
+    except exports.CORRUPT_FILE_ERRORS as exc:
+        # Rows already yielded stay valid, as in exports.read_export.
+        error = exports.ExportError(
+            f"parquet file is corrupt or truncated: {exc}", path=path, line=row + 1
         )
-
-    def _convert(self, batch: pa.RecordBatch, first_row: int) -> Iterator[pa.RecordBatch]:
-        columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-        count = batch.num_rows
-        positions = pa.array(range(first_row, first_row + count), pa.int64())
-        try:
-            topic = _as_string(columns["topic"])
-            partition = columns["partition"].cast(pa.int64())
-            offset = columns["offset"].cast(pa.int64())
-            converted = {
-                "timestamp": _timestamps(columns.get("timestamp"), count),
-                "timestamp_type": _optional_int32(columns.get("timestampType"), count),
-                "key": _binary(columns.get("key"), count),
-                "value": _binary(columns.get("value"), count),
-                "headers": _headers(columns.get("headers"), count),
-            }
-        except pa.ArrowException as exc:
-            # Columns of unexpected types: these rows cannot be records; say which and why.
-            reason = f"rows {first_row + 1}-{first_row + count}: columns not of the Spark Kafka "
-            reason += f"export types: {exc}"
-            yield _error_batch(self.partition, [(first_row, first_row + 1, reason, *[None] * 4)])
-            return
-        valid = pc.and_(
-            pc.and_(pc.is_valid(topic), pc.is_valid(offset)),
-            pc.and_(
-                pc.and_(pc.is_valid(partition), pc.greater_equal(offset, 0)),
-                pc.and_(pc.greater_equal(partition, 0), pc.less_equal(partition, _INT32_MAX)),
-            ),
-        )
-        valid = pc.fill_null(valid, False)
-        kept = pc.sum(valid).as_py() or 0
-        if kept < count:
-            yield self._bad_rows(pc.invert(valid), positions, topic, partition, offset)
-        if kept == 0:
-            return
-
-        def keep(array: pa.Array) -> pa.Array:
-            return array if kept == count else pc.filter(array, valid)
-
-        fields = {name: keep(array) for name, array in converted.items()}
-        fields |= {
-            "file_index": pa.array([self.partition.file_index] * kept, pa.int32()),
-            "position": keep(positions),
-            "topic": keep(topic),
-            "partition": keep(partition).cast(pa.int32()),
-            "offset": keep(offset),
-            "line": pa.nulls(kept, pa.int64()),
-            "error": pa.nulls(kept, pa.string()),
-            "raw": pa.nulls(kept, pa.binary()),
-        }
-        yield _batch(fields)
-
-    def _bad_rows(self, bad, positions, topic, partition, offset) -> pa.RecordBatch:
-        rows = []
-        for position, t, p, o in zip(
-            pc.filter(positions, bad).to_pylist(),
-            pc.filter(topic, bad).to_pylist(),
-            pc.filter(partition, bad).to_pylist(),
-            pc.filter(offset, bad).to_pylist(),
-            strict=True,
-        ):
-            reason = "topic, partition and offset must be present"
-            if p is not None and not 0 <= p <= _INT32_MAX:
-                reason, p = f"`partition` must be in [0, 2^31), found {p}", None
-            elif o is not None and o < 0:
-                reason, o = f"`offset` must not be negative, found {o}", None
-            rows.append((position, position + 1, reason, t, p, o, None))
-        return _error_batch(self.partition, rows)
-
-
-def _as_string(column: pa.Array) -> pa.Array:
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    return column.cast(pa.string())
-
-
-def _timestamps(column: pa.Array | None, count: int) -> pa.Array:
-    """Spark-Kafka ``timestamp`` as UTC microseconds; integer columns are milliseconds (as
-    ``exports`` reads them); a zone-less timestamp is taken as UTC."""
-    target = ARROW_SCHEMA.field("timestamp").type
-    if column is None:
-        return pa.nulls(count, target)
-    if pa.types.is_timestamp(column.type):
-        if column.type.tz is None:
-            column = column.cast(pa.timestamp(column.type.unit, tz="UTC"))
-        return column.cast(target, safe=False)  # ns → us truncates, as exports' ms does
-    millis = column.cast(pa.int64())
-    return pc.multiply(millis, 1000).cast(pa.timestamp("us")).cast(target)
-
-
-def _binary(column: pa.Array | None, count: int) -> pa.Array:
-    return pa.nulls(count, pa.binary()) if column is None else column.cast(pa.binary())
-
-
-def _optional_int32(column: pa.Array | None, count: int) -> pa.Array:
-    return pa.nulls(count, pa.int32()) if column is None else column.cast(pa.int32())
-
-
-def _headers(column: pa.Array | None, count: int) -> pa.Array:
-    target = ARROW_SCHEMA.field("headers").type
-    if column is None:
-        return pa.nulls(count, target)
-    return column.cast(target)
+        yield _error_batch(part, [(part.first_row, error)])
 
 
 def _batch(fields: dict[str, pa.Array]) -> pa.RecordBatch:
@@ -359,28 +244,47 @@ def _batch(fields: dict[str, pa.Array]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-ErrorRow = tuple  # (position, line, reason, topic, partition, offset, raw)
-
-
-def _error_batch(partition: ExportPartition, rows: list[ErrorRow]) -> pa.RecordBatch:
-    count = len(rows)
-    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
-    position, line, reason, topic, kafka_partition, offset, raw = columns
+def _rows_batch(
+    partition: ExportPartition, records: pa.RecordBatch, positions: pa.Array
+) -> pa.RecordBatch:
+    """Record rows from a ``exports.SPARK_KAFKA_SCHEMA`` batch and their positions."""
+    count = records.num_rows
     fields = {
         "file_index": pa.array([partition.file_index] * count, pa.int32()),
-        "position": pa.array(position, pa.int64()),
-        "topic": pa.array(topic, pa.string()),
-        "partition": pa.array(kafka_partition, pa.int32()),
-        "offset": pa.array(offset, pa.int64()),
-        "timestamp": pa.nulls(count, ARROW_SCHEMA.field("timestamp").type),
-        "timestamp_type": pa.nulls(count, pa.int32()),
-        "key": pa.nulls(count, pa.binary()),
-        "value": pa.nulls(count, pa.binary()),
-        "headers": pa.nulls(count, ARROW_SCHEMA.field("headers").type),
-        "line": pa.array(line, pa.int64()),
-        "error": pa.array(reason, pa.string()),
-        "raw": pa.array(raw, pa.binary()),
+        "position": positions,
+        "timestamp_type": records.column("timestampType"),
+        "line": pa.nulls(count, pa.int64()),
+        "error": pa.nulls(count, pa.string()),
+        "raw": pa.nulls(count, pa.binary()),
     }
+    for name in ("topic", "partition", "offset", "timestamp", "key", "value", "headers"):
+        fields[name] = records.column(name)
+    return _batch(fields)
+
+
+def _error_batch(
+    partition: ExportPartition, errors: list[tuple[int, exports.ExportError]]
+) -> pa.RecordBatch:
+    """Error rows: (position, error) each, keeping what coordinates the error could read."""
+    count = len(errors)
+    found = [error for _, error in errors]
+    kafka_partitions = [
+        e.partition if e.partition is not None and 0 <= e.partition < 2**31 else None for e in found
+    ]
+    offsets = [e.offset if e.offset is not None and 0 <= e.offset < 2**63 else None for e in found]
+    fields = {
+        "file_index": pa.array([partition.file_index] * count, pa.int32()),
+        "position": pa.array([position for position, _ in errors], pa.int64()),
+        "topic": pa.array([e.topic for e in found], pa.string()),
+        "partition": pa.array(kafka_partitions, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()),
+        "line": pa.array([e.line for e in found], pa.int64()),
+        "error": pa.array([e.reason for e in found], pa.string()),
+        "raw": pa.array([e.raw for e in found], pa.binary()),
+    }
+    for field in ARROW_SCHEMA:
+        if field.name not in fields:
+            fields[field.name] = pa.nulls(count, field.type)
     return _batch(fields)
 
 
@@ -390,7 +294,7 @@ Item = tuple[int, "KafkaRecord | exports.ExportError"]  # (position in the file,
 def _batches(partition: ExportPartition, items: Iterator[Item]) -> Iterator[pa.RecordBatch]:
     """Records and errors, in batches of each kind."""
     records: list[tuple[int, KafkaRecord]] = []
-    errors: list[ErrorRow] = []
+    errors: list[tuple[int, exports.ExportError]] = []
     for position, item in items:
         if isinstance(item, KafkaRecord):
             records.append((position, item))
@@ -398,7 +302,7 @@ def _batches(partition: ExportPartition, items: Iterator[Item]) -> Iterator[pa.R
                 yield _record_batch(partition, records)
                 records = []
         else:
-            errors.append(_error_row(position, item))
+            errors.append((position, item))
             if len(errors) >= BATCH_ROWS:
                 yield _error_batch(partition, errors)
                 errors = []
@@ -406,6 +310,14 @@ def _batches(partition: ExportPartition, items: Iterator[Item]) -> Iterator[pa.R
         yield _record_batch(partition, records)
     if errors:
         yield _error_batch(partition, errors)
+
+
+def _record_batch(
+    partition: ExportPartition, items: list[tuple[int, KafkaRecord]]
+) -> pa.RecordBatch:
+    records = exports.records_to_arrow([record for _, record in items])
+    positions = pa.array([position for position, _ in items], pa.int64())
+    return _rows_batch(partition, records, positions)
 
 
 def _export_items(partition: ExportPartition) -> Iterator[Item]:
@@ -440,66 +352,10 @@ def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
                     break
                 at += len(line)
                 if line.strip():
-                    yield number - 1, _parse_line(line, path, number)
+                    yield number - 1, exports.parse_json_line(line, path=path, number=number)
                 number += 1
     except OSError as exc:
         yield number - 1, exports.ExportError(f"cannot read export file: {exc}", path=path)
-
-
-def _parse_line(line: bytes, path: str, number: int) -> KafkaRecord | exports.ExportError:
-    # exports' private line parser: the same rules as exports.read_export, for one line.
-    try:
-        return exports._record_from_json_line(line)
-    except exports._BadLine as bad:
-        return exports.ExportError(
-            bad.reason,
-            path=path,
-            line=number,
-            topic=bad.fields.get("topic"),
-            partition=bad.fields.get("partition"),
-            offset=bad.fields.get("offset"),
-            raw=line,
-        )
-
-
-def _error_row(position: int, error: exports.ExportError) -> ErrorRow:
-    partition = error.partition if error.partition is not None else None
-    if partition is not None and not 0 <= partition <= _INT32_MAX:
-        partition = None
-    offset = error.offset if error.offset is not None and 0 <= error.offset < 2**63 else None
-    return (position, error.line, error.reason, error.topic, partition, offset, error.raw)
-
-
-def _record_batch(
-    partition: ExportPartition, items: list[tuple[int, KafkaRecord]]
-) -> pa.RecordBatch:
-    count = len(items)
-    records = [record for _, record in items]
-    fields = {
-        "file_index": pa.array([partition.file_index] * count, pa.int32()),
-        "position": pa.array([position for position, _ in items], pa.int64()),
-        "topic": pa.array([r.topic for r in records], pa.string()),
-        "partition": pa.array([r.partition for r in records], pa.int32()),
-        "offset": pa.array([r.offset for r in records], pa.int64()),
-        "timestamp": pa.array(
-            [None if r.timestamp_ms is None else r.timestamp_ms * 1000 for r in records],
-            pa.int64(),
-        )
-        .cast(pa.timestamp("us"))
-        .cast(ARROW_SCHEMA.field("timestamp").type),
-        # KafkaRecord does not carry the timestamp type: these layouts do not all say it.
-        "timestamp_type": pa.nulls(count, pa.int32()),
-        "key": pa.array([r.key for r in records], pa.binary()),
-        "value": pa.array([r.value for r in records], pa.binary()),
-        "headers": pa.array(
-            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-            ARROW_SCHEMA.field("headers").type,
-        ),
-        "line": pa.nulls(count, pa.int64()),
-        "error": pa.nulls(count, pa.string()),
-        "raw": pa.nulls(count, pa.binary()),
-    }
-    return _batch(fields)
 
 
 # --- the data source --------------------------------------------------------------------------
