@@ -545,9 +545,9 @@ def test_discover_files_expands_directories_and_skips_bookkeeping(tmp_path):
     ]
     assert discover_files([f"{tmp_path}/none/*"]) == []
     # The lake under a landing glob is not landed.
-    lake = tmp_path / "lake" / "bronze"
-    lake.mkdir(parents=True)
-    (lake / "part-0.parquet").write_text("")
+    bronze = LakeLayout(tmp_path / "lake").bronze
+    bronze.mkdir(parents=True)
+    (bronze / "part-0.parquet").write_text("")
     assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"])) == 2
     # A file named outright is taken, whatever its name; patterns add up.
     named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"])
@@ -700,3 +700,21 @@ def test_a_stale_or_inconsistent_plan(tmp_path, spark):
     tables.plan.write_text('{"batch_id": 3, "landed_at_us": 0, "files": [], "versions": {}}')
     with pytest.raises(LandError, match=r"plans batch 3 but .* ends at batch 0"):
         land(spark, config)
+
+
+def test_land_tables_come_from_the_layout(tmp_path):
+    layout = LakeLayout(tmp_path / "lake")
+    tables = LandTables.of(layout)
+    assert tables.committed() == [
+        layout.bronze,
+        layout.export_errors,
+        layout.offset_conflicts,
+        layout.offset_ranges,
+        layout.offset_gaps,
+        layout.landed_files,
+    ]
+    assert tables.plan == layout.land_plan
+    # Every land table sits in bronze/, each in its own directory.
+    paths = [*tables.committed(), tables.plan]
+    assert {p.parent for p in paths} == {tmp_path / "lake" / "bronze"}
+    assert len({p.name for p in paths}) == len(paths)

@@ -1,4 +1,6 @@
-"""Where every table of the lake lives, under one root directory (or object-store prefix)."""
+"""Where every table of the lake lives, under one root directory (or object-store prefix).
+
+Every stage takes its paths from here; none joins lake paths by hand."""
 
 from __future__ import annotations
 
@@ -24,6 +26,26 @@ class LakeLayout:
     def offset_gaps(self) -> Path:
         """Offsets missing between landed records of a partition."""
         return self.root / "bronze" / "offset_gaps"
+
+    @property
+    def export_errors(self) -> Path:
+        """Lines, rows or files of the exports that could not be read as Kafka records."""
+        return self.root / "bronze" / "export_errors"
+
+    @property
+    def offset_conflicts(self) -> Path:
+        """Records whose offset was landed before with other bytes (bronze keeps the first)."""
+        return self.root / "bronze" / "offset_conflicts"
+
+    @property
+    def offset_ranges(self) -> Path:
+        """Per (topic, partition): the contiguous runs of offsets bronze holds."""
+        return self.root / "bronze" / "offset_ranges"
+
+    @property
+    def land_plan(self) -> Path:
+        """The plan of a land batch not finished yet (a JSON file, not a table)."""
+        return self.root / "bronze" / "_land_plan.json"
 
     @property
     def changes(self) -> Path:

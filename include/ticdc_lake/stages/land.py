@@ -5,14 +5,14 @@
 Every run that finds something to land is one **batch** (ids 1, 2, 3, ...): the files matched
 by ``config.inputs`` that are new, or changed since they were landed, are read by Spark's
 executors (``export_source``) and their records appended to bronze. Tables, all under
-``<lake>/bronze/``:
+``<lake>/bronze/``, each at ``LakeLayout.<name>`` (``records`` at ``LakeLayout.bronze``):
 
-- ``records`` (``layout.bronze``), partitioned by ``topic``: one row per
+- ``records``, partitioned by ``topic``: one row per
   (topic, partition, offset) ever landed (``BRONZE_SCHEMA``). Partitioned by topic because
   every later stage works topic by topic (each topic has its own protocol), a re-export
   overlaps only its own topic, and topics are few, so a batch writes few files. Not by Kafka
   partition or by batch: either would multiply small files with every run.
-- ``landed_files`` (``layout.landed_files``): per file and batch, its size and modification
+- ``landed_files``: per file and batch, its size and modification
   time when planned and what became of its records. A file whose latest entry matches its
   current size and time is skipped without being opened; a file changed at the same path
   (appended to, rewritten) is read again whole, and the offset dedup keeps bronze right.
@@ -22,7 +22,7 @@ executors (``export_source``) and their records appended to bronze. Tables, all 
   earlier in the batch, with *different* bytes (key, value or headers). The first copy stays
   in bronze; the other is kept here, whole, beside where the first one came from.
 - ``offset_ranges``: per (topic, partition), the contiguous runs of offsets bronze holds.
-- ``offset_gaps`` (``layout.offset_gaps``): offsets missing between landed records of a
+- ``offset_gaps``: offsets missing between landed records of a
   partition (``from_offset``..``to_offset`` inclusive, ``size``) and the batch that first saw
   the gap. Derived from ``offset_ranges`` and the batch's new offsets: no bronze scan.
 
@@ -34,7 +34,7 @@ the comparison reads a few narrow columns of bronze, and only in the offset wind
 ``offset_ranges`` says the batch overlaps bronze: a batch of new offsets never reads bronze.
 
 Idempotency and crashes: a batch is planned first (its files with their size and time, the
-versions of the tables it reads, its landing time) and the plan saved beside the tables. The
+versions of the tables it reads, its landing time) and the plan saved (``layout.land_plan``). The
 commits follow, each tagged with the Delta app transaction ("land", batch id): bronze,
 export_errors, offset_conflicts, offset_ranges, offset_gaps, then landed_files, which marks the
 batch done. A run killed anywhere in between leaves the plan behind, and the next run finishes
@@ -184,7 +184,6 @@ OFFSET_GAPS_SCHEMA = pa.schema(
     ]
 )
 
-SMALL_TABLE_SCHEMAS = {"offset_ranges": OFFSET_RANGES_SCHEMA, "offset_gaps": OFFSET_GAPS_SCHEMA}
 
 # Per (topic, partition): sorted, disjoint, inclusive offset runs.
 Runs = dict[tuple[str, int], list[tuple[int, int]]]
@@ -196,7 +195,7 @@ class LandError(TicdcLakeError):
 
 @dataclass(frozen=True)
 class LandTables:
-    """Where land's tables live (the layout's, plus those only land writes)."""
+    """Land's tables, from the layout."""
 
     bronze: Path
     landed_files: Path
@@ -208,15 +207,14 @@ class LandTables:
 
     @classmethod
     def of(cls, layout: LakeLayout) -> LandTables:
-        root = layout.bronze.parent
         return cls(
             bronze=layout.bronze,
             landed_files=layout.landed_files,
-            export_errors=root / "export_errors",
-            offset_conflicts=root / "offset_conflicts",
-            offset_ranges=root / "offset_ranges",
+            export_errors=layout.export_errors,
+            offset_conflicts=layout.offset_conflicts,
+            offset_ranges=layout.offset_ranges,
             offset_gaps=layout.offset_gaps,
-            plan=root / "_land_plan.json",
+            plan=layout.land_plan,
         )
 
     def committed(self) -> list[Path]:
@@ -805,8 +803,8 @@ class _Batch:
         old_ranges = self._old_rows(self.tables.offset_ranges, "offset_ranges")
         old_gaps = self._old_rows(self.tables.offset_gaps, "offset_gaps")
         gaps = gap_rows(ranges, old_gaps, self.plan.batch_id)
-        self._sync(self.tables.offset_ranges, old_ranges, range_rows(ranges))
-        self._sync(self.tables.offset_gaps, old_gaps, gaps)
+        self._sync(self.tables.offset_ranges, OFFSET_RANGES_SCHEMA, old_ranges, range_rows(ranges))
+        self._sync(self.tables.offset_gaps, OFFSET_GAPS_SCHEMA, old_gaps, gaps)
         return gaps
 
     def _old_rows(self, path: Path, name: str) -> list[dict]:
@@ -815,11 +813,10 @@ class _Batch:
             return []
         return open_table(path, version).to_pyarrow_table().to_pylist()
 
-    def _sync(self, path: Path, old: list[dict], new: list[dict]) -> None:
+    def _sync(self, path: Path, schema: pa.Schema, old: list[dict], new: list[dict]) -> None:
         """Make the small table at ``path`` (keyed by topic, partition, from_offset) hold
         ``new`` instead of ``old``: one delta-rs merge of the changed rows on the driver, no
         Spark job; nothing at all when nothing changed."""
-        schema = SMALL_TABLE_SCHEMAS[path.name]
         before = {_run_key(row): row for row in old}
         after = {_run_key(row): row for row in new}
         changes = [row | {"deleted": False} for k, row in after.items() if before.get(k) != row]
