@@ -189,6 +189,76 @@ def test_changefeed_naming_an_unknown_topic(tmp_path):
     assert_config_error(write_config(tmp_path, document), "changefeeds.cf", "unknown: ['ordres']")
 
 
+AVRO = {"protocol": "avro", "partitions": 1, "schema-dir": "."}
+
+
+@pytest.mark.parametrize(
+    ("changefeeds", "fragments"),
+    [
+        (
+            {"cf": {"topics": ["a"]}},
+            ["topic b must belong to exactly one changefeed, it is in none"],
+        ),
+        (
+            {"one": {"topics": ["a", "b"]}, "two": {"topics": ["b"]}},
+            ["topic b must belong to exactly one changefeed, it is in one, two"],
+        ),
+        ({"cf": {"topics": ["a", "b", "a"]}}, ["changefeeds.cf", "lists a more than once"]),
+        ({}, ["changefeeds", "no changefeeds"]),
+        (["a", "b"], ["changefeeds must be a mapping"]),
+        ({"cf": {"topics": "a,b"}}, ["changefeeds.cf", "topics must be a list"]),
+    ],
+    ids=["in-none", "in-two", "listed-twice", "empty", "list", "topics-text"],
+)
+def test_every_topic_in_exactly_one_changefeed(tmp_path, changefeeds, fragments):
+    document = {"topics": {"a": AVRO, "b": AVRO}, "changefeeds": changefeeds}
+    assert_config_error(write_config(tmp_path, document), *fragments)
+
+
+def test_without_changefeeds_each_topic_is_its_own(tmp_path):
+    topics = {
+        "o": {"protocol": "open-protocol", "partitions": 1},
+        "c": {"protocol": "canal-json", "partitions": 1},
+        "c-plain": {"protocol": "canal-json", "partitions": 1, "enable-tidb-extension": False},
+        "a": AVRO,
+    }
+    config = load_config(write_config(tmp_path, {"topics": topics}))
+    # With watermarks where the protocol sends them.
+    assert config.changefeeds == {
+        "o": ChangefeedConfig("o", ("o",), True),
+        "c": ChangefeedConfig("c", ("c",), True),
+        "c-plain": ChangefeedConfig("c-plain", ("c-plain",), False),
+        "a": ChangefeedConfig("a", ("a",), False),
+    }
+
+
+def test_watermarks_and_cutoff(tmp_path):
+    def feed(**settings) -> dict:
+        return {"topics": {"a": AVRO}, "changefeeds": {"cf": {"topics": ["a"], **settings}}}
+
+    # Without watermarks and without a cut-off: allowed, gold is marked inconsistent.
+    unmarked = load_config(write_config(tmp_path, feed(watermarks=False)))
+    assert unmarked.changefeeds["cf"] == ChangefeedConfig("cf", ("a",), False, None)
+    for settings in ({"cutoff-ts": 5}, {"watermarks": True, "cutoff-ts": 5}):
+        assert_config_error(
+            write_config(tmp_path, feed(**settings)),
+            "changefeeds.cf",
+            "cutoff-ts is for changefeeds without watermarks",
+        )
+    assert_config_error(
+        write_config(tmp_path, feed(watermarks="no")), "changefeeds.cf", "watermarks must be true"
+    )
+    assert_config_error(
+        write_config(tmp_path, feed(watermarks=False, **{"cutoff-ts": True})),
+        "cutoff-ts must be a TSO",
+    )
+
+
+def test_extension_flag_must_be_a_boolean(tmp_path):
+    path = write_config(tmp_path, with_topic(**{"enable-tidb-extension": "false"}))
+    assert_config_error(path, "topics.orders", "enable-tidb-extension must be true or false")
+
+
 def test_changefeed_without_topics(tmp_path):
     document = {**MINIMAL, "changefeeds": {"cf": {"watermarks": True}}}
     assert_config_error(write_config(tmp_path, document), "changefeeds.cf", "(none given)")
@@ -236,14 +306,10 @@ def test_unknown_topic_and_changefeed_lookups(tmp_path):
 
 
 def test_avro_topic_without_a_schema_source(tmp_path):
-    # The loader accepts it; asking for the topic's decoder settings names what is missing.
     path = write_config(tmp_path, {"topics": {"users": {"protocol": "avro", "partitions": 1}}})
-    config = load_config(path)
-    with pytest.raises(ConfigError) as caught:
-        config.codec_settings("users")
-    message = str(caught.value)
-    assert str(path.resolve()) in message and "avro topic users" in message
-    assert "schema-registry, schema-dir or schemas-topic" in message
+    assert_config_error(
+        path, "topics.users", "avro topic needs a schema source", "schema-registry, schema-dir"
+    )
 
 
 def test_schema_registry_password_env_unset(tmp_path, monkeypatch):

@@ -24,11 +24,16 @@
       <name>:
         topics: [<topic>, ...]       # their partitions' resolved TS combine into one watermark
         watermarks: true             # false: the protocol sends none (Avro, canal-json w/o ext.)
-        cutoff-ts: 0                 # with watermarks false: gold up to this TS, else gold is
-                                     # marked not transactionally consistent
+        cutoff-ts: 0                 # only with watermarks false: gold up to this TS; without
+                                     # it gold is marked not transactionally consistent
+
+Without a ``changefeeds`` section each topic is a changefeed of its own (with watermarks unless
+its protocol sends none: Avro, canal-json without the TiDB extension). With one, every topic
+must belong to exactly one changefeed.
 
 Relative paths are relative to the config file. Every mistake is a ConfigError naming the file
-and the key.
+and the key, raised by ``load_config`` before any stage runs (only what needs the outside world
+waits: a schema registry's password from the environment, the schema files themselves).
 """
 
 from __future__ import annotations
@@ -200,6 +205,11 @@ def _topic(where: str, name: str, raw: Any, base: Path, default_zone: str) -> To
         registry = SchemaRegistryConfig(
             entry["url"], entry.get("username"), entry.get("password-env")
         )
+    if protocol == "avro" and not (registry or raw.get("schema-dir") or raw.get("schemas-topic")):
+        raise ConfigError(
+            f"{where}: an avro topic needs a schema source: schema-registry, schema-dir or "
+            "schemas-topic"
+        )
     options = raw.get("options") or {}
     _check_keys(f"{where}.options", options, set(options))
     roots = raw.get("claim-check-roots") or []
@@ -209,7 +219,7 @@ def _topic(where: str, name: str, raw: Any, base: Path, default_zone: str) -> To
         partitions=partitions,
         time_zone=_time_zone(where, raw.get("time-zone", default_zone)),
         compression=compression,
-        enable_tidb_extension=bool(raw.get("enable-tidb-extension", True)),
+        enable_tidb_extension=_flag(where, raw, "enable-tidb-extension"),
         schema_dir=base / raw["schema-dir"] if raw.get("schema-dir") else None,
         schemas_topic=base / raw["schemas-topic"] if raw.get("schemas-topic") else None,
         schema_registry=registry,
@@ -222,20 +232,70 @@ def _absolute_root(root: str, base: Path) -> str:
     return root if "://" in root or root.startswith("/") else str((base / root).resolve())
 
 
+def _flag(where: str, raw: dict, key: str, default: bool = True) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be true or false, not {value!r}")
+    return value
+
+
 def _changefeed(
     where: str, name: str, raw: Any, topics: dict[str, TopicConfig]
 ) -> ChangefeedConfig:
     raw = _check_keys(where, raw, _CHANGEFEED_KEYS)
     members = raw.get("topics") or []
+    if not isinstance(members, list):
+        raise ConfigError(f"{where}: topics must be a list of topic names, not {members!r}")
     missing = [topic for topic in members if topic not in topics]
     if not members or missing:
         raise ConfigError(
             f"{where}: topics must name configured topics; unknown: {missing or '(none given)'}"
         )
+    repeated = sorted({topic for topic in members if members.count(topic) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: topics lists {', '.join(repeated)} more than once")
+    watermarks = _flag(where, raw, "watermarks")
     cutoff = raw.get("cutoff-ts")
-    if cutoff is not None and (not isinstance(cutoff, int) or cutoff < 0):
+    if cutoff is not None and (
+        not isinstance(cutoff, int) or isinstance(cutoff, bool) or cutoff < 0
+    ):
         raise ConfigError(f"{where}: cutoff-ts must be a TSO (a whole number >= 0), not {cutoff!r}")
-    return ChangefeedConfig(name, tuple(members), bool(raw.get("watermarks", True)), cutoff)
+    if cutoff is not None and watermarks:
+        raise ConfigError(
+            f"{where}: cutoff-ts is for changefeeds without watermarks; with watermarks: true "
+            "gold follows the watermark (set watermarks: false to use a cut-off)"
+        )
+    return ChangefeedConfig(name, tuple(members), watermarks, cutoff)
+
+
+def _sends_watermarks(topic: TopicConfig) -> bool:
+    if topic.protocol == "avro":
+        return False
+    return topic.protocol != "canal-json" or topic.enable_tidb_extension
+
+
+def _changefeeds(source: Path, raw: Any, topics: dict[str, TopicConfig]) -> dict:
+    if raw is None:  # each topic on its own
+        return {
+            name: ChangefeedConfig(name, (name,), _sends_watermarks(topic))
+            for name, topic in topics.items()
+        }
+    where = f"{source}: changefeeds"
+    raw = _check_keys(where, raw, set(raw) if isinstance(raw, dict) else set())
+    if not raw:
+        raise ConfigError(f"{where}: no changefeeds (leave the key out: each topic is its own)")
+    changefeeds = {
+        str(name): _changefeed(f"{where}.{name}", str(name), entry, topics)
+        for name, entry in raw.items()
+    }
+    for topic in topics:
+        owners = [name for name, feed in changefeeds.items() if topic in feed.topics]
+        if len(owners) != 1:
+            found = f"in {', '.join(owners)}" if owners else "in none"
+            raise ConfigError(
+                f"{where}: topic {topic} must belong to exactly one changefeed, it is {found}"
+            )
+    return changefeeds
 
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
@@ -259,13 +319,7 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
     }
     if not topics:
         raise ConfigError(f"{source}: no topics configured")
-    changefeeds = {
-        str(name): _changefeed(f"{source}: changefeeds.{name}", str(name), entry, topics)
-        for name, entry in (raw.get("changefeeds") or {}).items()
-    }
-    unassigned = [t for t in topics if not any(t in c.topics for c in changefeeds.values())]
-    for topic in unassigned:  # a topic on its own is its own changefeed
-        changefeeds[topic] = ChangefeedConfig(topic, (topic,), topics[topic].protocol != "avro")
+    changefeeds = _changefeeds(source, raw.get("changefeeds"), topics)
     lake = base / raw.get("lake", "lake")
     return PipelineConfig(
         source=source,
