@@ -45,8 +45,10 @@ from ticdc_lake.delta import (
 )
 from ticdc_lake.delta.partitions import directory, directory_values
 from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.source import WritePlan, _TaskFiles, commit_files
+from ticdc_lake.delta.source import DeltaDataSource, WritePlan, _TaskFiles, commit_files
 from ticdc_lake.delta.stats import FileStats
+from ticdc_lake.spark import register_data_source
+from ticdc_lake.stages.export_source import KafkaExportsDataSource, read_export_files
 
 pytestmark = pytest.mark.spark
 
@@ -497,3 +499,17 @@ def test_refuses_deletion_vectors_and_column_mapping(spark, tmp_path):
         read_delta(spark, tmp_path / "cm")
     with pytest.raises(UnsupportedTableError, match="column mapping"):
         write_delta(spark.createDataFrame([(2,)], "id long"), tmp_path / "cm")
+
+
+@pytest.mark.spark
+def test_data_sources_are_registered_once_per_session(spark, tmp_path):
+    """Registering again would only make Spark warn that the source replaced itself."""
+    # build_session registered the writer's source; writes use it without registering again.
+    assert not register_data_source(spark, DeltaDataSource)
+    write_delta(spark.range(3), tmp_path / "t")
+    write_delta(spark.range(3), tmp_path / "t")
+    assert not register_data_source(spark, DeltaDataSource)
+    assert read_delta(spark, tmp_path / "t").count() == 6
+    # The exports reader registers itself on its first use only.
+    read_export_files(spark, [])
+    assert not register_data_source(spark, KafkaExportsDataSource)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections.abc import Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
 
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
 DEFAULT_CONF: dict[str, str] = {
@@ -35,6 +37,23 @@ DEFAULT_CONF: dict[str, str] = {
     # whole job just to stat them, which costs more than it saves on a local file system.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
 }
+
+
+# The Python data sources each session has registered, by name.
+_REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+
+
+def register_data_source(spark: SparkSession, source: type[DataSource]) -> bool:
+    """Register ``source`` with ``spark`` unless it already is; returns whether it was now.
+
+    Registering is per session and lasts as long as it does; doing it again on every read or
+    write only makes Spark log that the source replaced itself."""
+    names = _REGISTERED.setdefault(spark, set())
+    if source.name() in names:
+        return False
+    spark.dataSource.register(source)
+    names.add(source.name())
+    return True
 
 
 def _submitted_conf() -> SparkConf:

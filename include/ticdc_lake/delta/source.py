@@ -40,6 +40,7 @@ from ticdc_lake.delta.txn import (
     commit_properties,
     find_commit,
 )
+from ticdc_lake.spark import register_data_source
 
 SOURCE_NAME = "ticdc_delta"
 
@@ -296,7 +297,8 @@ class DeltaDataSource(DataSource):
 
 
 def register_delta_source(spark: SparkSession) -> None:
-    spark.dataSource.register(DeltaDataSource)
+    """Make ``write_delta``'s data source known to ``spark`` (once per session)."""
+    register_data_source(spark, DeltaDataSource)
 
 
 # --- driver side: the one commit --------------------------------------------------------------

@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 
 from ticdc_lake import exports
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.spark import register_data_source
 
 SOURCE_NAME = "ticdc_kafka_exports"
 
@@ -406,7 +407,7 @@ def read_export_files(
     timestamp, key, value or headers (null), reading only those columns: a cheap first look
     at a batch. (Spark's Python data sources cannot prune columns themselves.) Other layouts
     are parsed whole either way, and give everything."""
-    spark.dataSource.register(KafkaExportsDataSource)
+    register_data_source(spark, KafkaExportsDataSource)
     rows = (
         spark.read.format(SOURCE_NAME)
         .option("files", files_option(files))
