@@ -10,19 +10,15 @@ names it and why; the other tables were compacted).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from ticdc_lake.config import load_config
-from ticdc_lake.gold.exceptions import CompactError
+from ticdc_lake.pipeline import job_main, job_parser
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.compact import compact
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
+def parse_args(argv: list[str] | None):
+    parser = job_parser(__doc__)
     parser.add_argument(
         "--changefeed",
         action="append",
@@ -39,19 +35,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = load_config(args.config)
-    spark = build_session("ticdc-lake-compact")
-    try:
-        result = compact(
-            spark, config, changefeeds=args.changefeeds, until_ts=args.until_ts,
-            rebuild=args.rebuild,
-        )  # fmt: skip
-    except CompactError as exc:
-        print(json.dumps(exc.result.to_dict()))
-        print(f"compact: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(result.to_dict()))
-    return 0
+    options = {"changefeeds": args.changefeeds, "until_ts": args.until_ts, "rebuild": args.rebuild}
+    return job_main(
+        "compact", args, build_session, lambda spark, config: compact(spark, config, **options)
+    )
 
 
 if __name__ == "__main__":

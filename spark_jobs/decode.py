@@ -9,18 +9,15 @@ Prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from ticdc_lake.config import load_config
+from ticdc_lake.pipeline import job_main, job_parser
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.decode import decode, redecode
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
+def parse_args(argv: list[str] | None):
+    parser = job_parser(__doc__)
     parser.add_argument(
         "--redecode-batches",
         nargs="+",
@@ -40,16 +37,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = load_config(args.config)
-    spark = build_session("ticdc-lake-decode")
-    if args.redecode_batches:
-        result = redecode(spark, config, batches=args.redecode_batches)
-    elif args.start_ts is not None:
-        result = redecode(spark, config, start_ts=args.start_ts, end_ts=args.end_ts)
-    else:
-        result = decode(spark, config)
-    print(json.dumps(result.to_dict()))
-    return 0
+
+    def work(spark, config):
+        if args.redecode_batches:
+            return redecode(spark, config, batches=args.redecode_batches)
+        if args.start_ts is not None:
+            return redecode(spark, config, start_ts=args.start_ts, end_ts=args.end_ts)
+        return decode(spark, config)
+
+    return job_main("decode", args, build_session, work)
 
 
 if __name__ == "__main__":

@@ -8,28 +8,19 @@ batch a killed run left) and prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from ticdc_lake.config import load_config
+from ticdc_lake.pipeline import job_main, job_parser
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.land import land
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
-    return parser.parse_args(argv)
+def parse_args(argv: list[str] | None):
+    return job_parser(__doc__).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    config = load_config(args.config)
-    spark = build_session("ticdc-lake-land")
-    result = land(spark, config)
-    print(json.dumps(result.to_dict()))
-    return 0
+    return job_main("land", parse_args(argv), build_session, land)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,361 @@
+"""The pipeline: the four stages in order on one SparkSession, and what to tell a person after.
+
+    run_stages(spark, config, stages=STAGES, *, changefeeds=None, until_ts=None)
+        -> PipelineResult
+    render_summary(result) -> str
+
+Stages always run in pipeline order (land, decode, watermark, compact) whatever order they are
+named in. Each stage's result and wall time are kept. A stage that fails as a whole (a
+TicdcLakeError other than ConfigError: bronze or silver in a state it cannot work from, a schema
+registry that cannot be reached) stops the run: the stages after it are skipped, since they
+would work from stale input. Compaction failing for some gold tables (CompactError) is reported
+with the tables that were compacted. A ConfigError is raised: nothing ran on a bad config.
+
+The spark-submit entry points (spark_jobs/) share ``job_parser`` and ``job_main``: parse
+``--config``, build the session, run one stage, print its result as one JSON object, exit 1 on
+failures and 2 on a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from ticdc_lake.config import PipelineConfig, load_config
+from ticdc_lake.delta import delta_table_exists, open_table
+from ticdc_lake.errors import ConfigError, TicdcLakeError
+from ticdc_lake.gold.exceptions import CompactError
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.stages.compact import compact
+from ticdc_lake.stages.decode import decode
+from ticdc_lake.stages.land import land
+from ticdc_lake.stages.watermark import watermark
+
+STAGES = ("land", "decode", "watermark", "compact")
+_STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "land": land,
+    "decode": decode,
+    "watermark": watermark,
+    "compact": compact,
+}
+
+
+def pipeline_order(names: Iterable[str]) -> tuple[str, ...]:
+    """The named stages in the order they must run; an unknown name is a ConfigError."""
+    chosen = {name.strip() for name in names if name.strip()}
+    unknown = sorted(chosen - set(STAGES))
+    if unknown:
+        raise ConfigError(
+            f"unknown stage(s) {', '.join(unknown)}; the stages are {', '.join(STAGES)}"
+        )
+    if not chosen:
+        raise ConfigError(f"no stage named; the stages are {', '.join(STAGES)}")
+    return tuple(stage for stage in STAGES if stage in chosen)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    stage: str
+    result: Any  # the stage's result (LandResult, ...); None when the stage failed as a whole
+    seconds: float
+    failures: dict[str, str] = field(default_factory=dict)  # what failed (table, stage): why
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "seconds": round(self.seconds, 3),
+            "result": self.result.to_dict() if self.result is not None else None,
+            "failures": dict(self.failures),
+        }
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    config: PipelineConfig
+    runs: tuple[StageRun, ...]
+    skipped: tuple[str, ...] = ()  # stages not run because an earlier one failed
+
+    @property
+    def failed(self) -> bool:
+        return any(run.failures for run in self.runs)
+
+    @property
+    def seconds(self) -> float:
+        return sum(run.seconds for run in self.runs)
+
+    def result(self, stage: str) -> Any:
+        """The stage's result, or None when it did not run or failed as a whole."""
+        return next((run.result for run in self.runs if run.stage == stage), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": str(self.config.source),
+            "lake": str(self.config.lake),
+            "reports": str(self.config.reports),
+            "stages": [run.to_dict() for run in self.runs],
+            "skipped": list(self.skipped),
+            "failed": self.failed,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def timed_stage(stage: str, work: Callable[[], Any]) -> StageRun:
+    """Run one stage's work, timing it and turning its failures into a StageRun."""
+    started = time.perf_counter()
+    try:
+        result, failures = work(), {}
+    except CompactError as exc:  # some tables failed; the result says what was done
+        result, failures = exc.result, dict(exc.failures)
+    except ConfigError:
+        raise
+    except TicdcLakeError as exc:
+        result, failures = None, {stage: str(exc)}
+    return StageRun(stage, result, time.perf_counter() - started, failures)
+
+
+def run_stage(spark: SparkSession, config: PipelineConfig, stage: str, **options) -> StageRun:
+    """One stage; ``options`` go to its function (compact: changefeeds, until_ts, rebuild)."""
+    function = _STAGE_FUNCTIONS[pipeline_order([stage])[0]]
+    return timed_stage(stage, lambda: function(spark, config, **options))
+
+
+def run_stages(
+    spark: SparkSession,
+    config: PipelineConfig,
+    stages: Iterable[str] = STAGES,
+    *,
+    changefeeds: Sequence[str] | None = None,
+    until_ts: int | None = None,
+) -> PipelineResult:
+    """Run the chosen stages in pipeline order; compact gets ``changefeeds`` and ``until_ts``."""
+    order = pipeline_order(stages)
+    if changefeeds is not None:
+        unknown = sorted(set(changefeeds) - set(config.changefeeds))
+        if unknown:  # before any stage runs, not when compact finally gets to it
+            raise ConfigError(
+                f"{config.source}: unknown changefeed(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(config.changefeeds))}"
+            )
+    runs: list[StageRun] = []
+    for position, stage in enumerate(order):
+        options = {}
+        if stage == "compact":
+            options = {"changefeeds": changefeeds, "until_ts": until_ts}
+        run = run_stage(spark, config, stage, **options)
+        runs.append(run)
+        if run.result is None:
+            return PipelineResult(config, tuple(runs), order[position + 1 :])
+    return PipelineResult(config, tuple(runs))
+
+
+# --- what the lake holds, from the Delta logs alone ------------------------------------------
+
+
+def table_rows(path) -> int | None:
+    """Rows of a Delta table from its file statistics (no data read); None when unknown."""
+    if not delta_table_exists(path):
+        return 0
+    actions = pa.table(open_table(path).get_add_actions(flatten=True))
+    if "num_records" not in actions.column_names:
+        return None
+    counts = actions.column("num_records").to_pylist()
+    return None if None in counts else sum(counts)
+
+
+def lake_totals(config: PipelineConfig) -> dict[str, int | None]:
+    layout = LakeLayout(config.lake)
+    return {
+        "bronze records": table_rows(layout.bronze),
+        "silver changes": table_rows(layout.changes),
+        "DDL": table_rows(layout.ddl),
+        "resolved events": table_rows(layout.resolved),
+        "quarantined": table_rows(layout.quarantine),
+    }
+
+
+# --- the summary ----------------------------------------------------------------------------
+
+
+def tso_time(ts: int) -> str:
+    """A TiDB TSO's physical time, in UTC."""
+    moment = dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def _land_line(result) -> str:
+    if result.batch_id is None:
+        return f"nothing new ({result.files_seen} files seen, all landed before)"
+    return (
+        f"batch {result.batch_id}{' (finished a killed run)' if result.recovered else ''}: "
+        f"{result.files_landed} files, {_n(result.records_read)} records read, "
+        f"{_n(result.records_added)} added to bronze ({_n(result.duplicates)} duplicates, "
+        f"{_n(result.conflicts)} conflicts, {_n(result.errors)} unreadable); "
+        f"{result.offset_gaps} offset gaps ({_n(result.missing_offsets)} offsets)"
+    )
+
+
+def _decode_line(result) -> str:
+    if not result.batches:
+        return "nothing new to decode"
+    events = ", ".join(f"{count:,} {kind}" for kind, count in result.events.items())
+    return (
+        f"{_n(result.records)} records = {_n(result.decoded)} decoded + "
+        f"{_n(result.quarantined)} quarantined; events: {events}"
+    )
+
+
+def _watermark_line(result) -> str:
+    return (
+        f"{_n(result.resolved_read)} resolved events read, {result.advanced} of "
+        f"{result.partitions} partitions advanced, {result.regressions} regressions ignored"
+    )
+
+
+def _compact_line(result) -> str:
+    tables = [t for feed in result.changefeeds for t in feed.tables]
+    if all(feed.noop for feed in result.changefeeds):
+        return f"nothing new to apply ({len(tables)} gold tables up to date)"
+    return (
+        f"{len(tables)} gold tables: {sum(t.changes for t in tables):,} changes applied, "
+        f"{sum(t.duplicates for t in tables):,} replays skipped, "
+        f"{sum(t.upserts for t in tables):,} upserts, {sum(t.deletes for t in tables):,} "
+        f"deletes, {sum(t.ddl for t in tables)} DDL effects"
+    )
+
+
+_LINES = {
+    "land": _land_line,
+    "decode": _decode_line,
+    "watermark": _watermark_line,
+    "compact": _compact_line,
+}
+
+
+def _changefeed_lines(result: PipelineResult) -> list[str]:
+    marks = result.result("watermark")
+    compacted = result.result("compact")
+    feeds = {feed.name: feed for feed in compacted.changefeeds} if compacted else {}
+    lines = []
+    for mark in marks.changefeeds if marks else ():
+        if mark.watermarks:
+            held = ", ".join(f"{t}[{p}]" for t, p in mark.holding[:3])
+            where = (
+                f"held at 0 by never-seen partitions {len(mark.unseen)}"
+                if mark.unseen
+                else f"held by {held}"
+            )
+            text = f"watermark {mark.watermark} = {tso_time(mark.watermark)}; {where}"
+            if not mark.watermark:
+                text = f"watermark 0 ({where})"
+        else:
+            cutoff = result.config.changefeeds[mark.name].cutoff_ts
+            text = (
+                "no watermarks in this protocol: "
+                + (f"gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}" if cutoff else "")
+                + ("" if cutoff else "gold is not transactionally consistent (no cutoff-ts)")
+            )
+        feed = feeds.get(mark.name)
+        if feed is not None:
+            target = "no TS" if feed.target is None else f"TS {feed.target}"
+            text += f"; gold: {feed.mode} at {target}"
+            text += "".join(f"\n      note: {note}" for note in feed.notes)
+        lines.append(f"  {mark.name}: {text}")
+    return lines
+
+
+def _gold_lines(result: PipelineResult) -> list[str]:
+    compacted = result.result("compact")
+    if compacted is None:
+        return []
+    tables = sorted(compacted.tables.values(), key=lambda t: t.table)
+    width = max((len(t.table) for t in tables), default=10)
+    lines = [f"  {'table':<{width}}  {'rows':>9}  mode"]
+    for table in tables:
+        mode = table.mode if table.watermark is None else f"{table.mode} @ {table.watermark}"
+        flags = " (dropped)" if table.dropped else ""
+        flags += f" (not consistent: {table.reason})" if table.reason else ""
+        lines.append(f"  {table.table:<{width}}  {table.rows:>9,}  {mode}{flags}")
+    for table, reason in sorted(compacted.failures.items()):
+        lines.append(f"  {table:<{width}}  {'FAILED':>9}  {reason}")
+    return lines
+
+
+def render_summary(result: PipelineResult) -> str:
+    """The run as a person reads it: each stage, the changefeeds, the gold tables, the lake."""
+    config = result.config
+    lines = [f"Stages ({result.seconds:.1f} s):"]
+    for run in result.runs:
+        text = _LINES[run.stage](run.result) if run.result is not None else "FAILED"
+        lines.append(f"  {run.stage:<10}{run.seconds:6.1f} s  {text}")
+        lines.extend(f"    ! {what}: {why}" for what, why in sorted(run.failures.items()))
+    lines.extend(f"  {stage:<10}  skipped (an earlier stage failed)" for stage in result.skipped)
+    feeds = _changefeed_lines(result)
+    if feeds:
+        lines += ["Changefeeds:", *feeds]
+    gold = _gold_lines(result)
+    if gold:
+        lines += ["Gold tables:", *gold]
+    totals = ", ".join(f"{_n(count)} {name}" for name, count in lake_totals(config).items())
+    lines += [
+        f"Lake: {config.lake}",
+        f"  holds {totals}",
+        f"  config:  {config.source}",
+        f"  reports: {config.reports}",
+    ]
+    return "\n".join(lines)
+
+
+def query_hint(config: PipelineConfig, table: str | None = None) -> str:
+    """A one-line command that reads a gold table with plain deltalake."""
+    schema, name = (table or "<schema>.<table>").split(".", 1)
+    path = LakeLayout(config.lake).gold(schema, name)
+    return (
+        f"python -c \"from deltalake import DeltaTable; print(DeltaTable('{path}').to_pandas())\""
+    )
+
+
+# --- spark-submit entry points ----------------------------------------------------------------
+
+
+def job_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser every spark_jobs entry point starts from: its docstring's first line, and
+    ``--config``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
+    return parser
+
+
+def job_main(
+    name: str,
+    args: argparse.Namespace,
+    build_session: Callable[[str], SparkSession],
+    work: Callable[[SparkSession, PipelineConfig], Any],
+) -> int:
+    """Load ``args.config``, build the session (the job's own ``build_session``, so a test can
+    hand in its session), run ``work``, print its result as one JSON object on stdout and any
+    failures on stderr. Exit status 0, 1 when something failed, 2 on a bad config."""
+    try:
+        config = load_config(args.config)
+        spark = build_session(f"ticdc-lake-{name}")
+        run = timed_stage(name, lambda: work(spark, config))
+    except ConfigError as exc:
+        print(f"{name}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if run.result is not None:
+        print(json.dumps(run.result.to_dict()))
+    for what, why in sorted(run.failures.items()):
+        print(f"{name}: {what}: {why}", file=sys.stderr)
+    return 1 if run.failures else 0
