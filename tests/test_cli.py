@@ -1,11 +1,15 @@
-"""`ticdc-lake decode | generate | demo`."""
+"""`ticdc-lake decode | generate | run | demo`."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
 
 import orjson
 import pytest
+from deltalake import DeltaTable
 from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.cli import main
 from ticdc_lake.events import INSERT, RowEvent
@@ -118,16 +122,90 @@ def test_generate_writes_exports_manifest_and_config(tmp_path, capsys):
     assert len(lines) == manifest["counts"]["messages"]  # Canal-JSON: one event per message
 
 
-def test_demo_runs_every_protocol_and_says_they_match(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--transactions", "15"]) == 0
-    out = capsys.readouterr().out
-    for protocol in ("open-protocol", "craft", "canal-json", "avro"):
-        assert f"{protocol}: MATCHES the generated events" in out
-        assert (tmp_path / protocol / "manifest.json").is_file()
-    assert "All protocols decode to the generated events." in out
-
-
 def test_unknown_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bogus"])
     assert exit_info.value.code == 2
+
+
+# --- run and demo, in-process on the tests' session ---------------------------------------------
+
+
+def delta_versions(root: Path) -> dict[str, int]:
+    return {
+        str(log.parent.relative_to(root)): DeltaTable(str(log.parent)).version()
+        for log in root.rglob("_delta_log")
+    }
+
+
+@pytest.fixture(scope="module")
+def demo(spark, tmp_path_factory):
+    """`ticdc-lake demo` with two protocols, then again into the same directory."""
+    out = tmp_path_factory.mktemp("demo")
+    argv = ["demo", "--out", str(out), "--transactions", "30", "--partitions", "2"]
+    argv += ["--protocol", "craft", "--protocol", "avro"]
+
+    def run() -> tuple[int, str]:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = main(argv, spark=spark)
+        return status, printed.getvalue()
+
+    first = run()
+    versions = delta_versions(out)
+    second = run()
+    return out, first, second, (versions, delta_versions(out))
+
+
+def test_demo_runs_every_stage_and_gold_matches(demo):
+    out, (status, text), *_ = demo
+    assert status == 0, text
+    for protocol in ("craft", "avro"):
+        assert f"=== {protocol}: sample generated in {out / protocol}/" in text
+        assert (out / protocol / "manifest.json").is_file()
+        assert (out / protocol / "lake" / "gold" / "shop" / "orders" / "_delta_log").is_dir()
+    assert text.count("Check: gold MATCHES the generator's tables at TS") == 2
+    assert "DOES NOT MATCH" not in text
+    assert "gold matches the generated workload in all 2 protocols" in text
+    manifest = json.loads((out / "craft" / "manifest.json").read_text())
+    messages = manifest["counts"]["messages"]
+    assert f"{messages:,} records read, {messages:,} added to bronze" in text
+    assert "sample-craft: watermark " in text and " UTC; held by ticdc-craft[" in text
+    assert "sample-avro: watermark " in text and "avro-enable-watermark" in text
+    assert "shop.order_items" in text and "watermark @ " in text
+    assert f"Lake: {out / 'craft' / 'lake'}" in text
+    assert "from deltalake import DeltaTable" in text
+    assert f"ticdc-lake run --config {out / 'craft' / 'pipeline.yaml'}" in text
+
+
+def test_demo_again_reuses_the_sample_adds_nothing_and_still_matches(demo):
+    _, _, (status, text), (before, after) = demo
+    assert status == 0, text
+    assert text.count("sample reused from an earlier demo") == 2
+    assert "nothing new (" in text and "nothing new to decode" in text
+    assert "nothing new to apply" in text
+    assert text.count("Check: gold MATCHES") == 2
+    assert len(before) > 20 and after == before
+
+
+def test_run_takes_stages_in_any_order_and_prints_json(demo, spark, capsys):
+    out, *_ = demo
+    config = out / "craft" / "pipeline.yaml"
+    argv = ["run", "--config", str(config), "--stages", "compact,watermark", "--json"]
+    assert main(argv, spark=spark) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [stage["stage"] for stage in printed["stages"]] == ["watermark", "compact"]
+    (feed,) = printed["stages"][1]["result"]["changefeeds"]
+    assert feed["name"] == "sample-craft" and feed["noop"] is True
+    assert printed["failed"] is False and printed["lake"] == str(out / "craft" / "lake")
+    assert main(["run", "--config", str(config), "--until-ts", "1"], spark=spark) == 0
+    assert "Stages (" in capsys.readouterr().out
+
+
+def test_run_refuses_unknown_stages_and_changefeeds(demo, spark, capsys):
+    out, *_ = demo
+    config = str(out / "craft" / "pipeline.yaml")
+    assert main(["run", "--config", config, "--stages", "land,gold"], spark=spark) == 2
+    assert "unknown stage(s) gold; the stages are land, decode" in capsys.readouterr().err
+    assert main(["run", "--config", config, "--changefeed", "x"], spark=spark) == 2
+    assert "unknown changefeed(s) x" in capsys.readouterr().err

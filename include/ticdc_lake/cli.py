@@ -1,23 +1,27 @@
-"""`ticdc-lake`: decode Kafka exports, generate a sample workload, run the demo.
+"""`ticdc-lake`: run the pipeline, run the demo, decode Kafka exports, generate a sample.
+
+    ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
+                   [--until-ts TSO] [--json]
+    ticdc-lake demo [--out DIR] [--seed S] [--transactions T] [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
                       | --schemas-topic FILE] [--claim-check-root R ...] [--no-tidb-extension]
                       FILE...
     ticdc-lake generate --out DIR --protocol P [--partitions N] [--seed S] [--transactions T]
                         [--format F] [--compression C] [--file-compression Z] ...
-    ticdc-lake demo [--out DIR]
 
-The work happens in the library (exports, protocols, workload); this module parses arguments
-and prints.
+The work happens in the library (pipeline, demo, exports, protocols, workload); this module
+parses arguments and prints. ``main(argv, spark=session)`` runs `run` and `demo` on a given
+SparkSession instead of building one (tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +33,16 @@ from ticdc_lake.compression import CODECS
 from ticdc_lake.errors import ConfigError, TicdcLakeError
 from ticdc_lake.events import to_json_dict
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
-from ticdc_lake.workload.check import run_demo
 from ticdc_lake.workload.dispatch import DISPATCHERS
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 _OUTPUT_CHUNK = 1 << 16
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, spark=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.spark = spark
     try:
         return args.run(args)
     except ConfigError as exc:
@@ -54,9 +58,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="ticdc-lake", description="TiCDC Kafka exports to Delta tables: tools."
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run(commands)
+    _add_demo(commands)
     _add_decode(commands)
     _add_generate(commands)
-    _add_demo(commands)
     return parser
 
 
@@ -253,16 +258,76 @@ def _run_generate(args) -> int:
     return 0
 
 
-# --- demo -------------------------------------------------------------------------------------
+# --- run and demo ----------------------------------------------------------------------------
+
+
+# Spark and the stages are imported by the commands that use them: decode and generate start
+# without loading pyspark.
+
+
+def _session(args, name: str):
+    """The session handed to main(), else a local one (spark-submit settings, if any, win)."""
+    if args.spark is not None:
+        return args.spark
+    from ticdc_lake.spark import build_session
+
+    return build_session(name)
+
+
+def _add_run(commands) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run the pipeline stages on local Spark",
+        description="Run the chosen stages (default: all) of the pipeline described by --config "
+        "in pipeline order: land (export files -> bronze), decode (bronze -> silver), "
+        "watermark (resolved events -> watermarks), compact (silver -> gold up to each "
+        "changefeed's watermark). Prints a summary; exit status 1 when a stage reports "
+        "failures, 2 on a configuration error.",
+    )
+    run.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
+    run.add_argument(
+        "--stages",
+        help="comma-separated stage names (land, decode, watermark, compact) in any order; "
+        "they run in pipeline order (default: all)",
+    )
+    run.add_argument(
+        "--changefeed",
+        action="append",
+        dest="changefeeds",
+        metavar="NAME",
+        help="compact only this changefeed (repeatable; default: every changefeed)",
+    )
+    run.add_argument("--until-ts", type=int, metavar="TSO", help="compact no further than this TS")
+    run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
+    run.set_defaults(run=_run_pipeline)
+
+
+def _run_pipeline(args) -> int:
+    from ticdc_lake.config import load_config
+    from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages
+
+    config = load_config(args.config)
+    stages = pipeline_order(args.stages.split(",") if args.stages else STAGES)
+    result = run_stages(
+        _session(args, "ticdc-lake-run"),
+        config,
+        stages,
+        changefeeds=args.changefeeds,
+        until_ts=args.until_ts,
+    )
+    print(json.dumps(result.to_dict()) if args.json else render_summary(result))
+    return 1 if result.failed else 0
 
 
 def _add_demo(commands) -> None:
     demo = commands.add_parser(
         "demo",
-        help="generate a sample in every protocol, decode it back and check it",
-        description="Until the pipeline exists: generate one sample workload in every "
-        "protocol under --out, decode the files back and compare the events with the "
-        "generator's, up to what each protocol loses.",
+        help="generate a sample in every protocol, run every stage on it and check gold",
+        description="Generate a seeded sample workload in every protocol under --out/<protocol>/ "
+        "(reused when it was generated with the same options), run land, decode, watermark "
+        "and compact over each, print what every stage did, the watermarks and the gold "
+        "tables, and check gold against the generator's tables at the watermark. Exit status "
+        "1 when gold does not match.",
     )
     demo.add_argument("--out", type=Path, default=Path("sample"))
     demo.add_argument("--seed", type=int, default=0)
@@ -273,33 +338,29 @@ def _add_demo(commands) -> None:
 
 
 def _run_demo(args) -> int:
-    protocols = tuple(args.protocols or PROTOCOLS)
+    from ticdc_lake.demo import prepare_sample, render_demo, run_sample
+
+    started = time.perf_counter()
+    protocols = tuple(dict.fromkeys(args.protocols or PROTOCOLS))
+    out = args.out.resolve()
     print(
-        f"Generating {args.transactions} transactions (seed {args.seed}) in "
-        f"{', '.join(protocols)} under {args.out}/ and decoding them back..."
+        f"Sample workload: {args.transactions} transactions (seed {args.seed}), "
+        f"{args.partitions} Kafka partitions per topic, in {', '.join(protocols)}, under {out}/"
     )
-    reports = run_demo(
-        args.out,
-        protocols=protocols,
-        seed=args.seed,
-        transactions=args.transactions,
-        partitions=args.partitions,
-    )
-    for report in reports:
-        kinds = Counter(report.events)
-        summary = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
-        verdict = "MATCHES the generated events" if report.matched else "DOES NOT MATCH"
-        print(f"\n{report.protocol}: {verdict}")
-        print(f"  messages: {report.messages}")
-        print(f"  events:   {summary or 'none'}")
-        print(f"  errors:   {len(report.errors)}")
-        print(f"  files:    {report.out_dir}/ (exports/, manifest.json, pipeline.yaml)")
-        for line in report.errors[:5] + report.problems[:5]:
-            print(f"  ! {line}")
-    failed = [report.protocol for report in reports if not report.matched]
-    print(
-        "\nAll protocols decode to the generated events."
-        if not failed
-        else f"\nMismatches in: {', '.join(failed)}"
-    )
-    return 1 if failed else 0
+    samples = [
+        prepare_sample(
+            out,
+            protocol,
+            seed=args.seed,
+            transactions=args.transactions,
+            partitions=args.partitions,
+        )
+        for protocol in protocols
+    ]
+    spark = _session(args, "ticdc-lake-demo")
+    reports = []
+    for sample in samples:
+        print(f"Running land, decode, watermark, compact over {sample.protocol}...", flush=True)
+        reports.append(run_sample(spark, sample))
+    print(render_demo(reports, time.perf_counter() - started))
+    return 0 if all(report.matched for report in reports) else 1

@@ -1,0 +1,205 @@
+"""The pipeline library: stages in order on one session, the summary, the spark-submit helper,
+the example config, and the typed expected gold the demo checks against."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from ticdc_lake import pipeline
+from ticdc_lake.config import load_config
+from ticdc_lake.errors import ConfigError
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
+from ticdc_lake.stages.land import LandError
+from ticdc_lake.workload import generate_workload
+from ticdc_lake.workload.expected_gold import ExpectedGold
+from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_example_config_loads_with_every_section():
+    config = load_config(REPO / "include" / "pipeline.example.yaml")
+    assert {t.protocol for t in config.topics.values()} == {"open-protocol", "canal-json", "avro"}
+    assert config.topic("tidb1-orders").compression == "lz4"
+    assert config.topic("tidb1-orders").time_zone == "Asia/Shanghai"
+    assert config.topic("tidb2-billing-invoices").schema_registry.password_env
+    assert dict(config.topic("tidb1-inventory").options) == {"content_compatible": True}
+    assert config.changefeeds["tidb1"].topics == ("tidb1-orders", "tidb1-inventory")
+    billing = config.changefeeds["tidb2-billing"]
+    assert (billing.watermarks, billing.cutoff_ts) == (False, 450153677196099584)
+
+
+def test_stages_run_in_pipeline_order_and_unknown_names_are_config_errors():
+    assert pipeline_order(["compact", " land", "watermark"]) == ("land", "watermark", "compact")
+    assert pipeline_order(STAGES) == STAGES
+    with pytest.raises(ConfigError, match=r"unknown stage.*silver.*the stages are land"):
+        pipeline_order(["land", "silver"])
+    with pytest.raises(ConfigError, match="no stage named"):
+        pipeline_order([""])
+
+
+def test_tso_time_is_the_physical_part_in_utc():
+    assert tso_time(1_717_200_000_123 << 18 | 7) == "2024-06-01 00:00:00.123 UTC"
+
+
+# --- one small sample through the stages, in two runs ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample(spark, tmp_path_factory):
+    """Open Protocol, 40 transactions, 3 partitions (one idle): land alone, then the rest."""
+    out = tmp_path_factory.mktemp("pipeline")
+    options = GenerateOptions("open-protocol", partitions=3, transactions=40, seed=3)
+    generated = write_generated(out, options)
+    config = load_config(generated.config_path)
+    landed = run_stages(spark, config, ["land"])
+    rest = run_stages(spark, config, ["compact", "decode", "watermark"])
+    versions = delta_versions(config.lake)
+    again = run_stages(spark, config)
+    return generated, config, landed, rest, again, (versions, delta_versions(config.lake))
+
+
+def delta_versions(lake: Path) -> dict[str, int]:
+    """Every Delta table under the lake and its version."""
+    return {
+        str(log.parent.relative_to(lake)): DeltaTable(str(log.parent)).version()
+        for log in lake.rglob("_delta_log")
+    }
+
+
+def test_each_run_holds_its_stages_results_in_order(sample):
+    generated, _, landed, rest, *_ = sample
+    assert [run.stage for run in landed.runs] == ["land"]
+    assert [run.stage for run in rest.runs] == ["decode", "watermark", "compact"]
+    assert not landed.failed and not rest.failed
+    assert landed.result("land").records_added == generated.manifest["counts"]["messages"]
+    decoded = rest.result("decode")
+    assert decoded.records == decoded.decoded == landed.result("land").records_added
+    assert all(run.seconds > 0 for run in rest.runs)
+    document = json.loads(json.dumps(rest.to_dict()))
+    assert [stage["stage"] for stage in document["stages"]] == ["decode", "watermark", "compact"]
+    assert document["stages"][2]["result"]["changefeeds"][0]["mode"] == "watermark"
+
+
+def test_gold_matches_the_generator_at_the_watermark(sample):
+    generated, config, _, rest, *_ = sample
+    (feed,) = rest.result("watermark").changefeeds
+    assert feed.watermark == generated.workload.resolved_ts[-1]
+    assert ExpectedGold.from_sample(generated.out_dir).compare(config.lake, feed.watermark) == []
+    # The rows the pipeline reports are the rows plain deltalake reads.
+    layout = LakeLayout(config.lake)
+    for name, table in rest.result("compact").tables.items():
+        schema, table_name = name.split(".")
+        assert DeltaTable(str(layout.gold(schema, table_name))).to_pyarrow_table().num_rows == (
+            table.rows
+        ), name
+
+
+def test_a_rerun_finds_nothing_new_adds_no_version_and_says_so(sample):
+    _, _, _, rest, again, (before, after) = sample
+    assert len(before) >= 10 and after == before
+    assert again.result("land").batch_id is None
+    assert again.result("decode").batches == ()
+    assert again.result("compact").changefeeds[0].noop
+
+    def rows(result) -> dict[str, int]:
+        return {name: table.rows for name, table in result.result("compact").tables.items()}
+
+    assert rows(again) == rows(rest)
+    text = render_summary(again)
+    assert "land" in text and "nothing new" in text
+    assert "nothing new to decode" in text and "nothing new to apply" in text
+
+
+def test_the_summary_names_counts_watermarks_gold_tables_and_paths(sample):
+    generated, config, landed, rest, *_ = sample
+    text = render_summary(rest)
+    (feed,) = rest.result("watermark").changefeeds
+    assert f"sample-open-protocol: watermark {feed.watermark} = {tso_time(feed.watermark)}" in text
+    assert "gold: watermark at TS" in text
+    orders = rest.result("compact").tables["shop.orders"]
+    gold_line = ["shop.orders", f"{orders.rows:,}", "watermark", "@", str(feed.watermark)]
+    assert gold_line in [line.split() for line in text.splitlines()]
+    records = landed.result("land").records_added
+    decoded = rest.result("decode")
+    assert f"{records:,} records = {records:,} decoded + 0 quarantined" in text
+    assert f"{decoded.events['delete']:,} delete" in text
+    assert f"holds {records:,} bronze records" in text
+    assert f"Lake: {config.lake}" in text and f"config:  {config.source}" in text
+    assert f"batch 1: {len(generated.export_files)} files" in render_summary(landed)
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def test_a_stage_that_fails_stops_the_stages_after_it(spark, tmp_path, monkeypatch):
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text("topics: {t: {protocol: craft, partitions: 1}}\n")
+    config = load_config(config_path)
+
+    def broken_land(spark, config):
+        raise LandError("bronze is in a state land cannot work from")
+
+    monkeypatch.setitem(pipeline._STAGE_FUNCTIONS, "land", broken_land)
+    result = run_stages(spark, config)
+    assert result.failed and [run.stage for run in result.runs] == ["land"]
+    assert result.skipped == ("decode", "watermark", "compact")
+    assert result.runs[0].failures == {"land": "bronze is in a state land cannot work from"}
+    text = render_summary(result)
+    assert "FAILED" in text and "skipped (an earlier stage failed)" in text
+    with pytest.raises(ConfigError, match="unknown changefeed"):
+        run_stages(spark, config, changefeeds=["nope"])
+
+
+# --- the spark-submit entry points --------------------------------------------------------------
+
+
+def _job(name: str):
+    spec = importlib.util.spec_from_file_location(f"job_{name}", REPO / "spark_jobs" / f"{name}.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    return job
+
+
+def test_spark_jobs_keep_their_arguments_and_print_one_json_object(
+    spark, sample, monkeypatch, capsys
+):
+    _, config, *_ = sample
+    compact_args = _job("compact").parse_args(
+        ["--config", "c.yaml", "--changefeed", "a", "--changefeed", "b", "--until-ts", "9"]
+    )
+    assert compact_args.changefeeds == ["a", "b"] and compact_args.until_ts == 9
+    decode_args = _job("decode").parse_args(["--config", "c", "--redecode-batches", "3", "4"])
+    assert decode_args.redecode_batches == [3, 4]
+    with pytest.raises(SystemExit):
+        _job("decode").parse_args(["--config", "c", "--start-ts", "1"])
+    land = _job("land")
+    monkeypatch.setattr(land, "build_session", lambda name: spark)
+    assert land.main(["--config", str(config.source)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["batch_id"] is None and printed["files_seen"] >= 1
+    assert land.main(["--config", str(config.source.parent / "missing.yaml")]) == 2
+    assert "land: configuration error: cannot read pipeline config" in capsys.readouterr().err
+
+
+# --- expected gold ------------------------------------------------------------------------------
+
+
+def test_expected_gold_from_the_files_equals_the_one_from_memory(tmp_path):
+    workload = generate_workload(seed=8, transactions=40)
+    write_generated(tmp_path, GenerateOptions("craft", transactions=40, seed=8), workload)
+    from_files = ExpectedGold.from_sample(tmp_path)
+    in_memory = ExpectedGold.from_workload(workload)
+    for ts in workload.resolved_ts[::3]:
+        assert from_files.tables_at(ts, "Asia/Shanghai") == in_memory.tables_at(ts, "Asia/Shanghai")
+    # A column added by DDL is typed from its ADD COLUMN.
+    added = [e for e in workload.ddl_events if "ADD COLUMN" in e.query]
+    assert added
+    for event in added:
+        column = event.query.split("ADD COLUMN `")[1].split("`")[0]
+        assert column in from_files.types[f"{event.schema}.{event.table}"], event.query
