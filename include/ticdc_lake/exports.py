@@ -314,18 +314,17 @@ def _parse_json_line(line: bytes) -> dict:
 
 def _record_from_json_line(line: bytes) -> KafkaRecord:
     document = _parse_json_line(line)
-    coordinates = _coordinates(document)
     try:
         if "value_b64" in document or "key_b64" in document:
             return _record_from_b64_object(document)
         if "payload" in document or "payload_error" in document:
             return _record_from_kcat_object(document)
     except _BadLine as bad:
-        raise _BadLine(bad.reason, coordinates) from None
+        raise _BadLine(bad.reason, _coordinates(document)) from None
     raise _BadLine(
         "expected key_b64/value_b64 (JSON Lines export) or payload (kcat -J); "
         f"found fields {sorted(document)}",
-        coordinates,
+        _coordinates(document),
     )
 
 
@@ -344,20 +343,28 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The checks below run once or more per line of every JSON Lines export: `type(x) is int`
+# (JSON gives exact ints; it also rules out bools) and no helper calls on the good path.
+
+
 def _require_coordinates(document: dict) -> tuple[str, int, int]:
-    topic, partition, offset = (document.get(name) for name in ("topic", "partition", "offset"))
-    if not isinstance(topic, str):
+    topic, partition, offset = (
+        document.get("topic"),
+        document.get("partition"),
+        document.get("offset"),
+    )
+    if type(topic) is not str:
         raise _BadLine(f"`topic` must be a string, found {topic!r}")
-    if not _is_int(partition) or not 0 <= partition < 2**31:
+    if type(partition) is not int or not 0 <= partition < 2**31:
         raise _BadLine(f"`partition` must be an integer in [0, 2^31), found {partition!r}")
-    if not _is_int(offset) or not 0 <= offset < 2**63:
+    if type(offset) is not int or not 0 <= offset < 2**63:
         raise _BadLine(f"`offset` must be an integer in [0, 2^63), found {offset!r}")
     return topic, partition, offset
 
 
 def _optional_int(document: dict, name: str) -> int | None:
     value = document.get(name)
-    if value is not None and not _is_int(value):
+    if value is not None and type(value) is not int:
         raise _BadLine(f"`{name}` must be an integer or null, found {value!r}")
     return value
 
@@ -372,10 +379,11 @@ def _b64_field(document: dict, name: str) -> bytes | None:
     value = document.get(name)
     if value is None:
         return None
-    if not isinstance(value, str):
+    if type(value) is not str:
         raise _BadLine(f"`{name}` must be a base64 string or null, found {type(value).__name__}")
     try:
-        return base64.b64decode(value, validate=True)
+        # base64.b64decode(validate=True) without its wrapper; strict: only canonical base64.
+        return binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         raise _BadLine(f"`{name}` is not valid base64: {exc}") from None
 
@@ -383,23 +391,27 @@ def _b64_field(document: dict, name: str) -> bytes | None:
 def _record_from_b64_object(document: dict) -> KafkaRecord:
     """A `jsonl` line: base64 key and value, timestamp in ms."""
     topic, partition, offset = _require_coordinates(document)
-    headers = document.get("headers") or ()
-    if not isinstance(headers, list | tuple):
-        raise _BadLine("`headers` must be a list of {key, value_b64} objects")
-    parsed_headers = []
-    for header in headers:
-        if not isinstance(header, dict) or not isinstance(header.get("key"), str):
-            raise _BadLine(f"header {header!r} is not a {{key, value_b64}} object")
-        parsed_headers.append((header["key"], _b64_field(header, "value_b64")))
+    headers = document.get("headers")
+    parsed_headers = ()
+    if headers:
+        if not isinstance(headers, list):
+            raise _BadLine("`headers` must be a list of {key, value_b64} objects")
+        parsed = []
+        for header in headers:
+            if not isinstance(header, dict) or not isinstance(header.get("key"), str):
+                raise _BadLine(f"header {header!r} is not a {{key, value_b64}} object")
+            parsed.append((header["key"], _b64_field(header, "value_b64")))
+        parsed_headers = tuple(parsed)
+    stamp_type = document.get("timestamp_type")
     return KafkaRecord(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=_b64_field(document, "key_b64"),
-        value=_b64_field(document, "value_b64"),
-        timestamp_ms=_optional_int(document, "timestamp"),
-        headers=tuple(parsed_headers),
-        timestamp_type=_timestamp_type(_optional_int(document, "timestamp_type")),
+        topic,
+        partition,
+        offset,
+        _b64_field(document, "key_b64"),
+        _b64_field(document, "value_b64"),
+        _optional_int(document, "timestamp"),
+        parsed_headers,
+        None if stamp_type is None else _timestamp_type(_optional_int(document, "timestamp_type")),
     )
 
 
