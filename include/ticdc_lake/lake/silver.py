@@ -82,23 +82,80 @@ def value_fields(value: Any) -> tuple[str | None, bytes | None]:
     return str(value), None
 
 
-def image_rows(image: Image | None) -> list[dict[str, Any]] | None:
-    if image is None:
+def _text(value: Any) -> str | None:
+    """``value_fields(value)[0]`` for a value known not to be bytes, fastest for str and int."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if value is None:
         return None
-    rows = []
-    for name, column in image.items():
-        text, binary = value_fields(column.value)
-        rows.append(
-            {
-                "name": name,
-                "type_code": column.type_code,
-                "flags": column.flags,
-                "mysql_type": column.mysql_type,
-                "text": text,
-                "binary": binary,
-            }
+    if kind is int:
+        return str(value)
+    return value_fields(value)[0]
+
+
+class ImageColumns:
+    """Images of many changes as the flat columns of IMAGE_TYPE, built without per-column dicts.
+
+    ``add`` converts each value once and returns the image's identity (what ``event_id`` hashes).
+    """
+
+    def __init__(self):
+        self.offsets = [0]
+        self.absent: list[bool] = []
+        self.names: list[str] = []
+        self.type_codes: list[int | None] = []
+        self.flags: list[int] = []
+        self.mysql_types: list[str | None] = []
+        self.texts: list[str | None] = []
+        self.binaries: list[bytes | None] = []
+
+    def add(self, image: Image | None) -> list | None:
+        if image is None:
+            self.absent.append(True)
+            self.offsets.append(self.offsets[-1])
+            return None
+        identity = []
+        # Bound methods: this loop runs once per column of every change.
+        add_text, add_binary = self.texts.append, self.binaries.append
+        add_name, add_code = self.names.append, self.type_codes.append
+        add_flags, add_mysql_type = self.flags.append, self.mysql_types.append
+        for name, column in image.items():
+            value = column.value
+            kind = type(value)
+            if kind is str:
+                text, binary = value, None
+            elif kind is bytes or isinstance(value, bytes):
+                text, binary = None, value
+            else:
+                text, binary = _text(value), None
+            add_text(text)
+            add_binary(binary)
+            identity.append([name, text, binary])
+            add_name(name)
+            add_code(column.type_code)
+            add_flags(column.flags)
+            add_mysql_type(column.mysql_type)
+        self.absent.append(False)
+        self.offsets.append(len(self.names))
+        return identity
+
+    def array(self) -> pa.ListArray:
+        fields = [
+            pa.array(self.names, pa.string()),
+            pa.array(self.type_codes, pa.int32()),
+            pa.array(self.flags, pa.int64()),
+            pa.array(self.mysql_types, pa.string()),
+            pa.array(self.texts, pa.string()),
+            pa.array(self.binaries, pa.binary()),
+        ]
+        values = pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
+        return pa.ListArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            values,
+            type=IMAGE_TYPE,
+            mask=pa.array(self.absent, pa.bool_()),
         )
-    return rows
 
 
 def _image_identity(image: Image | None) -> list | None:
@@ -107,17 +164,25 @@ def _image_identity(image: Image | None) -> list | None:
     return [[name, *value_fields(column.value)] for name, column in image.items()]
 
 
+def _event_id(identity: list) -> str:
+    encoded = orjson.dumps(identity, default=_bytes_hex)
+    return hashlib.blake2b(encoded, digest_size=16).hexdigest()
+
+
+def _row_identity(event: RowEvent, new: list | None, old: list | None) -> list:
+    return [
+        "row", event.commit_ts, event.schema, event.table, event.op, event.partition_id, new, old,
+    ]  # fmt: skip
+
+
 def event_id(event: RowEvent | DdlEvent) -> str:
     """A stable id from what the change is (table, commit TS, op, images or query)."""
     if isinstance(event, DdlEvent):
-        identity = ["ddl", event.commit_ts, event.schema, event.table, event.query]
-    else:
-        identity = [
-            "row", event.commit_ts, event.schema, event.table, event.op, event.partition_id,
-            _image_identity(event.columns), _image_identity(event.old_columns),
-        ]  # fmt: skip
-    encoded = orjson.dumps(identity, default=_bytes_hex)
-    return hashlib.blake2b(encoded, digest_size=16).hexdigest()
+        return _event_id(["ddl", event.commit_ts, event.schema, event.table, event.query])
+    identity = _row_identity(
+        event, _image_identity(event.columns), _image_identity(event.old_columns)
+    )
+    return _event_id(identity)
 
 
 def _bytes_hex(value: Any) -> str:
@@ -126,24 +191,61 @@ def _bytes_hex(value: Any) -> str:
     raise TypeError(f"not identity material: {type(value).__name__}")
 
 
+_SCALAR_FIELDS = [f for f in CHANGES_SCHEMA if f.name not in ("columns", "old_columns")]
+
+
+class ChangeRows:
+    """Silver change rows (CHANGES_SCHEMA), built column by column: the decode stage's hot path.
+
+    Each value is converted to its (text, binary) form once, for the row and for its event_id.
+    """
+
+    def __init__(self):
+        self.scalars: dict[str, list] = {f.name: [] for f in _SCALAR_FIELDS}
+        self.columns = ImageColumns()
+        self.old_columns = ImageColumns()
+
+    def __len__(self) -> int:
+        return len(self.scalars["event_id"])
+
+    def add(self, event: RowEvent, bronze_batch: int) -> None:
+        new = self.columns.add(event.columns)
+        old = self.old_columns.add(event.old_columns)
+        row = self.scalars
+        row["event_id"].append(_event_id(_row_identity(event, new, old)))
+        row["commit_ts"].append(event.commit_ts)
+        row["schema"].append(event.schema)
+        row["table"].append(event.table)
+        row["op"].append(event.op)
+        row["partition_id"].append(event.partition_id)
+        row["handle_key"].append(list(event.handle_key))
+        row["handle_key_only"].append(event.handle_key_only)
+        row["topic"].append(event.topic)
+        row["partition"].append(event.partition)
+        row["offset"].append(event.offset)
+        row["index"].append(event.index)
+        row["bronze_batch"].append(bronze_batch)
+
+    def arrays(self) -> list[pa.Array]:
+        """One array per CHANGES_SCHEMA field, in order."""
+        images = {"columns": self.columns, "old_columns": self.old_columns}
+        return [
+            images[f.name].array() if f.name in images else pa.array(self.scalars[f.name], f.type)
+            for f in CHANGES_SCHEMA
+        ]
+
+    def struct_array(self) -> pa.StructArray:
+        return pa.StructArray.from_arrays(self.arrays(), fields=list(CHANGES_SCHEMA))
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_arrays(self.arrays(), schema=CHANGES_SCHEMA)
+
+
 def change_row(event: RowEvent, bronze_batch: int) -> dict[str, Any]:
-    return {
-        "event_id": event_id(event),
-        "commit_ts": event.commit_ts,
-        "schema": event.schema,
-        "table": event.table,
-        "op": event.op,
-        "partition_id": event.partition_id,
-        "handle_key": list(event.handle_key),
-        "handle_key_only": event.handle_key_only,
-        "columns": image_rows(event.columns),
-        "old_columns": image_rows(event.old_columns),
-        "topic": event.topic,
-        "partition": event.partition,
-        "offset": event.offset,
-        "index": event.index,
-        "bronze_batch": bronze_batch,
-    }
+    """One change as a dict of CHANGES_SCHEMA (tests and small tools; ChangeRows for many)."""
+    rows = ChangeRows()
+    rows.add(event, bronze_batch)
+    return rows.table().to_pylist()[0]
 
 
 def ddl_row(event: DdlEvent, bronze_batch: int) -> dict[str, Any]:

@@ -529,22 +529,34 @@ def worker_decoders(fingerprint: str, config: PipelineConfig) -> TopicDecoders:
 
 
 class OutputBuilder:
-    """Rows of the decode output for one Arrow batch, column by column."""
+    """Rows of the decode output for one Arrow batch. Changes, nearly all of it, are built
+    column by column (silver.ChangeRows) and come first; the few other rows are kept as dicts."""
 
     def __init__(self):
-        self.columns: dict[str, list] = {name: [] for name in _OUTPUT_COLUMNS}
+        self.changes = silver.ChangeRows()
+        self.others: list[tuple[str, int, Any]] = []
+
+    def add_change(self, event: RowEvent, batch: int) -> None:
+        self.changes.add(event, batch)
 
     def add(self, kind: str, batch: int, value: Any) -> None:
-        for name, column in self.columns.items():
-            column.append(value if name == kind else None)
-        self.columns["kind"][-1] = kind
-        self.columns["bronze_batch"][-1] = batch
+        self.others.append((kind, batch, value))
 
     def __len__(self) -> int:
-        return len(self.columns["kind"])
+        return len(self.changes) + len(self.others)
 
     def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.columns[f.name], f.type) for f in DECODED_SCHEMA]
+        changes, others = len(self.changes), self.others
+        kinds = [CHANGE] * changes + [kind for kind, _, _ in others]
+        batch_ids = self.changes.scalars["bronze_batch"] + [batch for _, batch, _ in others]
+        arrays = [pa.array(kinds, pa.string()), pa.array(batch_ids, pa.int64())]
+        for f in list(DECODED_SCHEMA)[2:]:
+            if f.name == CHANGE:
+                parts = [self.changes.struct_array(), pa.nulls(len(others), f.type)]
+            else:
+                values = [value if kind == f.name else None for kind, _, value in others]
+                parts = [pa.nulls(changes, f.type), pa.array(values, f.type)]
+            arrays.append(pa.concat_arrays(parts))
         return pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
 
 
@@ -626,7 +638,7 @@ class PartitionDecoder:
             tally[1] += 1
             for event in events:
                 if isinstance(event, RowEvent):
-                    out.add(CHANGE, batch_id, silver.change_row(event, batch_id))
+                    out.add_change(event, batch_id)
                 elif isinstance(event, DdlEvent):
                     out.add(DDL, batch_id, silver.ddl_row(event, batch_id))
                 else:
