@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo test lint bench bench-decode clean
+.PHONY: setup demo test lint bench bench-decode bench-pipeline bench-compact clean
 
 setup: $(VENV)/.installed
 
@@ -26,10 +26,16 @@ lint: setup
 test: lint
 	$(VENV)/bin/pytest
 
-bench: bench-decode
+bench: bench-decode bench-pipeline bench-compact
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
 bench-decode: setup
 	$(PY) -m bench.decode
+
+bench-pipeline: setup
+	$(PY) -m bench.pipeline
+
+bench-compact: setup
+	$(PY) -m bench.compact

@@ -1,22 +1,36 @@
-"""Benchmark: compaction of a batch of changes into a large gold table.
+"""Benchmark: compaction of 10k changes into gold tables of 1M and of 10M rows (issue 3).
 
-    python -m bench.compact [--rows 1000000] [--changes 10000] [--spread uniform|recent]
+    python -m bench.compact [--rows 1000000 10000000] [--changes 10000] [--spread recent|uniform]
+        [--out bench/results/compact.json]
 
-Builds a silver change log of ``rows`` inserts into one table (id BIGINT primary key and four
-value columns) plus its CREATE TABLE, compacts it into gold (the initial load), then appends
-``changes`` changes in a new bronze batch (70% updates, 15% deletes, 15% inserts of new keys) and
-times their compaction. ``--spread recent`` puts the updates and deletes on the newest 5% of
-keys (at least twice as many keys as they change), as OLTP changes usually are; ``uniform``
-spreads them over every key, so every gold file holds one. Prints the times and what the merge
-touched (files and rows rewritten), from the gold table's Delta history.
+For each size, a lake holds one upstream table (id BIGINT primary key and four value columns)
+whose gold table already has ``rows`` rows, then ``changes`` changes arrive in a new bronze
+batch (70% updates, 15% deletes, 15% inserts of new keys) and the real compact stage
+(``stages.compact.compact``) applies them; that run is timed. ``--spread recent`` puts the
+updates and deletes on the newest 5% of keys (at least twice as many keys as they change), as
+OLTP changes usually are; ``uniform`` spreads them over every key, so every gold file holds one.
 
-Silver is written with delta-rs directly (the benchmark's input, not a stage).
+The base state is built without compacting ``rows`` changes (10M would take long on 2 cores):
+the stage itself creates the typed, empty gold table and its state from the CREATE TABLE (a
+compaction of a batch holding only the DDL and a resolved TS), then the rows are appended to
+gold with delta-rs in files of 250k rows of sorted key ranges, the layout the stage's own
+initial load writes (``compact.ROWS_PER_FILE``). The timed run starts from that state exactly
+as it would after any earlier compaction. Silver is written with delta-rs directly (the
+benchmark's input, not a stage).
+
+All sizes run in one SparkSession (``local[2]``, driver heap set explicitly: a 10M run
+exhausted the default 1 GB), after a small warm-up run that is not reported. Prints and writes
+the times, what the merge touched (files and rows rewritten, from the gold table's Delta
+history), and the machine's load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,14 +42,17 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 from ticdc_lake import mysql as m
 from ticdc_lake.config import load_config
+from ticdc_lake.delta import open_table
+from ticdc_lake.delta.read import table_schema
+from ticdc_lake.gold.tables import COMMIT_TS
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.silver import CHANGES_SCHEMA, COLUMN_TYPE, DDL_SCHEMA
 from ticdc_lake.spark import build_session
-from ticdc_lake.stages.compact import compact
+from ticdc_lake.stages.compact import ROWS_PER_FILE, compact
 from ticdc_lake.stages.watermark import watermark
 
 TOPIC = "bench"
-CHUNK = 1_000_000
+DRIVER_MEMORY = "8g"
 RESOLVED = pa.schema(
     [("topic", pa.string()), ("partition", pa.int32()), ("ts", pa.int64()),
      ("offset", pa.int64()), ("index", pa.int32()), ("bronze_batch", pa.int64())]
@@ -124,7 +141,43 @@ def land(layout: LakeLayout, table: pa.Table, batch: int, ts: int, offset: int) 
     write_deltalake(str(layout.resolved), resolved, mode="append", partition_by=["bronze_batch"])
 
 
-def run(rows: int, count: int, spread: str, seed: int = 0) -> dict:
+def base_rows(ids: np.ndarray, schema: pa.Schema, rng: np.random.Generator) -> pa.Table:
+    """Typed gold rows with these ids, in the gold table's schema."""
+    n = len(ids)
+    values = {
+        "id": pa.array(ids, pa.int64()),
+        "qty": pa.array(rng.integers(0, 10**6, n), pa.int64()),
+        "price": pa.array(np.char.add(rng.integers(0, 10**7, n).astype(str), ".25")),
+        "note": pa.array(np.char.add("note ", rng.integers(0, 10**6, n).astype(str))),
+        "at": pa.array(
+            np.datetime64("2024-06-01T12:00:00") + rng.integers(0, 10**12, n).astype("m8[us]")
+        ),
+        COMMIT_TS: pa.array(ids + 9, pa.int64()),
+    }
+    return pa.table([values[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def build_base(spark, config, layout: LakeLayout, rows: int, rng) -> None:
+    """A gold table of ``rows`` rows and its state at TS rows + 10 (see the module docstring)."""
+    ddl = pa.Table.from_pylist(
+        [{"event_id": "create", "commit_ts": 1, "schema": "b", "table": "t", "query": CREATE,
+          "ddl_type": m.ACTION_CREATE_TABLE, "topic": TOPIC, "partition": 0, "offset": 0,
+          "index": 0, "bronze_batch": 0}],
+        schema=DDL_SCHEMA,
+    )  # fmt: skip
+    write_deltalake(str(layout.ddl), ddl, mode="append", partition_by=["bronze_batch"])
+    nothing = pa.table({n: [] for n in CHANGES_SCHEMA.names}).cast(CHANGES_SCHEMA)
+    land(layout, nothing, 0, rows + 10, 1)
+    watermark(spark, config)
+    compact(spark, config)  # the typed, empty table and its state
+    path = str(layout.gold("b", "t"))
+    schema = table_schema(open_table(path)).to_arrow()
+    for low in range(0, rows, ROWS_PER_FILE):
+        ids = np.arange(low + 1, min(rows, low + ROWS_PER_FILE) + 1)
+        write_deltalake(path, base_rows(ids, schema, rng), mode="append")
+
+
+def run(spark, rows: int, count: int, spread: str, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     directory = Path(tempfile.mkdtemp(prefix="bench-compact-"))
     (directory / "pipeline.yaml").write_text(
@@ -134,28 +187,9 @@ def run(rows: int, count: int, spread: str, seed: int = 0) -> dict:
     )
     config = load_config(directory / "pipeline.yaml")
     layout = LakeLayout(config.lake)
-    spark = build_session("bench-compact")
-
-    ddl = pa.Table.from_pylist(
-        [{"event_id": "create", "commit_ts": 1, "schema": "b", "table": "t", "query": CREATE,
-          "ddl_type": m.ACTION_CREATE_TABLE, "topic": TOPIC, "partition": 0, "offset": 0,
-          "index": 0, "bronze_batch": 0}],
-        schema=DDL_SCHEMA,
-    )  # fmt: skip
-    write_deltalake(str(layout.ddl), ddl, mode="append", partition_by=["bronze_batch"])
     started = time.perf_counter()
-    for low in range(0, rows, CHUNK):  # files of at most a million changes, as Decode writes
-        ids = np.arange(low + 1, min(rows, low + CHUNK) + 1)
-        inserts = changes(ids, np.array(["insert"] * len(ids)), ids + 9, low + 1, 0, rng)
-        write_deltalake(str(layout.changes), inserts, mode="append", partition_by=["bronze_batch"])
-    land(layout, pa.table({n: [] for n in CHANGES_SCHEMA.names}).cast(CHANGES_SCHEMA), 0,
-         rows + 10, rows + 1)  # fmt: skip
+    build_base(spark, config, layout, rows, rng)
     built = time.perf_counter() - started
-
-    watermark(spark, config)
-    started = time.perf_counter()
-    compact(spark, config)
-    initial = time.perf_counter() - started
 
     kinds = rng.choice(["update", "delete", "insert"], size=count, p=[0.7, 0.15, 0.15])
     existing = (kinds != "insert").sum()
@@ -165,8 +199,8 @@ def run(rows: int, count: int, spread: str, seed: int = 0) -> dict:
     keys[kinds != "insert"] = touched
     keys[kinds == "insert"] = np.arange(rows + 1, rows + 1 + (kinds == "insert").sum())
     change_ts = np.arange(rows + 20, rows + 20 + count)
-    batch = changes(keys, kinds, change_ts, rows + 2, 1, rng)
-    land(layout, batch, 1, rows + 20 + count, rows + 2 + count)
+    batch = changes(keys, kinds, change_ts, 2, 1, rng)
+    land(layout, batch, 1, rows + 20 + count, 2 + count)
     watermark(spark, config)
     gold = DeltaTable(str(layout.gold("b", "t")))
     files_before = len(gold.file_uris())
@@ -176,14 +210,19 @@ def run(rows: int, count: int, spread: str, seed: int = 0) -> dict:
     gold = DeltaTable(str(layout.gold("b", "t")))
     merge = next(h for h in gold.history() if h.get("operation") == "MERGE")
     metrics = merge.get("operationMetrics", {})
+    expected = rows + int((kinds == "insert").sum()) - int((kinds == "delete").sum())
+    found = gold.to_pyarrow_dataset().count_rows()
+    if found != expected or result.tables["b.t"].rows != expected:
+        raise AssertionError(f"gold holds {found} rows, the stage says "
+                             f"{result.tables['b.t'].rows}, expected {expected}")  # fmt: skip
+    shutil.rmtree(directory)
     return {
         "rows": rows,
         "changes": count,
         "spread": spread,
-        "silver_build_s": round(built, 1),
-        "initial_load_s": round(initial, 1),
+        "base_build_s": round(built, 1),
         "compact_s": round(elapsed, 2),
-        "gold_rows": result.tables["b.t"].rows,
+        "gold_rows": found,
         "gold_files_before": files_before,
         "files_removed": metrics.get("num_target_files_removed"),
         "files_added": metrics.get("num_target_files_added"),
@@ -196,11 +235,45 @@ def run(rows: int, count: int, spread: str, seed: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--spread", choices=("uniform", "recent"), default="recent")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/compact.json"))
     args = parser.parse_args()
-    print(json.dumps(run(args.rows, args.changes, args.spread)))
+    load_start = os.getloadavg()
+    spark = build_session(
+        "bench-compact",
+        master="local[2]",
+        conf={"spark.driver.memory": DRIVER_MEMORY, "spark.ui.enabled": "false"},
+    )
+    run(spark, 20_000, 1_000, args.spread)  # warm-up: JVM, Python workers; not reported
+    results = []
+    for rows in args.rows:
+        results.append(run(spark, rows, args.changes, args.spread))
+        print(json.dumps(results[-1]), flush=True)
+    spark.stop()
+    report = {
+        "benchmark": "compact",
+        "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
+        "machine": {
+            "platform": f"{platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version(),
+            "load_average_start": [round(v, 2) for v in load_start],
+            "load_average_end": [round(v, 2) for v in os.getloadavg()],
+        },
+        "results": results,
+        "ratio_largest_to_smallest": round(results[-1]["compact_s"] / results[0]["compact_s"], 2),
+        "target_ratio": 2.0,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    for result in results:
+        print(f"{result['rows']:>12,} rows: {result['changes']:,} changes compacted in "
+              f"{result['compact_s']:.2f} s; files rewritten {result['files_removed']} of "
+              f"{result['gold_files_before']}, rows copied {result['rows_copied']}")  # fmt: skip
+    print(f"largest / smallest: {report['ratio_largest_to_smallest']}x (target < 2x); "
+          f"load average {report['machine']['load_average_start']} -> "
+          f"{report['machine']['load_average_end']}")  # fmt: skip
 
 
 if __name__ == "__main__":
