@@ -39,6 +39,7 @@ from pyspark.sql import SparkSession
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.pipeline import PipelineResult, query_hint, render_summary, run_stages
+from ticdc_lake.stages.compact import TableResult
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions
 from ticdc_lake.workload.output import write_generated as write_sample
@@ -141,7 +142,7 @@ def render_demo(reports: list[DemoReport], seconds: float) -> str:
         how = "reused from an earlier demo" if sample.reused else "generated"
         lines += ["", f"=== {sample.protocol}: sample {how} in {sample.directory}/"]
         lines += [f"  {note}" for note in sample.notes]
-        lines.append(render_summary(report.result))
+        lines.append(render_summary(report.result, gold_tables=False))
         if report.matched:
             lines.append(
                 f"Check: gold MATCHES the generator's tables at TS {report.checked_ts} "
@@ -151,6 +152,7 @@ def render_demo(reports: list[DemoReport], seconds: float) -> str:
             lines.append("Check: gold DOES NOT MATCH the generator's tables")
             lines += [f"  ! {problem}" for problem in report.problems[:20]]
     failed = [r.sample.protocol for r in reports if not r.matched]
+    lines += ["", *gold_table_lines(reports)]
     lines += [
         "",
         f"Demo finished in {seconds:.0f} s: "
@@ -169,3 +171,39 @@ def render_demo(reports: list[DemoReport], seconds: float) -> str:
             f"  ticdc-lake run --config {first.config.source}",
         ]
     return "\n".join(lines)
+
+
+def gold_table_lines(reports: list[DemoReport]) -> list[str]:
+    """Every protocol's gold tables side by side: rows, and each protocol's modes."""
+    protocols = [report.sample.protocol for report in reports]
+    found: dict[str, dict[str, TableResult]] = {}
+    for report in reports:
+        compacted = report.result.result("compact")
+        for name, table in compacted.tables.items() if compacted else ():
+            found.setdefault(name, {})[report.sample.protocol] = table
+    name_width = max(map(len, found), default=5)
+    width = max(11, *map(len, protocols))
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"  {label:<{name_width}}" + "".join(f"  {cell:>{width}}" for cell in cells)
+
+    lines = ["Gold tables, rows (* not consistent or dropped: see below):"]
+    lines.append(row("", protocols))
+    notes = []
+    for name in sorted(found):
+        cells = []
+        for protocol in protocols:
+            table = found[name].get(protocol)
+            flagged = table is not None and (table.reason or table.dropped)
+            cells.append("-" if table is None else f"{table.rows:,}{'*' if flagged else ''}")
+            if flagged:
+                notes.append(f"  * {protocol} {name}: {table.reason or 'dropped upstream'}")
+        lines.append(row(name, cells))
+    modes = [
+        "/".join(sorted({t.mode for t in found_tables}))
+        for found_tables in (
+            [found[name][p] for name in found if p in found[name]] for p in protocols
+        )
+    ]
+    lines.append(row("mode", modes))
+    return lines + notes

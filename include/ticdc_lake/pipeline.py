@@ -195,12 +195,16 @@ def _n(value: int | None) -> str:
     return "?" if value is None else f"{value:,}"
 
 
+def _files(count: int) -> str:
+    return f"{count} file{'' if count == 1 else 's'}"
+
+
 def _land_line(result) -> str:
     if result.batch_id is None:
-        return f"nothing new ({result.files_seen} files seen, all landed before)"
+        return f"nothing new ({_files(result.files_seen)} seen, all landed before)"
     return (
         f"batch {result.batch_id}{' (finished a killed run)' if result.recovered else ''}: "
-        f"{result.files_landed} files, {_n(result.records_read)} records read, "
+        f"{_files(result.files_landed)}, {_n(result.records_read)} records read, "
         f"{_n(result.records_added)} added to bronze ({_n(result.duplicates)} duplicates, "
         f"{_n(result.conflicts)} conflicts, {_n(result.errors)} unreadable); "
         f"{result.offset_gaps} offset gaps ({_n(result.missing_offsets)} offsets)"
@@ -250,27 +254,24 @@ def _changefeed_lines(result: PipelineResult) -> list[str]:
     feeds = {feed.name: feed for feed in compacted.changefeeds} if compacted else {}
     lines = []
     for mark in marks.changefeeds if marks else ():
-        if mark.watermarks:
-            held = ", ".join(f"{t}[{p}]" for t, p in mark.holding[:3])
-            where = (
-                f"held at 0 by never-seen partitions {len(mark.unseen)}"
-                if mark.unseen
-                else f"held by {held}"
-            )
-            text = f"watermark {mark.watermark} = {tso_time(mark.watermark)}; {where}"
-            if not mark.watermark:
-                text = f"watermark 0 ({where})"
-        else:
+        if not mark.watermarks:
             cutoff = result.config.changefeeds[mark.name].cutoff_ts
-            text = (
-                "no watermarks in this protocol: "
-                + (f"gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}" if cutoff else "")
-                + ("" if cutoff else "gold is not transactionally consistent (no cutoff-ts)")
+            text = "no watermarks in this protocol: " + (
+                f"gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}"
+                if cutoff is not None
+                else "no cutoff-ts, so gold is not transactionally consistent"
             )
+        elif mark.unseen:
+            unseen = ", ".join(f"{t}[{p}]" for t, p in mark.unseen[:3])
+            text = f"watermark {mark.watermark}: held back by partitions never seen: {unseen}"
+        else:
+            held = ", ".join(f"{t}[{p}]" for t, p in mark.holding[:3])
+            more = f" and {len(mark.holding) - 3} more" if len(mark.holding) > 3 else ""
+            text = f"watermark {mark.watermark} = {tso_time(mark.watermark)}; held by {held}{more}"
         feed = feeds.get(mark.name)
         if feed is not None:
             target = "no TS" if feed.target is None else f"TS {feed.target}"
-            text += f"; gold: {feed.mode} at {target}"
+            text += f"\n      gold: {feed.mode} at {target}"
             text += "".join(f"\n      note: {note}" for note in feed.notes)
         lines.append(f"  {mark.name}: {text}")
     return lines
@@ -293,8 +294,9 @@ def _gold_lines(result: PipelineResult) -> list[str]:
     return lines
 
 
-def render_summary(result: PipelineResult) -> str:
-    """The run as a person reads it: each stage, the changefeeds, the gold tables, the lake."""
+def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
+    """The run as a person reads it: each stage, the changefeeds, the gold tables (unless the
+    caller shows them its own way), the lake."""
     config = result.config
     lines = [f"Stages ({result.seconds:.1f} s):"]
     for run in result.runs:
@@ -305,7 +307,7 @@ def render_summary(result: PipelineResult) -> str:
     feeds = _changefeed_lines(result)
     if feeds:
         lines += ["Changefeeds:", *feeds]
-    gold = _gold_lines(result)
+    gold = _gold_lines(result) if gold_tables else []
     if gold:
         lines += ["Gold tables:", *gold]
     totals = ", ".join(f"{_n(count)} {name}" for name, count in lake_totals(config).items())
