@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake import mysql as m
 from ticdc_lake.config import PipelineConfig, load_config
-from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent
+from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import make_decoder
 from ticdc_lake.records import KafkaRecord
@@ -42,6 +43,7 @@ PARTITIONS = 4  # the last one is idle: it only receives resolved (and DDL) even
 # watermark while the others have landed transactions beyond it.
 FIRST_ROUND = {0: 0.7, 1: 0.35, 2: 0.55, 3: 0.45}
 LANDING = "landing"
+_DROPPED = re.compile(r"DROP COLUMN `([^`]+)`")
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,11 @@ def run_stages(spark, config: PipelineConfig, *, compacting: bool) -> tuple:
 def build_lake(spark, directory: Path, case: Case) -> Lake:
     output = write_generated(directory, case.options())
     resolved = output.workload.resolved_ts
-    cutoff_ts = None if case.watermarks else resolved[2 * len(resolved) // 3]
-    config = write_config(output, case, cutoff_ts if case.tidb_extension else None)
+    # Without commit TSs (Canal-JSON without the extension) a cut-off cannot apply.
+    cutoff_ts = None
+    if not case.watermarks and case.commit_ts:
+        cutoff_ts = resolved[2 * len(resolved) // 3]
+    config = write_config(output, case, cutoff_ts)
     landing = directory / LANDING
     landing.mkdir()
 
@@ -202,23 +207,48 @@ def build_lake(spark, directory: Path, case: Case) -> Lake:
 # --- what the lake should hold, from the generator's side ----------------------------------------
 
 
-def resolved_in(config: PipelineConfig, records: dict[tuple[str, int], list[KafkaRecord]]):
-    """Per configured (topic, partition), the highest resolved TS in ``records``, decoded in
-    process with the topic's protocol; 0 for a partition without any."""
+def decoded(config: PipelineConfig, records: dict[tuple[str, int], list[KafkaRecord]]):
+    """Per configured (topic, partition), the events of ``records``, decoded in process with
+    the topic's protocol (no Spark: an independent view of what the stages should see)."""
     found = {}
     for topic, settings in config.topics.items():
         decoder = make_decoder(settings.protocol, config.codec_settings(topic))
         for partition in range(settings.partitions):
-            found[(topic, partition)] = max(
-                (
-                    event.ts
-                    for record in records.get((topic, partition), [])
-                    for event in decoder.decode(record)
-                    if isinstance(event, ResolvedEvent)
-                ),
-                default=0,
-            )
+            found[(topic, partition)] = [
+                event
+                for record in records.get((topic, partition), [])
+                for event in decoder.decode(record)
+            ]
     return found
+
+
+def resolved_in(config: PipelineConfig, records: dict[tuple[str, int], list[KafkaRecord]]):
+    """Per configured (topic, partition), the highest resolved TS in ``records``, or 0."""
+    return {
+        key: max((e.ts for e in events if isinstance(e, ResolvedEvent)), default=0)
+        for key, events in decoded(config, records).items()
+    }
+
+
+def held_deletes(lake: Lake, cutoff: int) -> set[tuple[str, tuple[str, ...]]]:
+    """(table, handle key) of the changes without a commit TS (Avro deletes) that compaction
+    must hold at ``cutoff``: it places such a change at the next commit TS of its partition,
+    and one lying between the last commit TS at or below the cut-off and the first above it
+    may belong on either side of it, so gold keeps the row until a later run."""
+    held = set()
+    for events in decoded(lake.config, lake.all_records).values():
+        rows = [e for e in events if isinstance(e, RowEvent)]
+        previous = 0
+        for index, event in enumerate(rows):
+            if event.commit_ts is not None:
+                previous = event.commit_ts
+                continue
+            following = next((e.commit_ts for e in rows[index + 1 :] if e.commit_ts), None)
+            if previous <= cutoff and (following is None or cutoff < following):
+                name = f"{event.schema}.{event.table}"
+                keys = lake.workload.expected.handle_keys[name]
+                held.add((name, key_text(event.old_columns, keys)))
+    return held
 
 
 def key_text(image: Image | dict, keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -261,27 +291,68 @@ def assert_gold_is_expected(
     time_zone: str = "UTC",
     commit_ts: bool = True,
     versions: dict[str, int] | None = None,
+    held: set[tuple[str, tuple[str, ...]]] = frozenset(),
+    tables: set[str] | None = None,
+    keeps_dropped_columns: bool = False,
 ) -> None:
-    """Every table at ``ts``, row by row with typed values; with ``commit_ts``, each row's
-    ``_commit_ts`` is the commit TS of the last change to its key, else it is null."""
+    """Every table at ``ts`` (or only ``tables``), row by row with typed values; with
+    ``commit_ts``, each row's ``_commit_ts`` is the commit TS of the last change to its key,
+    else null. ``held``: (table, key) whose delete gold holds back (``held_deletes``).
+    ``keeps_dropped_columns``: no DDL was sent, so gold still has the columns DROP COLUMN
+    removed upstream (and only those)."""
     expected = si.expected_tables(workload, ts, time_zone)
     assert expected, "the workload created its tables before the first resolved TS"
     writers = last_writers(workload, ts)
+    kept = kept_rows(workload, ts, time_zone, held)
     for name, (columns, rows) in expected.items():
+        if tables is not None and name not in tables:
+            continue
         keys = workload.expected.handle_keys[name]
+        # A held delete whose change came after ``ts`` anyway leaves the expected row as it is.
+        present = {key_text(row, keys) for row in rows}
+        kept_here = {k: row for k, row in kept.get(name, {}).items() if k not in present}
+        rows = rows + [{c: row.get(c) for c in columns} for row in kept_here.values()]
         found = gold_rows(layout, name, versions[name] if versions else None)
+        if keeps_dropped_columns and found:
+            extra = set(found[0]) - {*columns, "_commit_ts"}
+            assert extra <= dropped_columns(workload, ts)[name], name
+            found = [{c: row[c] for c in [*columns, "_commit_ts"]} for row in found]
         stamps = {key_text(row, keys): row.pop("_commit_ts") for row in found}
         assert sorted(found, key=lambda r: key_text(r, keys)) == sorted(
             rows, key=lambda r: key_text(r, keys)
         ), name
         assert not found or set(found[0]) == set(columns), name
         if commit_ts:
-            assert stamps == writers[name], name
+            stamped = writers[name] | {k: row["_commit_ts"] for k, row in kept_here.items()}
+            assert stamps == stamped, name
         else:
             assert set(stamps.values()) <= {None}, name
 
 
+def kept_rows(workload: Workload, ts: int, time_zone: str, held) -> dict[str, dict]:
+    """Per table, the rows whose delete is held: as the last change before it left them, typed
+    as gold holds them, with that change's commit TS."""
+    types = si.column_types(workload)
+    kept: dict[str, dict] = defaultdict(dict)
+    for event in workload.events:
+        if not isinstance(event, RowEvent) or event.commit_ts > ts or event.op == "delete":
+            continue
+        name = f"{event.schema}.{event.table}"
+        key = key_text(event.columns, workload.expected.handle_keys[name])
+        if (name, key) in held:
+            kept[name][key] = {
+                column: si.typed_value(types[name][column], json_value(value.value), time_zone)
+                for column, value in event.columns.items()
+            } | {"_commit_ts": event.commit_ts}
+    return kept
+
+
 def assert_lake_gold_is_expected(lake: Lake, ts: int, versions=None) -> None:
+    held, tables = frozenset(), None
+    if lake.case.protocol == "avro" and not lake.case.watermarks:
+        held = held_deletes(lake, ts)
+    if not lake.case.watermarks:
+        tables = untruncated_tables(lake.workload)
     assert_gold_is_expected(
         lake.layout,
         lake.workload,
@@ -289,7 +360,29 @@ def assert_lake_gold_is_expected(lake: Lake, ts: int, versions=None) -> None:
         time_zone=lake.case.time_zone,
         commit_ts=lake.case.commit_ts,
         versions=versions,
+        held=held,
+        tables=tables,
+        keeps_dropped_columns=lake.case.protocol == "avro" and not lake.case.watermarks,
     )
+
+
+def dropped_columns(workload: Workload, ts: int) -> dict[str, set[str]]:
+    dropped: dict[str, set[str]] = defaultdict(set)
+    for event in workload.ddl_events:
+        match = _DROPPED.search(event.query)
+        if match and event.commit_ts <= ts:
+            dropped[f"{event.schema}.{event.table}"].add(match.group(1))
+    return dropped
+
+
+def untruncated_tables(workload: Workload) -> set[str]:
+    """The tables gold can get right without watermarks: those never truncated. Avro sends
+    no DDL at all, and Canal-JSON without the extension sends a TRUNCATE to partition 0 with
+    no commit TS, so nothing orders it against the rows of the other partitions."""
+    truncate = m.ACTION_TRUNCATE_TABLE
+    truncated = {f"{e.schema}.{e.table}" for e in workload.ddl_events if e.ddl_type == truncate}
+    assert truncated, "the workload truncates a table"
+    return set(workload.expected.handle_keys) - truncated
 
 
 def silver_changes(layout: LakeLayout) -> list[dict]:
