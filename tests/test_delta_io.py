@@ -45,7 +45,13 @@ from ticdc_lake.delta import (
 )
 from ticdc_lake.delta.partitions import directory, directory_values
 from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.source import DeltaDataSource, WritePlan, _TaskFiles, commit_files
+from ticdc_lake.delta.source import (
+    ROW_GROUP_ROWS,
+    DeltaDataSource,
+    WritePlan,
+    _TaskFiles,
+    commit_files,
+)
 from ticdc_lake.delta.stats import FileStats
 from ticdc_lake.spark import register_data_source
 from ticdc_lake.stages.export_source import KafkaExportsDataSource, read_export_files
@@ -513,3 +519,35 @@ def test_data_sources_are_registered_once_per_session(spark, tmp_path):
     # The exports reader registers itself on its first use only.
     read_export_files(spark, [])
     assert not register_data_source(spark, KafkaExportsDataSource)
+
+
+def test_task_files_roll_over_by_parquet_size_and_split_by_partition(tmp_path):
+    path = str(tmp_path / "t")
+    schema = TableSchema((("id", "long"), ("p", "integer")), ("p",))
+    plan = WritePlan(path, "w1", "append", schema, schema, max_file_bytes=1)
+    files = _TaskFiles(plan)
+    rows, batch = 300_000, 10_000
+    for start in range(0, rows, batch):  # one partition value per batch: no grouping
+        ids = pa.array(range(start, start + batch), pa.int64())
+        files.write(pa.record_batch({"id": ids, "p": pa.array([1] * batch, pa.int32())}))
+    mixed = {"id": pa.array([0, 1, 2], pa.int64()), "p": pa.array([2, None, 2], pa.int32())}
+    files.write(pa.record_batch(mixed))
+    adds = files.close()
+    # Row groups are written once ROW_GROUP_ROWS are buffered; a file closes after the row
+    # group that takes it past max_file_bytes.
+    group = -(-ROW_GROUP_ROWS // batch) * batch
+    sizes = sorted((a["partition_values"]["p"] or "null", a["num_records"]) for a in adds)
+    assert sizes == [("1", rows - 2 * group), ("1", group), ("1", group), ("2", 2), ("null", 1)]
+    assert all(os.path.getsize(os.path.join(path, a["path"])) == a["size"] for a in adds)
+
+
+@pytest.mark.spark
+def test_size_hint_sets_how_many_tasks_write(spark, tmp_path):
+    df = spark.range(0, 4000, numPartitions=8)
+    cores = spark.sparkContext.defaultParallelism
+    small = write_delta(df, tmp_path / "small", size_hint_bytes=1000)
+    assert small.num_files == cores  # small: one file per core, not one per input partition
+    larger = write_delta(df, tmp_path / "larger", max_file_bytes=1000, size_hint_bytes=5000)
+    assert larger.num_files == max(cores, 5)
+    assert write_delta(df, tmp_path / "free").num_files == 8
+    assert read_delta(spark, tmp_path / "small").count() == 4000

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -47,8 +48,12 @@ SOURCE_NAME = "ticdc_delta"
 # A row group is written once this many rows of a file are buffered: pyarrow writes at least
 # one row group per write call, and Spark hands over batches of 10k rows.
 ROW_GROUP_ROWS = 128 * 1024
-# A file is closed and a new one started past this many bytes of Arrow data (~100+ MB Parquet).
-DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
+# File sizes: each task writes one file per partition value it meets, and starts a new one
+# once the current file holds this many bytes of Parquet (checked after each row group, so a
+# file ends up to one row group larger). 128 MiB: few enough files for readers to list and
+# open, small enough for delta-rs merges to rewrite only what they touch. How many tasks write
+# (and so how many smaller files there are) is the caller's: see write_delta's size_hint_bytes.
+DEFAULT_MAX_FILE_BYTES = 128 * 1024 * 1024
 
 
 @dataclass
@@ -135,7 +140,6 @@ class _DataFile:
 
     def append(self, data: pa.Table) -> None:
         self.stats.update(data)
-        self.bytes += data.nbytes
         self._pending.append(data)
         self._pending_rows += data.num_rows
         if self._pending_rows >= ROW_GROUP_ROWS:
@@ -145,6 +149,7 @@ class _DataFile:
         if self._pending:
             self._writer.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
             self._pending, self._pending_rows = [], 0
+            self.bytes = os.path.getsize(self.absolute)  # Parquet bytes written so far
 
     def close(self) -> dict[str, Any]:
         self._flush()
@@ -169,12 +174,23 @@ def _split(
     data: pa.Table, columns: tuple[str, ...]
 ) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
     """The rows of ``data`` grouped by their partition values (as Delta text)."""
+    if all(_single_valued(data.column(c)) for c in columns):
+        # The usual case (Spark's rows arrive clustered by partition): no grouping, no copy.
+        yield {c: partitions.value_text(data.column(c)[0].as_py()) for c in columns}, data
+        return
     rows = pa.array(range(data.num_rows), pa.int64())
     keyed = data.select(list(columns)).append_column("__row", rows)
     groups = keyed.group_by(list(columns), use_threads=False).aggregate([("__row", "list")])
     for i in range(groups.num_rows):
         values = {c: partitions.value_text(groups.column(c)[i].as_py()) for c in columns}
         yield values, data.take(groups.column("__row_list")[i].values)
+
+
+def _single_valued(column: pa.ChunkedArray) -> bool:
+    first = column[0]
+    if not first.is_valid:
+        return column.null_count == len(column)
+    return column.null_count == 0 and pc.all(pc.equal(column, first)).as_py()
 
 
 class _TaskFiles:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ticdc_lake.delta import partitions
 from ticdc_lake.delta.read import check_plain_files, table_path, table_schema
@@ -59,6 +60,11 @@ def _replace_where_text(replace_where: Mapping[str, Any] | None) -> dict[str, li
     return result
 
 
+def write_tasks(spark: SparkSession, size_bytes: int, max_file_bytes: int) -> int:
+    """How many tasks write ``size_bytes``: one per ``max_file_bytes``, at least one per core."""
+    return max(spark.sparkContext.defaultParallelism, math.ceil(size_bytes / max_file_bytes))
+
+
 def write_delta(
     df: DataFrame,
     path: str | os.PathLike,
@@ -70,6 +76,7 @@ def write_delta(
     app_id: str | None = None,
     version: int | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    size_hint_bytes: int | None = None,
 ) -> WriteResult:
     """Write ``df`` to the Delta table at ``path`` in one transaction.
 
@@ -81,6 +88,11 @@ def write_delta(
     - ``app_id``/``version``: the write is skipped, with no new Delta version, when the table
       already records that version (or a later one) for ``app_id``; otherwise both are
       recorded with the commit. Checked before the Spark job and again before the commit.
+    - File sizes: every Spark task writes its own files (one per partition value it meets),
+      each closed at about ``max_file_bytes`` of Parquet. So a write has at least as many
+      files as tasks: ``size_hint_bytes``, about how much the write holds, merges the
+      DataFrame's partitions (``coalesce``, no shuffle) down to that many bytes per task, but
+      never below the session's default parallelism, so that every core still writes.
     """
     if mode not in ("append", "overwrite"):
         raise ValueError(f"mode must be append or overwrite, not {mode!r}")
@@ -119,6 +131,8 @@ def write_delta(
             raise ValueError(f"replace_where on non-partition columns {sorted(unknown)}")
 
     register_delta_source(df.sparkSession)
+    if size_hint_bytes is not None:
+        df = df.coalesce(write_tasks(df.sparkSession, size_hint_bytes, max_file_bytes))
     df.write.format(SOURCE_NAME).mode(mode).option("plan", plan.to_json()).save(location)
 
     info = find_commit(location, plan.write_id, plan.start_version)

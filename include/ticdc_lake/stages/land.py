@@ -751,6 +751,9 @@ class _Batch:
             self._conform(records, BRONZE_SCHEMA),
             self.tables.bronze,
             partition_by=BRONZE_PARTITION_BY,
+            # Bronze holds about what the files do (less for JSON Lines: base64 and field
+            # names): a few large files per batch rather than one per split of every file.
+            size_hint_bytes=sum(file.size for file in self.plan.files),
             **self._version_kwargs(),
         )
 
