@@ -202,8 +202,10 @@ def test_run_takes_stages_in_any_order_and_prints_json(demo, spark, capsys):
     (feed,) = printed["stages"][1]["result"]["changefeeds"]
     assert feed["name"] == "sample-craft" and feed["noop"] is True
     assert printed["failed"] is False and printed["lake"] == str(out / "craft" / "lake")
-    assert main(["run", "--config", str(config), "--until-ts", "1"], spark=spark) == 0
-    assert "Stages (" in capsys.readouterr().out
+    assert main(["run", "--config", str(config), "--stages", "compact"], spark=spark) == 0
+    text = capsys.readouterr().out
+    assert "  compact " in text and "  land " not in text
+    assert "sample-craft: watermark stage not run\n      gold: watermark at TS " in text
 
 
 def test_run_refuses_unknown_stages_and_changefeeds(demo, spark, capsys):

@@ -15,6 +15,7 @@ from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
 from ticdc_lake.stages.land import LandError
+from ticdc_lake.stages.watermark import ChangefeedWatermark
 from ticdc_lake.workload import generate_workload
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import GenerateOptions, write_generated
@@ -45,6 +46,18 @@ def test_stages_run_in_pipeline_order_and_unknown_names_are_config_errors():
 
 def test_tso_time_is_the_physical_part_in_utc():
     assert tso_time(1_717_200_000_123 << 18 | 7) == "2024-06-01 00:00:00.123 UTC"
+
+
+def test_the_watermark_line_says_what_holds_gold():
+    config = load_config(REPO / "include" / "pipeline.example.yaml")
+    cutoff = config.changefeeds["tidb2-billing"].cutoff_ts
+    assert pipeline._watermark_text(config, ChangefeedWatermark("tidb2-billing", False, None)) == (
+        f"no watermarks in this protocol: gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}"
+    )
+    held_back = ChangefeedWatermark("tidb1", True, 0, unseen=(("tidb1-orders", 5),))
+    assert pipeline._watermark_text(config, held_back) == (
+        "watermark 0: held back by partitions never seen: tidb1-orders[5]"
+    )
 
 
 # --- one small sample through the stages, in two runs ------------------------------------------

@@ -251,30 +251,35 @@ _LINES = {
 def _changefeed_lines(result: PipelineResult) -> list[str]:
     marks = result.result("watermark")
     compacted = result.result("compact")
+    marks_by_name = {mark.name: mark for mark in marks.changefeeds} if marks else {}
     feeds = {feed.name: feed for feed in compacted.changefeeds} if compacted else {}
     lines = []
-    for mark in marks.changefeeds if marks else ():
-        if not mark.watermarks:
-            cutoff = result.config.changefeeds[mark.name].cutoff_ts
-            text = "no watermarks in this protocol: " + (
-                f"gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}"
-                if cutoff is not None
-                else "no cutoff-ts, so gold is not transactionally consistent"
-            )
-        elif mark.unseen:
-            unseen = ", ".join(f"{t}[{p}]" for t, p in mark.unseen[:3])
-            text = f"watermark {mark.watermark}: held back by partitions never seen: {unseen}"
-        else:
-            held = ", ".join(f"{t}[{p}]" for t, p in mark.holding[:3])
-            more = f" and {len(mark.holding) - 3} more" if len(mark.holding) > 3 else ""
-            text = f"watermark {mark.watermark} = {tso_time(mark.watermark)}; held by {held}{more}"
-        feed = feeds.get(mark.name)
+    for name in dict.fromkeys([*marks_by_name, *feeds]):
+        mark = marks_by_name.get(name)
+        text = _watermark_text(result.config, mark) if mark else "watermark stage not run"
+        feed = feeds.get(name)
         if feed is not None:
             target = "no TS" if feed.target is None else f"TS {feed.target}"
             text += f"\n      gold: {feed.mode} at {target}"
             text += "".join(f"\n      note: {note}" for note in feed.notes)
-        lines.append(f"  {mark.name}: {text}")
+        lines.append(f"  {name}: {text}")
     return lines
+
+
+def _watermark_text(config: PipelineConfig, mark) -> str:
+    if not mark.watermarks:
+        cutoff = config.changefeeds[mark.name].cutoff_ts
+        return "no watermarks in this protocol: " + (
+            f"gold cut at cutoff-ts {cutoff} = {tso_time(cutoff)}"
+            if cutoff is not None
+            else "no cutoff-ts, so gold is not transactionally consistent"
+        )
+    if mark.unseen:
+        unseen = ", ".join(f"{t}[{p}]" for t, p in mark.unseen[:3])
+        return f"watermark {mark.watermark}: held back by partitions never seen: {unseen}"
+    held = ", ".join(f"{t}[{p}]" for t, p in mark.holding[:3])
+    more = f" and {len(mark.holding) - 3} more" if len(mark.holding) > 3 else ""
+    return f"watermark {mark.watermark} = {tso_time(mark.watermark)}; held by {held}{more}"
 
 
 def _gold_lines(result: PipelineResult) -> list[str]:
