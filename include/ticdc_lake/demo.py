@@ -2,7 +2,7 @@
 
     samples = [prepare_sample(out, protocol, seed=..., transactions=..., partitions=...)]
     reports = [run_sample(spark, sample) for sample in samples]
-    render_demo(reports)
+    render_demo(reports, seconds)
 
 Each protocol's sample lives in ``<out>/<protocol>/``: what ``ticdc-lake generate`` writes
 (exports/, manifest.json, expected.jsonl, pipeline.yaml) and the lake and reports its config
@@ -41,8 +41,7 @@ from ticdc_lake.errors import ConfigError
 from ticdc_lake.pipeline import PipelineResult, query_hint, render_summary, run_stages
 from ticdc_lake.stages.compact import TableResult
 from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions
-from ticdc_lake.workload.output import write_generated as write_sample
+from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions, write_generated
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def prepare_sample(
                     "samples there; move it or choose another --out"
                 )
             shutil.rmtree(directory)
-        write_sample(directory, options)
+        write_generated(directory, options)
     notes = []
     if protocol == "avro":
         notes.append(
@@ -122,16 +121,16 @@ def run_sample(spark: SparkSession, sample: DemoSample) -> DemoReport:
     """Every stage over the sample, then gold checked against the generator's tables."""
     result = run_stages(spark, sample.config)
     compacted = result.result("compact")
-    targets = {feed.target for feed in compacted.changefeeds} if compacted else {None}
-    (checked_ts,) = targets if len(targets) == 1 else (None,)
+    targets = {feed.target for feed in compacted.changefeeds} if compacted else set()
+    checked_ts = targets.pop() if len(targets) == 1 else None
     if compacted is None:
         problems = ["the stages did not get as far as compaction"]
     elif checked_ts is None:
         problems = ["gold reflects no single TS to compare at"]
     else:
-        zones = {topic.time_zone for topic in sample.config.topics.values()}
+        (zone,) = {topic.time_zone for topic in sample.config.topics.values()}  # one generator
         expected = ExpectedGold.from_sample(sample.directory)
-        problems = expected.compare(sample.config.lake, checked_ts, zones.pop())
+        problems = expected.compare(sample.config.lake, checked_ts, zone)
     return DemoReport(sample, result, checked_ts, tuple(problems))
 
 

@@ -40,13 +40,14 @@ from ticdc_lake.stages.decode import decode
 from ticdc_lake.stages.land import land
 from ticdc_lake.stages.watermark import watermark
 
-STAGES = ("land", "decode", "watermark", "compact")
+# In pipeline order.
 _STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "land": land,
     "decode": decode,
     "watermark": watermark,
     "compact": compact,
 }
+STAGES = tuple(_STAGE_FUNCTIONS)
 
 
 def pipeline_order(names: Iterable[str]) -> tuple[str, ...]:
