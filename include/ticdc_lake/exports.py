@@ -263,7 +263,7 @@ def read_export(
 def _read_json_lines(path: str, _compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
     with _open_decompressed(path) as stream:
         for number, line in enumerate(stream, start=1):
-            if not line.strip():
+            if line.isspace():
                 continue
             item = parse_json_line(line, path=path, number=number)
             if isinstance(item, ExportError):

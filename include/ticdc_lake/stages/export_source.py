@@ -24,6 +24,7 @@ Either way the rules are ``exports``' own: this module only adds positions and b
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -343,20 +344,19 @@ def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
     parsed by exports' line parser; positions are 0-based line numbers."""
     path = partition.file.path
     start, end = partition.byte_range
-    number = partition.first_line
     try:
         with open(path, "rb") as stream:
             stream.seek(start)
-            at = start
-            for line in stream:
-                if end is not None and at >= end:
-                    break
-                at += len(line)
-                if line.strip():
-                    yield number - 1, exports.parse_json_line(line, path=path, number=number)
-                number += 1
+            # One read of the whole range (it ends at a line end): cheaper than tracking where
+            # each line of the file ends.
+            chunk = stream.read() if end is None else stream.read(end - start)
     except OSError as exc:
-        yield number - 1, exports.ExportError(f"cannot read export file: {exc}", path=path)
+        error = exports.ExportError(f"cannot read export file: {exc}", path=path)
+        yield partition.first_line - 1, error
+        return
+    for number, line in enumerate(io.BytesIO(chunk), start=partition.first_line):
+        if not line.isspace():
+            yield number - 1, exports.parse_json_line(line, path=path, number=number)
 
 
 # --- the data source --------------------------------------------------------------------------
