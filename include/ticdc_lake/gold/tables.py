@@ -14,17 +14,21 @@ DROP TABLE replace it with no rows.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import Schema as DeltaSchema
+from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
 from ticdc_lake.delta.read import table_schema
+from ticdc_lake.delta.txn import already_committed, commit_properties
 from ticdc_lake.gold import catalog as c
 from ticdc_lake.gold import types as t
 from ticdc_lake.gold.convert import Origin, column_values, convert
@@ -32,6 +36,8 @@ from ticdc_lake.gold.exceptions import ConversionError, GoldError
 
 COMMIT_TS = "_commit_ts"
 DELETED = "_deleted"  # the merge's delete flag; never stored
+# Tables up to this many rows are rewritten on the driver when that needs no Spark transform.
+DRIVER_REWRITE_ROWS = 1_000_000
 
 
 @dataclass
@@ -123,13 +129,25 @@ class GoldTable:
         )
         return result.committed
 
-    def _empty(self, schema: pa.Schema) -> DataFrame:
-        return self.spark.createDataFrame([], arrow_struct(schema))
+    def _replace(self, rows: pa.Table, version: int) -> bool:
+        """Replace the rows and columns with ``rows`` by delta-rs alone: no Spark job, which
+        matters for the DDL effects that write no rows (a run may carry hundreds of them)."""
+        table = open_table(self.path)
+        if already_committed(table, self.app_id, version):
+            return False
+        write_deltalake(
+            table,
+            rows,
+            mode="overwrite",
+            schema_mode="overwrite",
+            commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
+        )
+        return True
 
     def create(self, schema: pa.Schema, version: int) -> bool:
         """An empty table with ``schema`` (an existing one is emptied and takes it)."""
         if self.exists():
-            return self._write(self._empty(schema), version)
+            return self._replace(schema.empty_table(), version)
         # A new table: merge_delta creates it from the (empty) Arrow data with delta-rs alone,
         # no Spark job; every CREATE TABLE of a run costs milliseconds.
         result = merge_delta(
@@ -143,7 +161,7 @@ class GoldTable:
         schema = self.schema()
         if schema is None or self.done(version):
             return False
-        return self._write(self._empty(schema), version)
+        return self._replace(schema.empty_table(), version)
 
     def add_columns(self, added: list[pa.Field], version: int) -> bool:
         schema = self.schema()
@@ -152,14 +170,29 @@ class GoldTable:
         fields = [f for f in added if f.name not in schema.names]
         if not fields:
             return False
-        # Columns go before _commit_ts in a new table; Delta appends them after it here.
-        return self._write(self._empty(pa.schema([*schema, *fields])), version, mode="append")
+        # Metadata only. Columns go before _commit_ts in a new table; Delta appends them here.
+        open_table(self.path).alter.add_columns(
+            DeltaSchema.from_arrow(pa.schema(fields)).fields,
+            commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
+        )
+        return True
 
     def rewrite(self, transform, version: int) -> bool:
         """Replace the rows with ``transform(rows)`` (a DataFrame → DataFrame)."""
         if not self.exists() or self.done(version):
             return False
         return self._write(transform(read_delta(self.spark, self.path)), version)
+
+    def drop_columns(self, names: tuple[str, ...], version: int) -> bool:
+        """DROP COLUMN: a table small enough is rewritten by delta-rs on the driver (no Spark
+        job), a larger one by Spark."""
+        if not self.exists() or self.done(version):
+            return False
+        if self.rows() > DRIVER_REWRITE_ROWS:
+            return self.rewrite(drop_columns(names), version)
+        rows = open_table(self.path).to_pyarrow_table()
+        kept = [n for n in rows.column_names if n not in names]
+        return self._replace(rows.select(kept), version)
 
     def copy_to(self, other: GoldTable, version: int) -> bool:
         """RENAME TABLE: this table's rows become ``other``'s."""

@@ -34,16 +34,24 @@ Idempotent: each gold commit carries an app transaction (``compact:<schema>.<tab
 merges with version = the segment's last TS, ``...:ddl`` for DDL effects with version = DDL TS
 x 8 + n), and the state table (gold/state.py) is written last with version = the target. A rerun
 changes nothing and adds no Delta version; a run killed anywhere resumes where it stopped.
+
+A gold table's path does not name its changefeed, so a table belongs to the changefeed whose
+state row it has (or that wrote it first in the run): another changefeed carrying changes of it
+leaves it alone, and the table fails there with what to change (``_ChangefeedRun._taken``).
 """
 
 from __future__ import annotations
 
+import itertools
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import StorageLevel
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -76,6 +84,10 @@ STEPS_PER_RUN = 1 << 16
 COLLECT_LIMIT = 200_000
 # Rows per file of a gold table loaded by the executors (~10-40 MB of Parquet).
 ROWS_PER_FILE = 250_000
+# A large run's reduced change set is written under <lake>/SCRATCH/compact-<changefeed>/ for
+# the run, in one directory per SPILL_BUCKET (a hash of table and segment).
+SCRATCH = "_scratch"
+SPILL_BUCKET = "segment_bucket"
 REDUCED_COLUMNS = (
     "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
     "handle_key_only", "topic", "partition", "offset",
@@ -183,6 +195,7 @@ def compact(
         )
     marks = changefeed_watermarks(config, read_watermarks(spark, layout))
     states = s.read_state(spark, layout.gold_state)
+    owners = {c.TableName(state.schema, state.table): state.changefeed for state in states}
     results, failures = [], {}
     for name in names:
         run = _ChangefeedRun(
@@ -192,11 +205,14 @@ def compact(
             config.changefeeds[name],
             marks[name],
             [state for state in states if state.changefeed == name],
+            owners,
             until_ts=until_ts,
             rebuild=rebuild,
         )
         results.append(run.run())
         failures.update(run.failures)
+        for table in run.tables:
+            owners.setdefault(table, name)
     result = CompactResult(tuple(results), failures)
     if failures:
         error = CompactError(failures)
@@ -257,6 +273,7 @@ class _ChangefeedRun:
         feed: ChangefeedConfig,
         mark: ChangefeedWatermark,
         prior: list[s.TableState],
+        owners: dict[c.TableName, str],
         *,
         until_ts: int | None,
         rebuild: bool,
@@ -266,6 +283,8 @@ class _ChangefeedRun:
         self.layout = layout
         self.feed = feed
         self.prior = {c.TableName(p.schema, p.table): p for p in prior}
+        self.owners = owners  # gold table -> the changefeed it belongs to
+        self.tables = set(self.prior)  # the gold tables this run keeps state rows of
         self.mode, self.target, notes = target_of(config, feed, mark, until_ts)
         self.notes = list(notes)
         self.failures: dict[str, str] = {}
@@ -303,8 +322,9 @@ class _ChangefeedRun:
         )
         reduced, counts, batches = self._reduce(timeline)
         try:
-            tables = self._tables(timeline, reduced)
+            tables = [n for n in self._tables(timeline, reduced) if not self._taken(n)]
             work = {n: _TableWork(n, self._gold(n), self.prior.get(n)) for n in tables}
+            self.tables |= set(work)
             if self.rebuild:
                 self._empty_for_rebuild(work)
             self._execute(timeline, reduced, work, batches)
@@ -353,6 +373,28 @@ class _ChangefeedRun:
             noop=True,
             notes=tuple(self.notes),
         )
+
+    def _taken(self, name: c.TableName) -> bool:
+        """Whether the gold table is another changefeed's; if so, it fails in this one."""
+        owner = self.owners.get(name, self.feed.name)
+        if owner == self.feed.name or name in self.prior:
+            return False
+        feed = self.feed.name
+        message = (
+            f"gold table {name} ({self.layout.gold(name.schema, name.name)}) belongs to "
+            f"changefeed {owner!r} (state table {self.layout.gold_state}); changefeed {feed!r} "
+            "carries changes of it too and leaves it alone: "
+        )
+        if owner in self.config.changefeeds:
+            message += f"send the changes of {name} through the topics of one changefeed only"
+        else:
+            message += (
+                f"if {owner!r} was renamed {feed!r}, rename it back; or, to give the table to "
+                f"{feed!r}, delete the rows of changefeed {owner!r} from the state table and "
+                f"their gold tables, then run compact with --changefeed {feed} --rebuild"
+            )
+        self.failures[str(name)] = message
+        return True
 
     def _gold(self, name: c.TableName) -> g.GoldTable:
         return g.GoldTable(
@@ -438,9 +480,8 @@ class _ChangefeedRun:
         reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
         if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
             return _Reduced(reduced.toArrow()), counts, batches
-        # A large run: keep the change set in Spark (on disk) and bring one segment at a time.
-        reduced = reduced.persist(StorageLevel.DISK_ONLY)
-        return _Reduced(None, reduced, keys=_segment_keys(reduced)), counts, batches
+        spill = self.layout.root / SCRATCH / f"compact-{self.feed.name}"
+        return _Reduced.spilled(reduced, spill), counts, batches
 
     def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
         """Per table: changes read, distinct, left for later; the batch bounds of the run."""
@@ -554,9 +595,8 @@ class _ChangefeedRun:
             return
         info = timeline.catalog_for_segment(item.name, segment).info(item.name)
         try:
-            frame = reduced.frame(key)
-            if frame is not None and item.gold.rows() == 0:
-                stats = self._append(item, info, frame, version)
+            if reduced.size(key) > COLLECT_LIMIT and item.gold.rows() == 0:
+                stats = self._append(item, info, reduced.frame(key), version)
             else:
                 typed = g.type_segment(reduced.rows(key), info, item.gold.schema(), self.zones)
                 item.commits += item.gold.merge(typed, version)
@@ -659,7 +699,7 @@ class _ChangefeedRun:
         elif isinstance(effect, c.DropColumns):
             present = gold.schema()
             if present is not None and any(n in present.names for n in effect.names):
-                item.commits += gold.rewrite(g.drop_columns(effect.names), version)
+                item.commits += gold.drop_columns(effect.names, version)
         elif isinstance(effect, c.AlterColumn):
             self._alter(effect, gold, item, version)
         elif isinstance(effect, c.Truncate):
@@ -848,46 +888,95 @@ class _Versions:
 
 
 class _Reduced:
-    """A run's reduced change set, on the driver (small runs) or kept in Spark (large runs)."""
+    """A run's reduced change set by segment: on the driver (small runs), or spilled once to
+    Parquet files bucketed by segment (large runs), from which each segment is read alone.
 
-    def __init__(
-        self,
-        table: pa.Table | None,
-        frame: DataFrame | None = None,
-        keys: set[tuple[str, str, int]] | None = None,
-    ):
-        self.frame_all = frame
+    Spilling costs one Spark job however many segments (DDL barriers) the run has; reading
+    each segment from a cached DataFrame would scan the whole change set once per segment.
+    """
+
+    def __init__(self, table: pa.Table | None = None, spill: Path | None = None):
+        self.spill = spill
+        self.frame_all: DataFrame | None = None
         self.segments: dict[tuple[str, str, int], pa.Table] = {}
+        self.sizes: dict[tuple[str, str, int], int] = {}
+        self.buckets: dict[tuple[str, str, int], int] = {}
         if table is not None and table.num_rows:
+            # One sort, then each segment is a slice (a take per segment costs a pass each).
+            order = [("schema", "ascending"), ("table", "ascending"), ("segment", "ascending")]
+            table = table.sort_by(order).combine_chunks()
             columns = table.select(["schema", "table", "segment"]).to_pydict()
-            groups: dict[tuple[str, str, int], list[int]] = {}
             triples = zip(columns["schema"], columns["table"], columns["segment"], strict=True)
-            for position, key in enumerate(triples):
-                groups.setdefault(key, []).append(position)
-            self.segments = {key: table.take(pa.array(rows)) for key, rows in groups.items()}
-        self.keys = set(self.segments) if keys is None else keys
+            start = 0
+            for key, run in itertools.groupby(triples):
+                size = sum(1 for _ in run)
+                self.segments[key] = table.slice(start, size)
+                self.sizes[key] = size
+                start += size
+        self.keys = set(self.sizes)
 
-    def frame(self, key: tuple[str, str, int]) -> DataFrame | None:
-        if self.frame_all is None:
+    @classmethod
+    def spilled(cls, frame: DataFrame, directory: Path) -> _Reduced:
+        """Write ``frame`` under ``directory``, one Parquet directory per bucket of segments."""
+        shutil.rmtree(directory, ignore_errors=True)
+        bucket = F.xxhash64("schema", "table", "segment")
+        (
+            frame.withColumn(SPILL_BUCKET, bucket)
+            .repartition(SPILL_BUCKET)
+            .write.partitionBy(SPILL_BUCKET)
+            .parquet(str(directory))
+        )
+        reduced = cls(spill=directory)
+        dataset = reduced._dataset()
+        if dataset is None:
+            return reduced
+        reduced.frame_all = frame.sparkSession.read.parquet(str(directory))
+        columns = ["schema", "table", "segment", SPILL_BUCKET]
+        groups = (
+            dataset.to_table(columns=columns)
+            .group_by(columns, use_threads=False)
+            .aggregate([([], "count_all")])
+            .to_pylist()
+        )
+        for group in groups:
+            key = (group["schema"], group["table"], group["segment"])
+            reduced.sizes[key] = group["count_all"]
+            reduced.buckets[key] = group[SPILL_BUCKET]
+        reduced.keys = set(reduced.sizes)
+        return reduced
+
+    def _dataset(self) -> ds.Dataset | None:
+        if self.spill is None or not any(self.spill.glob(f"{SPILL_BUCKET}=*")):
             return None
+        return ds.dataset(self.spill, format="parquet", partitioning="hive")
+
+    def size(self, key: tuple[str, str, int]) -> int:
+        return self.sizes.get(key, 0)
+
+    def _where(self, key: tuple[str, str, int], column) -> Any:
         schema, table, segment = key
-        return self.frame_all.where(
-            (F.col("schema") == schema) & (F.col("table") == table) & (F.col("segment") == segment)
+        return (
+            (column(SPILL_BUCKET) == self.buckets[key])
+            & (column("schema") == schema)
+            & (column("table") == table)
+            & (column("segment") == segment)
         )
 
+    def frame(self, key: tuple[str, str, int]) -> DataFrame:
+        """A spilled segment as a DataFrame (a large one, for the executors to load)."""
+        assert self.frame_all is not None, "only a spilled segment is read by Spark"
+        return self.frame_all.where(self._where(key, F.col)).drop(SPILL_BUCKET)
+
     def rows(self, key: tuple[str, str, int]) -> pa.Table:
-        if self.frame_all is None:
+        if self.spill is None:
             return self.segments[key]
-        return self.frame(key).toArrow()
+        dataset = self._dataset()
+        assert dataset is not None, f"segment {key} is not in the spill {self.spill}"
+        return dataset.to_table(filter=self._where(key, pc.field)).drop_columns([SPILL_BUCKET])
 
     def release(self) -> None:
-        if self.frame_all is not None:
-            self.frame_all.unpersist()
-
-
-def _segment_keys(frame: DataFrame) -> set[tuple[str, str, int]]:
-    rows = frame.select("schema", "table", "segment").distinct().collect()
-    return {(row.schema, row.table, row.segment) for row in rows}
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
 
 
 FAILED = "compaction failed: "

@@ -254,8 +254,10 @@ def read_watermarks(spark: SparkSession, layout: LakeLayout) -> list[tuple[str, 
     """(topic, partition, resolved_ts) of every partition in the watermarks table."""
     if not delta_table_exists(layout.watermarks):
         return []
-    rows = read_delta(spark, layout.watermarks).select("topic", "partition", "resolved_ts")
-    return [(r.topic, r.partition, r.resolved_ts) for r in rows.collect()]
+    # One row per Kafka partition: delta-rs reads it in milliseconds, a Spark job takes seconds.
+    columns = ["topic", "partition", "resolved_ts"]
+    rows = open_table(layout.watermarks).to_pyarrow_table(columns=columns).to_pydict()
+    return list(zip(*(rows[name] for name in columns), strict=True))
 
 
 def column_max(path, column: str) -> int | None:
