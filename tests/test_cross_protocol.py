@@ -3,9 +3,10 @@ what each protocol loses.
 
 What each protocol keeps is stated once, one function per protocol, in
 `ticdc_lake.workload.losses` (keep_open_protocol, keep_craft, keep_canal_json, keep_avro); the
-demo checks generated files with the same functions. Here every protocol is decoded and
-compared with those projections partition by partition, the losses are asserted as facts, and
-the four decodings are compared with each other on what all of them keep.
+silver inputs of the compact tests (tests/gold/silver_input.py) and the end-to-end tests' check
+of decoded silver rely on the same functions. Here every protocol is decoded and compared with
+those projections partition by partition, the losses are asserted as facts, and the four
+decodings are compared with each other on what all of them keep.
 """
 
 from __future__ import annotations

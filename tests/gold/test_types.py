@@ -17,9 +17,8 @@ from ticdc_lake.gold import types as t
 from ticdc_lake.gold.convert import Origin, column_values, convert
 from ticdc_lake.gold.ddl import ColumnDef
 from ticdc_lake.gold.exceptions import ConversionError
-from ticdc_lake.lake.silver import IMAGE_TYPE, image_rows
-
-from tests.gold.silver_input import typed_value
+from ticdc_lake.lake.silver import ImageColumns
+from ticdc_lake.workload.expected_gold import typed_value
 
 # Every canonical column, typed from its CREATE TABLE definition.
 DDL_TYPES = {
@@ -96,7 +95,10 @@ def test_row_types_without_the_full_type_keep_what_cannot_be_typed_exactly():
 
 
 def _image_array(images: list[dict]) -> pa.Array:
-    return pa.array([image_rows(image) for image in images], IMAGE_TYPE)
+    columns = ImageColumns()
+    for image in images:
+        columns.add(image)
+    return columns.array()
 
 
 ORIGIN = Origin("s.t", pa.array(["topic"] * 3), pa.array([1] * 3), pa.array([10, 11, 12]))
