@@ -31,18 +31,25 @@ import shutil
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 from ticdc_lake.config import load_config
+from ticdc_lake.exports import write_export
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
 from ticdc_lake.stages.land import land
 from ticdc_lake.stages.watermark import watermark
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.workload import generate_workload
+from ticdc_lake.workload.dispatch import route
+from ticdc_lake.workload.output import (
+    GenerateOptions,
+    build_manifest,
+    codec_settings,
+    encode_routing,
+    pipeline_config,
+)
 
 ROWS_PER_TRANSACTION = 3.8  # what the generator averages (at least): sizes the workload
 WORK = Path(__file__).resolve().parent / ".work"
@@ -58,12 +65,19 @@ def work_dir() -> Path:
 
 
 def workload(row_events: int, protocol: str, seed: int) -> Path:
-    """The generated workload's directory, generated on first use."""
+    """The generated workload's directory, generated on first use.
+
+    Written here rather than by ``write_generated``: the bench needs one export file per
+    Kafka partition and no expected.jsonl (the manifest holds the row counts it checks), and
+    ``write_generated`` runs out of memory at 1M events with the garbage collector paused.
+    """
     directory = work_dir() / f"pipeline-{protocol}-{row_events}-seed{seed}"
     done = directory / "complete"
     if done.exists():
         return directory
     shutil.rmtree(directory, ignore_errors=True)
+    exports = directory / "exports"
+    exports.mkdir(parents=True)
     options = GenerateOptions(
         protocol=protocol,
         seed=seed,
@@ -73,32 +87,35 @@ def workload(row_events: int, protocol: str, seed: int) -> Path:
         replays=3,
     )
     started = time.perf_counter()
-    output = write_generated(directory / "generated", options)
-    split_by_partition(output.export_files, directory / "exports")
-    manifest = output.manifest
+    generated = generate_workload(options.seed, options.transactions)
+    routing = route(
+        generated,
+        protocol,
+        partitions=options.partitions,
+        idle_partitions=options.idle_partitions,
+        replays=options.replays,
+    )
+    encoded = encode_routing(routing, codec_settings(options))
+    files = []
+    # One file per Kafka partition, as a Spark batch read of Kafka writes them (one task, hence
+    # one file, per topic partition).
+    for (topic, partition), stream in sorted(encoded.items()):
+        path = exports / f"part-{partition:05d}-{topic}.parquet"
+        write_export(path, stream.records, "parquet")
+        files.append(path)
+    manifest = build_manifest(generated, routing, encoded, options, directory, files, None)
     (directory / "manifest.json").write_text(json.dumps(manifest))
+    config = pipeline_config(options, routing, has_schemas=False)
+    (directory / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     done.write_text(f"generated in {time.perf_counter() - started:.0f} s\n")
-    shutil.rmtree(directory / "generated" / "exports")
     return directory
-
-
-def split_by_partition(files: list[Path], into: Path) -> None:
-    """One Parquet file per Kafka partition, as a Spark batch read of Kafka writes them (one
-    task, hence one file, per topic partition)."""
-    into.mkdir(parents=True)
-    for path in files:
-        records = pq.read_table(path)
-        partitions = sorted(set(records.column("partition").to_pylist()))
-        for partition in partitions:
-            rows = records.filter(pa.compute.equal(records.column("partition"), partition))
-            pq.write_table(rows, into / f"part-{partition:05d}-{path.stem}.parquet")
 
 
 def fresh_config(directory: Path, run: Path):
     """The workload's pipeline config with a new, empty lake under ``run``."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    raw = yaml.safe_load((directory / "generated" / "pipeline.yaml").read_text())
+    raw = yaml.safe_load((directory / "pipeline.yaml").read_text())
     raw["lake"] = str(run / "lake")
     raw["inputs"] = [str(directory / "exports" / "*")]
     path = run / "pipeline.yaml"
