@@ -5,44 +5,30 @@ what the protocol keeps (workload.losses), given Kafka offsets per partition, an
 layout.changes / layout.ddl / layout.resolved with write_delta, partitioned by bronze batch.
 ``land`` writes a chosen part of every partition's stream as one bronze batch, so tests can make
 partitions arrive unevenly and in several batches. The expected gold contents, typed, come from
-the generator's expected log (``expected_tables``), by an implementation independent of gold's.
+the generator's expected log (``expected_tables``, through ``workload.expected_gold``, an
+implementation independent of gold's).
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime as dt
-import re
-import zoneinfo
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import yaml
-from ticdc_lake import mysql as m
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import write_delta
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.silver import CHANGES_SCHEMA, DDL_SCHEMA, change_row, ddl_row
 from ticdc_lake.protocols import CodecSettings
+from ticdc_lake.stages.decode import RESOLVED_SCHEMA
 from ticdc_lake.workload import Workload
 from ticdc_lake.workload.dispatch import Routing, route
+from ticdc_lake.workload.expected_gold import ExpectedGold, typed_value
 from ticdc_lake.workload.losses import kept
-
-RESOLVED_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("ts", pa.int64()),
-        ("offset", pa.int64()),
-        ("index", pa.int32()),
-        ("bronze_batch", pa.int64()),
-    ]
-)
 
 
 @dataclass
@@ -137,7 +123,9 @@ def write_config(
     cutoff_ts: int | None = None,
     time_zone: str = "UTC",
     extension: bool = True,
+    changefeeds: dict[str, list[str]] | None = None,
 ) -> PipelineConfig:
+    """One changefeed ``feed`` of every topic, or ``changefeeds`` (name -> topics)."""
     topics = {
         topic: {
             "protocol": protocol,
@@ -148,85 +136,44 @@ def write_config(
         }
         for topic in streams.topics
     }
-    feed: dict[str, Any] = {"topics": streams.topics, "watermarks": watermarks}
+    feed: dict[str, Any] = {"watermarks": watermarks}
     if cutoff_ts is not None:
         feed["cutoff-ts"] = cutoff_ts
+    feeds = changefeeds or {"feed": streams.topics}
     document = {
         "version": 1,
         "lake": "lake",
         "inputs": ["exports/*"],
         "topics": topics,
-        "changefeeds": {"feed": feed},
+        "changefeeds": {name: {"topics": carried, **feed} for name, carried in feeds.items()},
     }
     path = directory / "pipeline.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return load_config(path)
 
 
-# --- expected gold, typed independently of the gold package -------------------------------------
-
-_ADDED = re.compile(r"ADD COLUMN `([^`]+)` (.+) NULL$")
+# --- expected gold, typed independently of the gold package (workload.expected_gold) --------
 
 
 def column_types(workload: Workload) -> dict[str, dict[str, str]]:
     """Per table, every column's MySQL type, including columns added by DDL."""
-    types = {
-        table.full_name: {column.name: column.mysql_type for column in table.columns}
-        for table in workload.tables
-    }
-    for event in workload.ddl_events:
-        match = _ADDED.search(event.query)
-        if match:
-            types[f"{event.schema}.{event.table}"][match.group(1)] = match.group(2)
-    return types
-
-
-def _zero(text: str) -> bool:
-    return text.startswith("0000-00-00") or bool(re.match(r"^\d{4}-(00-\d\d|\d\d-00)", text))
-
-
-def typed_value(mysql_type: str, value: Any, zone: str) -> Any:
-    """A generator value (JSON form) as gold should hold it."""
-    if value is None:
-        return None
-    parsed = m.parse_column_type(mysql_type)
-    base = parsed.base
-    if isinstance(value, dict):
-        return base64.b64decode(value["base64"])
-    if base == "bigint" and parsed.unsigned:
-        return Decimal(value)
-    if base in ("tinyint", "smallint", "mediumint", "int", "bigint", "year", "bit"):
-        return int(value)
-    if base in ("float", "double"):
-        return float(value)
-    if base == "decimal":
-        return Decimal(value) if parsed.length <= 38 else value
-    if base in ("date", "datetime", "timestamp"):
-        if _zero(value):
-            return None
-        if base == "date":
-            return dt.date.fromisoformat(value)
-        moment = dt.datetime.fromisoformat(value)
-        if base == "datetime":
-            return moment
-        return moment.replace(tzinfo=zoneinfo.ZoneInfo(zone)).astimezone(dt.UTC)
-    if base == "enum":
-        return ["", *parsed.elements][value]
-    if base == "set":
-        return ",".join(e for i, e in enumerate(parsed.elements) if value >> i & 1)
-    return value
+    return ExpectedGold.from_workload(workload).types
 
 
 def expected_tables(
     workload: Workload, ts: int, zone: str = "UTC"
 ) -> dict[str, tuple[list[str], list[dict[str, Any]]]]:
     """Per table (``schema.table``), its columns and typed rows at ``ts``."""
-    types = column_types(workload)
-    tables = {}
-    for name, snapshot in workload.expected.tables_at(ts).items():
-        rows = [
-            {column: typed_value(types[name][column], row[column], zone) for column in row}
-            for row in snapshot.rows
-        ]
-        tables[name] = (snapshot.columns, rows)
-    return tables
+    return ExpectedGold.from_workload(workload).tables_at(ts, zone)
+
+
+__all__ = [
+    "RESOLVED_SCHEMA",
+    "Streams",
+    "column_types",
+    "dispatch",
+    "expected_tables",
+    "land",
+    "typed_value",
+    "write_config",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -354,11 +355,12 @@ def _column(type_name: str, value, key: bool = False):
 class _Log:
     """A hand-written change log on one Kafka partition."""
 
-    def __init__(self):
+    def __init__(self, topic: str = "t"):
+        self.topic = topic
         self.events = []
 
     def _next(self) -> dict:
-        return {"topic": "t", "partition": 0, "offset": len(self.events)}
+        return {"topic": self.topic, "partition": 0, "offset": len(self.events)}
 
     def ddl(self, ts: int, query: str, table: str = "x"):
         self.events.append(DdlEvent(ts, "s", table, query, None, **self._next()))
@@ -481,3 +483,55 @@ def test_spark_submit_entry_point_reports_failures(spark, tmp_path, monkeypatch,
     # Without a DDL the DECIMAL's precision is unknown (Open Protocol): gold keeps its text.
     assert gold_rows(LakeLayout(config.lake), "s.ok")[0]["v"] == "1.500000"
     assert Decimal("1.5") == Decimal(gold_rows(LakeLayout(config.lake), "s.ok")[0]["v"])
+
+
+def test_a_gold_table_belongs_to_one_changefeed(spark, tmp_path):
+    """Gold paths do not name the changefeed: of two changefeeds carrying s.x the first keeps
+    it, and a renamed changefeed finds its tables taken until it is renamed back or handed them
+    as the failure says; the other tables compact normally."""
+    logs = {"t": _Log("t"), "u": _Log("u")}
+    for topic, own, x_id in (("t", "a", 1), ("u", "b", 2)):
+        logs[topic].row(110, "x", "insert", _row(x_id, v=("c_int", 7)))
+        logs[topic].row(110, own, "insert", _row(1, v=("c_int", 8)))
+        logs[topic].resolved(200)
+    streams = si.Streams(routing=None, events={(t, 0): log.events for t, log in logs.items()})
+    config = si.write_config(
+        tmp_path, streams, "open-protocol", partitions=1, changefeeds={"one": ["t"], "two": ["u"]}
+    )
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+
+    def owners() -> set[tuple[str, str]]:
+        return {(s.changefeed, s.full_name) for s in read_state(spark, layout.gold_state)}
+
+    with pytest.raises(CompactError) as error:
+        compact(spark, config)
+    (message,) = error.value.failures.values()
+    assert set(error.value.failures) == {"s.x"}
+    assert "'one'" in message and "'two'" in message and "one changefeed only" in message
+    assert gold_rows(layout, "s.x") == [{"id": 1, "v": 7, "_commit_ts": 110}]
+    assert [len(gold_rows(layout, name)) for name in ("s.a", "s.b")] == [1, 1]
+    assert owners() == {("one", "s.x"), ("one", "s.a"), ("two", "s.b")}
+
+    renamed = si.write_config(
+        tmp_path, streams, "open-protocol", partitions=1, changefeeds={"uno": ["t"], "two": ["u"]}
+    )
+    versions = {name: DeltaTable(str(layout.gold("s", name))).version() for name in "xab"}
+    with pytest.raises(CompactError) as error:
+        compact(spark, renamed, changefeeds=["uno"])
+    assert set(error.value.failures) == {"s.x", "s.a"}
+    assert all(
+        "'one' was renamed 'uno', rename it back" in message and "--rebuild" in message
+        for message in error.value.failures.values()
+    )
+    assert owners() == {("one", "s.x"), ("one", "s.a"), ("two", "s.b")}
+    assert {n: DeltaTable(str(layout.gold("s", n))).version() for n in "xab"} == versions
+
+    # What the failure says to hand the tables to 'uno'.
+    DeltaTable(str(layout.gold_state)).delete("changefeed = 'one'")
+    for name in "xa":
+        shutil.rmtree(layout.gold("s", name))
+    compact(spark, renamed, changefeeds=["uno"], rebuild=True)
+    assert owners() == {("uno", "s.x"), ("uno", "s.a"), ("two", "s.b")}
+    assert gold_rows(layout, "s.x") == [{"id": 1, "v": 7, "_commit_ts": 110}]
