@@ -363,15 +363,18 @@ class _ChangefeedRun:
             )
             for p in sorted(self.prior.values(), key=lambda p: p.full_name)
         )
+        return self._result(tables, noop=True)
+
+    def _result(self, tables: Sequence[TableResult], **outcome: Any) -> ChangefeedResult:
         return ChangefeedResult(
             self.feed.name,
             self.mode,
             self.target,
             self.low_ts,
             self.generation,
-            tables,
-            noop=True,
+            tuple(tables),
             notes=tuple(self.notes),
+            **outcome,
         )
 
     def _taken(self, name: c.TableName) -> bool:
@@ -827,16 +830,7 @@ class _ChangefeedRun:
             )
             s.write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
         pending = sum(int(count.get("pending") or 0) for count in counts.values())
-        return ChangefeedResult(
-            self.feed.name,
-            self.mode,
-            self.target,
-            self.low_ts,
-            self.generation,
-            tuple(results),
-            pending=pending,
-            notes=tuple(self.notes),
-        )
+        return self._result(results, pending=pending)
 
 
 @dataclass
