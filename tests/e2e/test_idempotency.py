@@ -35,8 +35,9 @@ from tests.e2e.lakes import assert_gold_is_expected
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-# Large enough that the killed jobs' writes take a while, small enough for CI.
-OPTIONS = GenerateOptions(protocol="open-protocol", partitions=4, seed=31, transactions=1500)
+# Enough records that the killed jobs' bronze and silver writes stay in flight for seconds
+# (measured: 5 s and 9 s on 2 busy cores), few enough for CI.
+OPTIONS = GenerateOptions(protocol="open-protocol", partitions=4, seed=31, transactions=800)
 FIRST_SHARE = 0.55  # of every partition's records, in round one
 OVERLAP = 0.15  # round two re-exports this share of every partition before round one's end
 ROUND_FORMATS = {1: ("parquet", "none"), 2: ("jsonl", "gz")}
@@ -59,8 +60,9 @@ class TableState:
     rows: list[tuple]
 
     def column(self, name: str, rows: list[tuple] | None = None) -> list:
+        """One column's values, of ``rows`` (some of this table's) or of every row."""
         at = self.columns.index(name)
-        return [row[at] for row in self.rows if rows is None or row in rows]
+        return [row[at] for row in (self.rows if rows is None else rows)]
 
 
 def lake_tables(lake: Path) -> list[str]:
@@ -238,7 +240,7 @@ def test_a_stage_run_twice_gives_identical_tables_and_no_new_version(
     reference, round_number, stage
 ):
     runs = reference.run(round_number, stage)
-    # The first run did write: every table of the stage has a new version.
+    # The first run did write: some table of the stage has a new version.
     committed = [
         name
         for name, state in runs.first.items()
@@ -265,8 +267,9 @@ def added_rows(before: TableState, after: TableState) -> list[tuple]:
 
 APPEND_ONLY = {
     "land": {"bronze/records": "batch_id", "bronze/landed_files": "batch_id"},
-    "decode": {f"silver/{name}": "bronze_batch" for name in ("changes", "ddl", "resolved")}
-    | {"silver/decode_log": "bronze_batch"},
+    "decode": {
+        f"silver/{name}": "bronze_batch" for name in ("changes", "ddl", "resolved", "decode_log")
+    },
 }
 
 
@@ -287,9 +290,10 @@ def test_only_offsets_not_landed_before_are_added(reference):
     runs = reference.run(2, "land")
     before, after = runs.before["bronze/records"], runs.first["bronze/records"]
     added = added_rows(before, after)
-    offsets = {1: set(), 2: set()}
-    for number, records in reference.rounds.items():
-        offsets[number] = {(r.topic, r.partition, r.offset) for r in records}
+    offsets = {
+        number: {(r.topic, r.partition, r.offset) for r in records}
+        for number, records in reference.rounds.items()
+    }
     assert offsets[1] & offsets[2], "round two must overlap round one"
     landed = zip(
         after.column("topic", added), after.column("partition", added),

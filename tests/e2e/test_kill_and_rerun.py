@@ -14,6 +14,10 @@ anything. Each kill records where it landed:
 - ``between-commits``: the write had committed, a later commit of the stage had not started;
 - ``finished``: the job ended before a new file was seen.
 
+Land's bronze and decode's silver writes stay in flight for seconds (Spark tasks writing), so
+their kills land in flight; compact's merges are delta-rs commits of small files on the driver,
+in flight for milliseconds, so its kill lands in flight or between commits.
+
 Whatever the phase, a reader right after the kill must see only whole commits, each equal to the
 reference lake's table at the same Delta version, and the rerun must leave the lake equal to the
 reference: same versions, schemas and rows. Files of a killed write must be referenced by no
