@@ -8,7 +8,7 @@ In order (stages/compact.py strings them together):
    commit order, so that TS bounds the change's own from above. None when nothing follows yet.
 2. ``with_selection``: which changes this run applies (per table: above the TS already applied,
    up to the target TS; or, without TSs, the bronze batches not applied yet).
-3. ``segment_of``: DDL barriers cut a table's changes into segments applied in turn.
+3. ``with_segment``: DDL barriers cut a table's changes into segments applied in turn.
 4. ``key_actions``: each change as upserts/deletes keyed by its handle-key values (a delete by
    the old key; an UPDATE that changed the key, as TiCDC sends it with
    ``output-raw-change-event``, deletes the old key and upserts the new one).
@@ -89,26 +89,42 @@ def with_selection(
     return joined.withColumn("selected", selected)
 
 
-def segment_of(barriers: Mapping[tuple[str, str], Sequence[int | None]]) -> Column:
-    """The segment number of each change: how many of its table's barriers it comes after.
+def with_segment(
+    changes: DataFrame, barriers: Mapping[tuple[str, str], Sequence[int | None]]
+) -> DataFrame:
+    """Add ``segment``: how many of its table's barriers each change comes after (by
+    ``order_ts``). A barrier of None (a DDL without a TS, applied after the run's changes) never
+    comes first; a change without an order TS comes after every barrier.
 
-    A barrier of None (a DDL without a TS, applied after the run's changes) never comes first.
+    A broadcast join on the table with each segment's TS range [low, high): a run may cross
+    hundreds of DDLs, and a CASE branch per barrier outgrows what Spark can compile.
     """
-    segment = F.lit(0)
-    cases = None
+    ranges = []
     for (schema, table), points in barriers.items():
         known = [point for point in points if point is not None]
         if not known:
             continue
-        order_ts = F.col("order_ts")
-        number = F.lit(len(known))
-        for position in reversed(range(len(known))):
-            number = F.when(
-                order_ts.isNotNull() & (order_ts < known[position]), position
-            ).otherwise(number)
-        match = (F.col("schema") == schema) & (F.col("table") == table)
-        cases = F.when(match, number) if cases is None else cases.when(match, number)
-    return segment if cases is None else cases.otherwise(segment)
+        bounds = [None, *known, None]
+        for number in range(len(known) + 1):
+            ranges.append((schema, table, number, bounds[number], bounds[number + 1]))
+    if not ranges:
+        return changes.withColumn("segment", F.lit(0))
+    segments = changes.sparkSession.createDataFrame(
+        ranges,
+        "_segment_schema string, _segment_table string, _segment int, _low long, _high long",
+    )
+    order_ts, low, high = F.col("order_ts"), F.col("_low"), F.col("_high")
+    inside = (low.isNull() | (order_ts >= low)) & (high.isNull() | (order_ts < high))
+    match = (
+        (changes["schema"] == segments["_segment_schema"])
+        & (changes["table"] == segments["_segment_table"])
+        & (inside | (order_ts.isNull() & high.isNull()))
+    )
+    return (
+        changes.join(F.broadcast(segments), match, "left")
+        .withColumn("segment", F.coalesce(F.col("_segment"), F.lit(0)))
+        .drop("_segment_schema", "_segment_table", "_segment", "_low", "_high")
+    )
 
 
 def _key_text(image: Column, handle: Column) -> Column:

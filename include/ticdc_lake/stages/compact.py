@@ -479,7 +479,7 @@ class _ChangefeedRun:
             for name in {n for b in timeline.barriers for n in b.tables}
         }
         handles = self._fallback_handles(timeline)
-        applying = selected.where(F.col("selected")).withColumn("segment", r.segment_of(barriers))
+        applying = r.with_segment(selected.where(F.col("selected")), barriers)
         reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
         if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
             return _Reduced(reduced.toArrow()), counts, batches
@@ -891,6 +891,7 @@ class _Reduced:
 
     def __init__(self, table: pa.Table | None = None, spill: Path | None = None):
         self.spill = spill
+        self.dataset: ds.Dataset | None = None
         self.frame_all: DataFrame | None = None
         self.segments: dict[tuple[str, str, int], pa.Table] = {}
         self.sizes: dict[tuple[str, str, int], int] = {}
@@ -921,9 +922,10 @@ class _Reduced:
             .parquet(str(directory))
         )
         reduced = cls(spill=directory)
-        dataset = reduced._dataset()
-        if dataset is None:
-            return reduced
+        if not any(directory.glob(f"{SPILL_BUCKET}=*")):
+            return reduced  # nothing to apply
+        # Listed once: a run may read a thousand segments from it.
+        dataset = reduced.dataset = ds.dataset(directory, format="parquet", partitioning="hive")
         reduced.frame_all = frame.sparkSession.read.parquet(str(directory))
         columns = ["schema", "table", "segment", SPILL_BUCKET]
         groups = (
@@ -938,11 +940,6 @@ class _Reduced:
             reduced.buckets[key] = group[SPILL_BUCKET]
         reduced.keys = set(reduced.sizes)
         return reduced
-
-    def _dataset(self) -> ds.Dataset | None:
-        if self.spill is None or not any(self.spill.glob(f"{SPILL_BUCKET}=*")):
-            return None
-        return ds.dataset(self.spill, format="parquet", partitioning="hive")
 
     def size(self, key: tuple[str, str, int]) -> int:
         return self.sizes.get(key, 0)
@@ -962,11 +959,10 @@ class _Reduced:
         return self.frame_all.where(self._where(key, F.col)).drop(SPILL_BUCKET)
 
     def rows(self, key: tuple[str, str, int]) -> pa.Table:
-        if self.spill is None:
+        if self.dataset is None:
             return self.segments[key]
-        dataset = self._dataset()
-        assert dataset is not None, f"segment {key} is not in the spill {self.spill}"
-        return dataset.to_table(filter=self._where(key, pc.field)).drop_columns([SPILL_BUCKET])
+        rows = self.dataset.to_table(filter=self._where(key, pc.field))
+        return rows.drop_columns([SPILL_BUCKET])
 
     def release(self) -> None:
         if self.spill is not None:
