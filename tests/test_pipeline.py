@@ -151,6 +151,17 @@ def test_the_summary_names_counts_watermarks_gold_tables_and_paths(sample):
 # --- failures --------------------------------------------------------------------------------
 
 
+def test_run_rebuild_reapplies_silver_into_a_new_generation_of_the_same_gold(sample, spark):
+    # Last of the sample's tests: it rewrites the sample's gold (to the same rows).
+    generated, config, _, rest, *_ = sample
+    (before,) = rest.result("compact").changefeeds
+    rebuilt = run_stages(spark, config, ["compact"], rebuild=True)
+    (feed,) = rebuilt.result("compact").changefeeds
+    assert feed.generation == before.generation + 1 and not feed.noop
+    assert feed.target == before.target
+    assert ExpectedGold.from_sample(generated.out_dir).compare(config.lake, feed.target) == []
+
+
 def test_a_stage_that_fails_stops_the_stages_after_it(spark, tmp_path, monkeypatch):
     config_path = tmp_path / "pipeline.yaml"
     config_path.write_text("topics: {t: {protocol: craft, partitions: 1}}\n")

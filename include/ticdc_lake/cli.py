@@ -1,7 +1,7 @@
 """`ticdc-lake`: run the pipeline, run the demo, decode Kafka exports, generate a sample.
 
     ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
-                   [--until-ts TSO] [--json]
+                   [--until-ts TSO] [--rebuild] [--json]
     ticdc-lake demo [--out DIR] [--seed S] [--transactions T] [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
@@ -298,6 +298,11 @@ def _add_run(commands) -> None:
         help="compact only this changefeed (repeatable; default: every changefeed)",
     )
     run.add_argument("--until-ts", type=int, metavar="TSO", help="compact no further than this TS")
+    run.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="compact: empty the changefeeds' gold tables and apply silver again",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
     run.set_defaults(run=_run_pipeline)
 
@@ -314,6 +319,7 @@ def _run_pipeline(args) -> int:
         stages,
         changefeeds=args.changefeeds,
         until_ts=args.until_ts,
+        rebuild=args.rebuild,
     )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0

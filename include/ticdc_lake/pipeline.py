@@ -1,6 +1,6 @@
 """The pipeline: the four stages in order on one SparkSession, and what to tell a person after.
 
-    run_stages(spark, config, stages=STAGES, *, changefeeds=None, until_ts=None)
+    run_stages(spark, config, stages=STAGES, *, changefeeds=None, until_ts=None, rebuild=False)
         -> PipelineResult
     render_summary(result) -> str
 
@@ -136,8 +136,10 @@ def run_stages(
     *,
     changefeeds: Sequence[str] | None = None,
     until_ts: int | None = None,
+    rebuild: bool = False,
 ) -> PipelineResult:
-    """Run the chosen stages in pipeline order; compact gets ``changefeeds`` and ``until_ts``."""
+    """Run the chosen stages in pipeline order; compact gets ``changefeeds``, ``until_ts`` and
+    ``rebuild`` (empty the changefeeds' gold tables and apply silver again)."""
     order = pipeline_order(stages)
     if changefeeds is not None:
         unknown = sorted(set(changefeeds) - set(config.changefeeds))
@@ -150,7 +152,7 @@ def run_stages(
     for position, stage in enumerate(order):
         options = {}
         if stage == "compact":
-            options = {"changefeeds": changefeeds, "until_ts": until_ts}
+            options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
         run = run_stage(spark, config, stage, **options)
         runs.append(run)
         if run.result is None:
