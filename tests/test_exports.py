@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import gzip
 import random
 
 import orjson
@@ -185,14 +184,70 @@ def test_kcat_lines_as_kcat_prints_them(tmp_path):
     assert len(errors) == 1 and "schema not found" in errors[0].reason
 
 
-def test_a_truncated_compressed_file_keeps_what_was_read_and_reports_the_rest(tmp_path):
-    path = tmp_path / "cut.jsonl.gz"
-    body = b"".join(b64_line(0, offset, b"x" * 100) for offset in range(200))
-    path.write_bytes(gzip.compress(body)[:-200])
+# Enough varied records for several zstd blocks (128 KiB each), so a cut-off file still
+# yields the lines of its whole blocks.
+CUT_RECORDS = [
+    KafkaRecord("t", 0, offset, None, random.Random(offset).randbytes(150), 1, (), 0)
+    for offset in range(3000)
+]
+
+
+@pytest.mark.parametrize("compression", ["gz", "zstd"])
+@pytest.mark.parametrize("layout", ["jsonl", "kcat", "avro"])
+def test_a_cut_off_compressed_file_keeps_what_was_read_and_says_where_it_broke(
+    tmp_path, layout, compression
+):
+    path = tmp_path / exports.export_file_name("cut", layout, compression)
+    write_export(path, CUT_RECORDS, layout, file_compression=compression)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) * 2 // 3])
     records, errors = collect(path)
-    assert 0 < len(records) < 200
-    assert [r.offset for r in records] == list(range(len(records)))
-    assert len(errors) == 1 and "corrupt or truncated" in errors[0].reason
+    assert 0 < len(records) < len(CUT_RECORDS)
+    assert records == CUT_RECORDS[: len(records)]  # each record once, in order
+    [error] = errors
+    unit = "row" if layout == "avro" else "line"
+    name = "gzip" if compression == "gz" else "zstd"
+    assert error.reason.startswith(
+        f"{'avro' if layout == 'avro' else 'jsonl'} file truncated: "
+        f"{name} stream cut off after {unit} {len(records)} ("
+    )
+    assert error.reason.endswith(" bytes of decompressed data)")
+    assert error.line == len(records) + 1
+    assert str(path) in str(error)
+
+
+@pytest.mark.parametrize("compression", ["gz", "zstd"])
+def test_a_cut_off_compressed_parquet_file_says_no_row_can_be_read(tmp_path, compression):
+    path = tmp_path / exports.export_file_name("cut", "parquet", compression)
+    write_export(path, CUT_RECORDS, "parquet", file_compression=compression)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    records, [error] = collect(path)
+    assert records == [] and error.line is None
+    assert error.reason.startswith("parquet file truncated: ")
+    assert "stream cut off (" in error.reason and "no row can be read" in error.reason
+
+
+def test_a_zstd_file_cut_off_before_its_first_block_ends_is_reported_not_read_as_empty(tmp_path):
+    path = tmp_path / "cut.jsonl.zst"
+    write_export(path, RECORDS, "jsonl", file_compression="zstd")
+    path.write_bytes(path.read_bytes()[:-5])
+    records, [error] = collect(path)
+    assert records == [] and "zstd stream cut off after 0 bytes" in error.reason
+
+
+def test_corrupt_compressed_data_says_after_which_line(tmp_path):
+    path = tmp_path / "bad.jsonl.gz"
+    write_export(path, CUT_RECORDS, "jsonl", file_compression="gz")
+    packed = bytearray(path.read_bytes())
+    packed[-6] ^= 0xFF  # the CRC at the end of the gzip member
+    path.write_bytes(bytes(packed))
+    records, [error] = collect(path)
+    assert 0 < len(records) < len(CUT_RECORDS)
+    assert records == CUT_RECORDS[: len(records)]
+    assert "incorrect data check" in error.reason
+    assert error.reason.startswith(f"jsonl file is corrupt or truncated after line {len(records)}:")
+    assert error.line == len(records) + 1
 
 
 def test_a_missing_file_is_reported(tmp_path):

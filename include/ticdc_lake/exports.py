@@ -28,8 +28,11 @@ convert a Parquet batch column-wise, `records_to_arrow`, and `CORRUPT_FILE_ERROR
 A malformed line or row never stops the file and is never dropped silently: it becomes an
 `ExportError` (file, 1-based line or row number, reason, and the coordinates that could be
 read) handed to the `on_error` callback; without a callback it is raised. A file that cannot be
-read at all (missing, not an export, truncated compressed stream) is reported the same way and
-reading moves on to the next file.
+read at all (missing, not an export) is reported the same way and reading moves on to the next
+file. A file that breaks off (corrupt data, a gzip or zstd stream cut off) keeps the records
+before the break, and its error gives the line or row it broke at, e.g. "jsonl file truncated:
+gzip stream cut off after line 1234 (250000 bytes of decompressed data)" with `line` 1235 (a
+compressed Parquet file has its footer at the end: nothing of it can be read).
 """
 
 from __future__ import annotations
@@ -198,19 +201,77 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+class StreamCutOff(EOFError):
+    """A gzip or zstd file that ends inside a member or frame: the export was cut off.
+    `decompressed` bytes came out of it before the break."""
+
+    def __init__(self, compression: str, decompressed: int):
+        self.compression = compression
+        self.decompressed = decompressed
+        name = "gzip" if compression == "gz" else compression
+        super().__init__(f"{name} stream cut off after {decompressed} bytes of decompressed data")
+
+
+class _Decompressed(io.RawIOBase):
+    """The content of a gzip or zstd file of one or more members/frames. Unlike GzipFile and
+    zstandard's stream reader it knows how much came out, and a file ending inside a frame
+    raises StreamCutOff (zstandard's reader just ends there: a cut-off file read as empty)."""
+
+    _INPUT_BYTES = 128 << 10
+
+    def __init__(self, raw: BinaryIO, compression: str):
+        self._raw = raw
+        self._compression = compression
+        self._zstd = zstandard.ZstdDecompressor() if compression == "zstd" else None
+        self._frame = None  # the decompressor of the member/frame being read
+        self._input = b""
+        self._output = memoryview(b"")
+        self.decompressed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _new_frame(self):
+        if self._zstd is not None:
+            return self._zstd.decompressobj()
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+    def readinto(self, buffer) -> int:
+        while not self._output:
+            if not self._input:
+                self._input = self._raw.read(self._INPUT_BYTES)
+            if self._frame is None and self._compression == "gz":
+                self._input = self._input.lstrip(b"\0")  # gzip allows zero padding at the end
+            if not self._input:
+                if self._frame is not None:
+                    raise StreamCutOff(self._compression, self.decompressed)
+                return 0
+            if self._frame is None:
+                self._frame = self._new_frame()
+            self._output = memoryview(self._frame.decompress(self._input))
+            if self._frame.eof:
+                self._input, self._frame = self._frame.unused_data, None
+            else:
+                self._input = b""
+        count = min(len(buffer), len(self._output))
+        buffer[:count] = self._output[:count]
+        self._output = self._output[count:]
+        self.decompressed += count
+        return count
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def _open_decompressed(path: str) -> BinaryIO:
     """A binary stream of the file's content, gzip or zstd undone (told by magic bytes)."""
     raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     compression = sniff(raw.read(4))
     raw.seek(0)
-    if compression == "gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "zstd":
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            raw, read_across_frames=True, closefd=True
-        )
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return raw
+    if compression is None:
+        return raw
+    return io.BufferedReader(_Decompressed(raw, compression), buffer_size=1 << 20)
 
 
 def detect_format(path: str | os.PathLike) -> tuple[str, str]:
@@ -253,16 +314,51 @@ def read_export(
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
     readers = {"parquet": _read_parquet, "avro": _read_avro, "jsonl": _read_json_lines}
+    progress = _Progress()
     try:
-        yield from readers[layout](path, compression, report)
+        yield from readers[layout](path, compression, report, progress)
     except CORRUPT_FILE_ERRORS as exc:
         # Corrupt or truncated files end here; the records already yielded stay valid.
-        report(ExportError(f"{layout} file is corrupt or truncated: {exc}", path=path))
+        report(broken_file_error(path, layout, exc, progress.unit, progress.done))
 
 
-def _read_json_lines(path: str, _compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
+@dataclass
+class _Progress:
+    """How far a reader got: `done` whole lines (JSON Lines) or rows (Parquet, Avro)."""
+
+    unit: str = "row"
+    done: int = 0
+
+
+def broken_file_error(
+    path: str, layout: str, exc: BaseException, unit: str = "row", done: int | None = None
+) -> ExportError:
+    """The error of a file that broke off after `done` whole lines/rows (None: before any
+    could be read, e.g. a Parquet file, whose footer is at its end); `line` is where it broke."""
+    if done is None:
+        where, line = "", None
+    else:
+        where, line = f" after {unit} {done}", done + 1
+    if isinstance(exc, StreamCutOff):
+        name = "gzip" if exc.compression == "gz" else exc.compression
+        reason = (
+            f"{layout} file truncated: {name} stream cut off{where}"
+            f" ({exc.decompressed} bytes of decompressed data)"
+        )
+        if done is None:
+            reason += ": no row can be read without the file's end"
+    else:
+        reason = f"{layout} file is corrupt or truncated{where}: {exc}"
+    return ExportError(reason, path=path, line=line)
+
+
+def _read_json_lines(
+    path: str, _compression: str, report: ErrorHandler, progress: _Progress
+) -> Iterator[KafkaRecord]:
+    progress.unit = "line"
     with _open_decompressed(path) as stream:
         for number, line in enumerate(stream, start=1):
+            progress.done = number
             if line.isspace():
                 continue
             item = parse_json_line(line, path=path, number=number)
@@ -636,8 +732,14 @@ def records_to_arrow(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
     )
 
 
-def _read_parquet(path: str, compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
-    parquet = open_parquet_export(path, compression)
+def _read_parquet(
+    path: str, compression: str, report: ErrorHandler, progress: _Progress
+) -> Iterator[KafkaRecord]:
+    try:
+        parquet = open_parquet_export(path, compression)
+    except CORRUPT_FILE_ERRORS as exc:
+        report(broken_file_error(path, "parquet", exc))
+        return
     missing = missing_columns_error(parquet, path)
     if missing is not None:
         report(missing)
@@ -661,11 +763,15 @@ def _read_parquet(path: str, compression: str, report: ErrorHandler) -> Iterator
         for error in errors:
             report(error)
         row += batch.num_rows
+        progress.done = row
 
 
-def _read_avro(path: str, _compression: str, report: ErrorHandler) -> Iterator[KafkaRecord]:
+def _read_avro(
+    path: str, _compression: str, report: ErrorHandler, progress: _Progress
+) -> Iterator[KafkaRecord]:
     with _open_decompressed(path) as stream:
         for number, row in enumerate(fastavro.reader(stream), start=1):
+            progress.done = number
             topic, partition, offset = (row.get(name) for name in ("topic", "partition", "offset"))
             if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
                 report(

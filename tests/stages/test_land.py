@@ -718,3 +718,56 @@ def test_land_tables_come_from_the_layout(tmp_path):
     paths = [*tables.committed(), tables.plan]
     assert {p.parent for p in paths} == {tmp_path / "lake" / "bronze"}
     assert len({p.name for p in paths}) == len(paths)
+
+
+def cut_off_export(root: Path, topic: str, layout: str, compression: str) -> list[KafkaRecord]:
+    """An export of `topic` cut off two thirds in; returns all the records it was written with
+    (varied bytes: enough zstd blocks that whole ones precede the break)."""
+    records = [
+        KafkaRecord(topic, 0, offset, None, os.urandom(150), 1, (), 0) for offset in range(3000)
+    ]
+    path = root / "landing" / exports.export_file_name(topic, layout, compression)
+    exports.write_export(path, records, layout, file_compression=compression)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    return records
+
+
+@pytest.mark.parametrize(("layout", "compression"), [("jsonl", "gz"), ("kcat", "zstd")])
+def test_a_cut_off_compressed_export_gives_its_records_then_where_it_broke(
+    tmp_path, layout, compression
+):
+    (tmp_path / "landing").mkdir()
+    records = cut_off_export(tmp_path, TOPIC, layout, compression)
+    file = export_source.describe_file(str(next((tmp_path / "landing").iterdir())))
+    rows = read_rows([file]).sort_by("position").to_pylist()
+    *got, error = rows
+    assert 0 < len(got) < len(records)
+    assert [(r["offset"], r["value"], r["error"]) for r in got] == [
+        (r.offset, r.value, None) for r in records[: len(got)]
+    ]
+    assert (error["position"], error["line"]) == (len(got), len(got) + 1)
+    name = "gzip" if compression == "gz" else "zstd"
+    assert error["error"].startswith(f"jsonl file truncated: {name} stream cut off after line")
+
+
+@pytest.mark.spark
+def test_cut_off_compressed_exports_land_what_was_read_once(spark, tmp_path):
+    cut = {"cut-gz": ("jsonl", "gz"), "cut-zstd": ("kcat", "zstd")}
+    config = load_config(write_config(tmp_path, cut))
+    sources = {topic: cut_off_export(tmp_path, topic, *kind) for topic, kind in cut.items()}
+    tables = LandTables.of(LakeLayout(config.lake))
+    result = land(spark, config)
+    landed = bronze_records(tables)  # asserts no coordinate landed twice
+    errors = {Path(e["source_file"]).name: e for e in table(tables.export_errors)}
+    files = {Path(r["path"]).name: r for r in table(tables.landed_files)}
+    for topic, (layout, compression) in cut.items():
+        mine = {k: v for k, v in landed.items() if k[0] == topic}
+        assert 0 < len(mine) < len(sources[topic])
+        assert mine == expected(sources[topic][: len(mine)]), topic
+        name = exports.export_file_name(topic, layout, compression)
+        assert errors[name]["line"] == len(mine) + 1
+        assert f"stream cut off after line {len(mine)} (" in errors[name]["reason"]
+        assert (files[name]["records_read"], files[name]["errors"]) == (len(mine), 1)
+    assert result.records_added == len(landed) and result.errors == 2
+    assert land(spark, config).records_added == 0

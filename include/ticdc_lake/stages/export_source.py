@@ -211,8 +211,9 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
     try:
         parquet = exports.open_parquet_export(path, part.file.compression)
     except exports.CORRUPT_FILE_ERRORS as exc:
-        error = exports.ExportError(f"parquet file is corrupt or truncated: {exc}", path=path)
-        yield _error_batch(part, [(part.first_row, error)])
+        yield _error_batch(
+            part, [(part.first_row, exports.broken_file_error(path, "parquet", exc))]
+        )
         return
     missing = exports.missing_columns_error(parquet, path)
     if missing is not None:
@@ -235,10 +236,8 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
             row += batch.num_rows
     except exports.CORRUPT_FILE_ERRORS as exc:
         # Rows already yielded stay valid, as in exports.read_export.
-        error = exports.ExportError(
-            f"parquet file is corrupt or truncated: {exc}", path=path, line=row + 1
-        )
-        yield _error_batch(part, [(part.first_row, error)])
+        error = exports.broken_file_error(path, "parquet", exc, done=row)
+        yield _error_batch(part, [(row, error)])
 
 
 def _batch(fields: dict[str, pa.Array]) -> pa.RecordBatch:
