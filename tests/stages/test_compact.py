@@ -20,7 +20,7 @@ from ticdc_lake.delta import read_delta
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.exceptions import CompactError
-from ticdc_lake.gold.state import read_state
+from ticdc_lake.gold.state import TableState, read_state
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import CodecSettings
 from ticdc_lake.stages import compact as compact_stage
@@ -293,6 +293,25 @@ def test_avro_with_a_cutoff_ts(spark, tmp_path):
         if isinstance(e, RowEvent) and e.op == "delete" and e.commit_ts is None
     )  # fmt: skip
     assert deletes > 0 and sum(t.deletes for t in feed.tables) > 0
+    # Deletes after the last TS <= cut-off in their partition wait for a later TS: the tables
+    # they belong to say so, and keep the mode.
+    assert feed.pending > 0
+    held = {t.table for t in feed.tables if t.reason}
+    assert held and all(
+        f"changes without a commit TS (deletes after the last TS <= cut-off {cutoff}" in t.reason
+        and "raise cutoff-ts" in t.reason
+        for t in feed.tables
+        if t.table in held
+    )
+    counts = [int(t.reason.split("held back: ")[1].split()[0]) for t in feed.tables if t.reason]
+    assert sum(counts) == feed.pending
+    assert {s.full_name: s.reason for s in states if s.reason}.keys() == held
+    # A rerun is a no-op and keeps the reasons; they are not carried twice.
+    again = compact(spark, config)
+    assert again.changefeeds[0].noop
+    assert {s.full_name: s.reason for s in read_state(spark, layout.gold_state)} == {
+        s.full_name: s.reason for s in states
+    }
     # A rebuild empties gold and applies the log again, under a new generation of app ids.
     rebuilt = compact(spark, config, rebuild=True)
     assert rebuilt.changefeeds[0].generation == 1
@@ -318,6 +337,12 @@ def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(spark
     assert_gold_equals_expected(layout, workload, workload.resolved_ts[-1])
     states = read_state(spark, layout.gold_state)
     assert {(s.mode, s.watermark) for s in states} == {("inconsistent", None)}
+    # Each run derives the reason afresh: one statement of it, however many runs.
+    assert {s.reason for s in states} == {
+        "no consistent cut: canal-json without the TiDB extension (topics "
+        f"{streams.topics}): no commit TS, changes applied in Kafka order per key, DDLs "
+        "applied after the changes of the run"
+    }
     # The UNIQUE-key handle of shop.accounts comes from its CREATE TABLE (pkNames omits it).
     assert {s.full_name: s.handle_key for s in states}["shop.accounts"] == ["code"]
     assert sum(t.upserts for t in second.changefeeds[0].tables) > 0
@@ -343,6 +368,53 @@ def test_modes_and_targets():
     plain = ChangefeedConfig("f", ("c-plain",), watermarks=False, cutoff_ts=200)
     mode, target, notes = target_of(config, plain, ChangefeedWatermark("f", False, None), None)
     assert (mode, target) == ("inconsistent", None) and "carry no commit TS" in notes[0]
+
+
+def test_a_truncate_without_commit_ts_says_it_was_applied_after_the_changes(spark, tmp_path):
+    log = _Log()
+    log.ddl(None, "CREATE TABLE s.x (id int PRIMARY KEY, v int)")
+    log.row(None, "x", "insert", _row(1, v=("c_int", 1)))
+    log.ddl(None, "TRUNCATE TABLE s.x")
+    log.row(None, "x", "insert", _row(2, v=("c_int", 2)))
+    log.row(None, "y", "insert", _row(1, v=("c_int", 1)))
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(
+        tmp_path, streams, "canal-json", partitions=1, watermarks=False, extension=False
+    )
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    compact(spark, config)
+    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
+    # Upstream holds row 2; gold applied the TRUNCATE after it, and says so.
+    assert gold_rows(layout, "s.x") == []
+    assert {s.mode for s in states.values()} == {"inconsistent"}
+    assert all(s.reason.startswith("no consistent cut: canal-json") for s in states.values())
+    assert (
+        "DDL at no commit TS (topic t, partition 0, offset 2) (TRUNCATE) applied after the "
+        "changes of the run" in states["s.x"].reason
+    )
+    assert "TRUNCATE" not in states["s.y"].reason
+
+
+def test_run_reasons_are_not_carried_and_do_not_hide_the_changefeeds_mode():
+    def state(mode, reason):
+        return TableState("f", "s", "t", "p", mode, None, 0, 0, reason=reason)
+
+    mode_reason = compact_stage.NO_CONSISTENT_CUT + "watermarks: false and no cutoff-ts"
+    held = compact_stage.HELD_BACK + "3 changes without a commit TS (deletes)"
+    ddl = "DDL at commit TS 5 (topic t, partition 0, offset 1): not understood; really"
+    carried = compact_stage._marks(f"{mode_reason}; {held}; {ddl}")
+    assert compact_stage._join_reasons(*carried) == ddl
+    assert compact_stage._marks(held) == []
+    # An inconsistent changefeed's row says so (so a config change to a consistent mode
+    # rebuilds); a row marked by a DDL in a consistent changefeed does not say which mode.
+    assert compact_stage._changefeed_mode(state("inconsistent", mode_reason)) == "inconsistent"
+    assert compact_stage._changefeed_mode(state("inconsistent", f"{mode_reason}; {ddl}")) == (
+        "inconsistent"
+    )
+    assert compact_stage._changefeed_mode(state("inconsistent", ddl)) is None
+    assert compact_stage._changefeed_mode(state("inconsistent", None)) == "inconsistent"
+    assert compact_stage._changefeed_mode(state("cutoff", held)) == "cutoff"
 
 
 # --- DDL barriers the generator does not send ---------------------------------------------------

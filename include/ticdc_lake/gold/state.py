@@ -19,7 +19,10 @@ rows in one commit (app id ``compact-state:<changefeed>#<generation>``), after t
 | columns       | JSON list of {name, type, mysql_type}: the gold columns and their origin     |
 | handle_key    | the key gold rows are unique by                                              |
 | dropped       | the upstream table was dropped (or renamed away); gold is empty               |
-| reason        | why the table is not consistent, if it is not                                 |
+| reason        | why gold is knowingly not what upstream held, if it is not: the changefeed   |
+|               | has no consistent cut (every ``inconsistent``-mode row says why), changes   |
+|               | without a TS held back (the mode stays), or a DDL or a failure (the mode     |
+|               | becomes ``inconsistent``); several joined by "; "                           |
 | generation    | bumped when the changefeed's gold is rebuilt (mode change, ``rebuild=True``) |
 | gold_version  | the gold table's Delta version after the compaction                          |
 """

@@ -10,7 +10,12 @@ Per changefeed (config.changefeeds), the target of a run is
 - ``cutoff`` mode (``watermarks: false`` with ``cutoff-ts``): the same at the user's cut-off;
 - ``inconsistent`` mode (no watermarks, no cut-off, or a protocol without commit TSs): every
   change received is applied in Kafka order per key; the state table says gold is not
-  transactionally consistent.
+  transactionally consistent, and its ``reason`` says why (``inconsistent_reason``).
+
+The state's ``reason`` also names what gold knowingly misses: changes without a TS held back
+(``cutoff``: deletes after the last TS <= the cut-off in their partition), and a row-changing
+DDL without a TS (TRUNCATE in Canal-JSON without the TiDB extension) applied after the run's
+changes. Those derived from the run are recomputed each run; DDL and failure reasons are kept.
 
 A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): replays are
 recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
@@ -109,7 +114,7 @@ class TableResult:
     version: int | None = None  # gold Delta version after the run
     commits: int = 0  # gold commits this run
     dropped: bool = False
-    reason: str | None = None  # why not consistent
+    reason: str | None = None  # why gold is knowingly not what upstream held
     zero_dates: int = 0  # zero dates (0000-00-00) stored as NULL
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,9 +295,11 @@ class _ChangefeedRun:
         self.failures: dict[str, str] = {}
         self.zones = {topic: config.topic(topic).time_zone for topic in feed.topics}
         self.lacks_ts = any(_lacks_commit_ts(config, t) for t in feed.topics)
+        self.mode_reason = (
+            inconsistent_reason(config, feed) if self.mode == s.INCONSISTENT else None
+        )
         generation = max((p.generation for p in prior), default=0)
-        # Tables marked inconsistent by a DDL or a failure keep the changefeed's mode.
-        modes = {p.mode for p in prior if p.mode != s.INCONSISTENT or p.reason is None}
+        modes = {mode for mode in map(_changefeed_mode, prior) if mode is not None}
         self.rebuild = bool(prior) and (rebuild or bool(modes - {self.mode}))
         if self.rebuild:
             if not rebuild:
@@ -683,6 +690,12 @@ class _ChangefeedRun:
             item.reasons.append(effect.reason)
             return
         item.ddl += 1
+        if barrier.ts is None and type(effect) in ROW_EFFECTS:
+            item.reasons.append(
+                f"{barrier.ddl.record.describe()} ({ROW_EFFECTS[type(effect)]}) applied after "
+                "the changes of the run, having no TS to place it by: rows upstream wrote after "
+                "it are missing from gold, rows it removed before later changes may remain"
+            )
         if isinstance(effect, c.Create):
             item.dropped = False
             if not effect.replace and gold.exists():
@@ -763,10 +776,15 @@ class _ChangefeedRun:
                 seen = [count.get("max_ts"), prior.applied_ts if prior else None]
                 applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
             carried = prior and prior.reason and not self.rebuild and not _failed(prior)
-            reasons = [prior.reason] if carried else []
-            reasons += item.reasons
-            reason = "; ".join(dict.fromkeys(r for r in reasons if r)) or None
-            mode = s.INCONSISTENT if reason else self.mode
+            marks = _marks(prior.reason) if carried else []
+            marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
+            # A DDL or a failure makes the table inconsistent; the run's own reasons (the
+            # changefeed's mode, changes held back) leave the mode as it is.
+            mode = s.INCONSISTENT if marked else self.mode
+            held = int(count.get("pending") or 0) if self.mode != s.INCONSISTENT else 0
+            reason = _join_reasons(
+                self.mode_reason, self._held_reason(held) if held else None, marked
+            )
             schema = item.gold.schema()
             info = final.info(name)
             dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
@@ -831,6 +849,19 @@ class _ChangefeedRun:
             s.write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
         pending = sum(int(count.get("pending") or 0) for count in counts.values())
         return self._result(results, pending=pending)
+
+    def _held_reason(self, held: int) -> str:
+        where = "cut-off" if self.mode == s.CUTOFF else "target"
+        advice = (
+            "raise cutoff-ts once later data has landed"
+            if self.mode == s.CUTOFF
+            else "a later run applies them once a later TS arrives in their partitions"
+        )
+        return (
+            f"{HELD_BACK}{held} changes without a commit TS (deletes after the last TS <= "
+            f"{where} {self.target} in their partition): rows they delete may still be in "
+            f"gold ({advice})"
+        )
 
 
 @dataclass
@@ -970,6 +1001,63 @@ class _Reduced:
 
 
 FAILED = "compaction failed: "
+# Reasons a run derives afresh (never carried from the prior state): the changefeed's lack of a
+# consistent cut, and changes held back. Each starts with its marker and holds no separator.
+NO_CONSISTENT_CUT = "no consistent cut: "
+HELD_BACK = "held back: "
+_RUN_REASONS = (NO_CONSISTENT_CUT, HELD_BACK)
+_SEPARATOR = "; "
+# Effects that change rows, named for a reason: without a TS they are misplaced in time.
+ROW_EFFECTS = {
+    c.Truncate: "TRUNCATE",
+    c.Drop: "DROP TABLE",
+    c.Move: "RENAME",
+    c.DeleteRows: "partition DDL deleting rows",
+}
+
+
+def inconsistent_reason(config: PipelineConfig, feed: ChangefeedConfig) -> str:
+    """Why a changefeed in ``inconsistent`` mode has no consistent cut."""
+    canal = [t for t in feed.topics if config.topic(t).protocol == "canal-json"]
+    canal = [t for t in canal if not config.topic(t).enable_tidb_extension]
+    avro = [t for t in feed.topics if config.topic(t).protocol == "avro"]
+    avro = [t for t in avro if not config.topic(t).enable_tidb_extension]
+    causes = []
+    if canal:
+        causes.append(
+            f"canal-json without the TiDB extension (topics {canal}): no commit TS, changes "
+            "applied in Kafka order per key, DDLs applied after the changes of the run"
+        )
+    if avro:
+        causes.append(
+            f"avro without the TiDB extension (topics {avro}): no commit TS, changes applied "
+            "in Kafka order per key"
+        )
+    if not causes:
+        causes.append(
+            "watermarks: false and no cutoff-ts: every change received is applied, in Kafka "
+            "order per key"
+        )
+    return NO_CONSISTENT_CUT + ", and ".join(causes)
+
+
+def _join_reasons(*reasons: str | None) -> str | None:
+    return _SEPARATOR.join(r for r in reasons if r) or None
+
+
+def _marks(reason: str) -> list[str]:
+    """The reasons of a prior state that a run carries: all but the run-derived ones."""
+    return [part for part in reason.split(_SEPARATOR) if not part.startswith(_RUN_REASONS)]
+
+
+def _changefeed_mode(state: s.TableState) -> str | None:
+    """The mode of the changefeed that wrote a state row; None when a DDL or a failure marked
+    the table inconsistent in a changefeed of a consistent mode (which, the row cannot say)."""
+    if state.mode != s.INCONSISTENT or state.reason is None:
+        return state.mode
+    if any(p.startswith(NO_CONSISTENT_CUT) for p in state.reason.split(_SEPARATOR)):
+        return s.INCONSISTENT
+    return None
 
 
 def _failed(state: s.TableState) -> bool:
