@@ -323,7 +323,8 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
         f"Lake: {config.lake}",
         f"  holds {totals}",
         f"  config:  {config.source}",
-        f"  reports: {config.reports}",
+        f"  reports: {config.reports}"
+        + ("" if config.reports.exists() else " (none yet: data-quality checks are not built)"),
     ]
     return "\n".join(lines)
 
