@@ -9,6 +9,7 @@ and transactions spanning partitions; the first test asserts each is really ther
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from itertools import pairwise
 
@@ -200,9 +201,23 @@ def test_state_results_and_plain_readers_agree(spark, lake):
         through_spark = read_delta(spark, state.path).toArrow().cast(plain.schema)
         assert table.rows == state.rows == plain.num_rows == through_spark.num_rows
         assert table.version == state.gold_version == DeltaTable(state.path).version()
+        assert_state_says_why_gold_is_off(lake, state)
         keys = lake.workload.expected.handle_keys[table.table]
         assert sorted(plain.to_pylist(), key=lambda r: lakes.key_text(r, keys)) == sorted(
             through_spark.to_pylist(), key=lambda r: lakes.key_text(r, keys)
+        )
+
+    if feed.mode == "cutoff":
+        held = [re.search(r"held back: (\d+) changes", s.reason or "") for s in states.values()]
+        assert sum(int(found[1]) for found in held if found) == feed.pending
+
+
+def assert_state_says_why_gold_is_off(lake, state) -> None:
+    if state.mode == "watermark":
+        assert not state.reason, state.reason
+    elif state.mode == "inconsistent":
+        assert state.reason.startswith(f"no consistent cut: {lake.case.protocol} without"), (
+            state.reason
         )
 
 
