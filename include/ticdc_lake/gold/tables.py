@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
-from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -78,18 +78,26 @@ class GoldTable:
         return delta_table_exists(self.path)
 
     def schema(self) -> pa.Schema | None:
-        if not self.exists():
+        table = self._open()
+        return None if table is None else table_schema(table).to_arrow()
+
+    def _open(self) -> DeltaTable | None:
+        return open_table(self.path) if self.exists() else None
+
+    def _pending(self, version: int) -> DeltaTable | None:
+        """The table, opened once for a whole DDL effect (a run may carry hundreds of them,
+        each open reads the log), unless it is missing or step ``version`` is done already."""
+        table = self._open()
+        if table is None or already_committed(table, self.app_id, version):
             return None
-        return table_schema(open_table(self.path)).to_arrow()
+        return table
 
     def version(self) -> int | None:
         return open_table(self.path).version() if self.exists() else None
 
     def rows(self) -> int:
-        if not self.exists():
-            return 0
-        actions = pa.table(open_table(self.path).get_add_actions(flatten=True))
-        return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+        table = self._open()
+        return 0 if table is None else _row_count(table)
 
     def done(self, version: int) -> bool:
         """Whether the step with this version was committed already (a rerun)."""
@@ -129,12 +137,9 @@ class GoldTable:
         )
         return result.committed
 
-    def _replace(self, rows: pa.Table, version: int) -> bool:
-        """Replace the rows and columns with ``rows`` by delta-rs alone: no Spark job, which
-        matters for the DDL effects that write no rows (a run may carry hundreds of them)."""
-        table = open_table(self.path)
-        if already_committed(table, self.app_id, version):
-            return False
+    def _replace(self, table: DeltaTable, rows: pa.Table, version: int) -> bool:
+        """Replace the rows and columns of ``table`` with ``rows`` by delta-rs alone: no Spark
+        job, which matters for the DDL effects that write no rows (a run may carry hundreds)."""
         write_deltalake(
             table,
             rows,
@@ -147,7 +152,8 @@ class GoldTable:
     def create(self, schema: pa.Schema, version: int) -> bool:
         """An empty table with ``schema`` (an existing one is emptied and takes it)."""
         if self.exists():
-            return self._replace(schema.empty_table(), version)
+            table = self._pending(version)
+            return table is not None and self._replace(table, schema.empty_table(), version)
         # A new table: merge_delta creates it from the (empty) Arrow data with delta-rs alone,
         # no Spark job; every CREATE TABLE of a run costs milliseconds.
         result = merge_delta(
@@ -158,20 +164,21 @@ class GoldTable:
 
     def empty(self, version: int) -> bool:
         """TRUNCATE / DROP TABLE: no rows, the same columns."""
-        schema = self.schema()
-        if schema is None or self.done(version):
+        table = self._pending(version)
+        if table is None:
             return False
-        return self._replace(schema.empty_table(), version)
+        return self._replace(table, table_schema(table).to_arrow().empty_table(), version)
 
     def add_columns(self, added: list[pa.Field], version: int) -> bool:
-        schema = self.schema()
-        if schema is None or self.done(version):
+        table = self._pending(version)
+        if table is None:
             return False
-        fields = [f for f in added if f.name not in schema.names]
+        present = table_schema(table).to_arrow().names
+        fields = [f for f in added if f.name not in present]
         if not fields:
             return False
         # Metadata only. Columns go before _commit_ts in a new table; Delta appends them here.
-        open_table(self.path).alter.add_columns(
+        table.alter.add_columns(
             DeltaSchema.from_arrow(pa.schema(fields)).fields,
             commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
         )
@@ -186,19 +193,25 @@ class GoldTable:
     def drop_columns(self, names: tuple[str, ...], version: int) -> bool:
         """DROP COLUMN: a table small enough is rewritten by delta-rs on the driver (no Spark
         job), a larger one by Spark."""
-        if not self.exists() or self.done(version):
+        table = self._pending(version)
+        if table is None:
             return False
-        if self.rows() > DRIVER_REWRITE_ROWS:
+        if _row_count(table) > DRIVER_REWRITE_ROWS:
             return self.rewrite(drop_columns(names), version)
-        rows = open_table(self.path).to_pyarrow_table()
+        rows = table.to_pyarrow_table()
         kept = [n for n in rows.column_names if n not in names]
-        return self._replace(rows.select(kept), version)
+        return self._replace(table, rows.select(kept), version)
 
     def copy_to(self, other: GoldTable, version: int) -> bool:
         """RENAME TABLE: this table's rows become ``other``'s."""
         if not self.exists() or other.done(version):
             return False
         return other._write(read_delta(self.spark, self.path), version)
+
+
+def _row_count(table: DeltaTable) -> int:
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
 
 
 # --- DDL effects as Spark transforms -----------------------------------------------------------
