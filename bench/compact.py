@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -50,6 +49,8 @@ from ticdc_lake.lake.silver import CHANGES_SCHEMA, COLUMN_TYPE, DDL_SCHEMA
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.compact import ROWS_PER_FILE, compact
 from ticdc_lake.stages.watermark import watermark
+
+from bench.machine import machine_report
 
 TOPIC = "bench"
 DRIVER_MEMORY = "4g"  # explicit: the default 1 GB ran out at 10M; the base is no longer compacted
@@ -255,12 +256,7 @@ def main() -> None:
     report = {
         "benchmark": "compact",
         "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
-        "machine": {
-            "platform": f"{platform.machine()}, {os.cpu_count()} cores",
-            "python": platform.python_version(),
-            "load_average_start": [round(v, 2) for v in load_start],
-            "load_average_end": [round(v, 2) for v in os.getloadavg()],
-        },
+        "machine": machine_report(load_start),
         "results": results,
         "ratio_largest_to_smallest": round(results[-1]["compact_s"] / results[0]["compact_s"], 2),
         "target_ratio": 2.0,

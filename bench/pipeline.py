@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import time
 from pathlib import Path
@@ -50,6 +49,8 @@ from ticdc_lake.workload.output import (
     encode_routing,
     pipeline_config,
 )
+
+from bench.machine import machine_report
 
 ROWS_PER_TRANSACTION = 3.8  # what the generator averages (at least): sizes the workload
 WORK = Path(__file__).resolve().parent / ".work"
@@ -192,12 +193,7 @@ def run(row_events: int, protocol: str, seed: int) -> dict:
         "export_bytes": manifest["counts"]["export_bytes"],
         "seed": seed,
         "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
-        "machine": {
-            "platform": f"{platform.machine()}, {os.cpu_count()} cores",
-            "python": platform.python_version(),
-            "load_average_start": [round(v, 2) for v in load_start],
-            "load_average_end": [round(v, 2) for v in os.getloadavg()],
-        },
+        "machine": machine_report(load_start),
         "floor_s": [round(s, 1) for s in floors],
         "floor_events_per_s": round(events / best_floor),
         "stages": {

@@ -171,6 +171,17 @@ def parse_column_type(text: str) -> ParsedColumnType:
     return replace(parsed, length=numbers[0], scale=numbers[1] if len(numbers) > 1 else None)
 
 
+def parsed_column_type_or_none(text: str | None) -> ParsedColumnType | None:
+    """The parsed type, or None when there is no text or it is not a column type (a type a
+    protocol sends only as a hint must not stop the row)."""
+    if not text:
+        return None
+    try:
+        return parse_column_type(text)
+    except ValueError:
+        return None
+
+
 def _lowercase_keywords(text: str) -> str:
     """Lower-case the type name and modifiers but not the ENUM/SET members between the parens."""
     head, paren, rest = text.partition("(")

@@ -22,9 +22,15 @@ from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import write_delta
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import CHANGES_SCHEMA, DDL_SCHEMA, change_row, ddl_row
+from ticdc_lake.lake.silver import (
+    CHANGES_SCHEMA,
+    DDL_SCHEMA,
+    RESOLVED_SCHEMA,
+    change_row,
+    ddl_row,
+    resolved_row,
+)
 from ticdc_lake.protocols import CodecSettings
-from ticdc_lake.stages.decode import RESOLVED_SCHEMA
 from ticdc_lake.workload import Workload
 from ticdc_lake.workload.dispatch import Routing, route
 from ticdc_lake.workload.expected_gold import ExpectedGold, typed_value
@@ -91,16 +97,7 @@ def land(spark, layout: LakeLayout, streams: Streams, upto: dict | float = 1.0) 
             elif isinstance(event, DdlEvent):
                 ddls.append(ddl_row(event, batch))
             else:
-                resolved.append(
-                    {
-                        "topic": event.topic,
-                        "partition": event.partition,
-                        "ts": event.ts,
-                        "offset": event.offset,
-                        "index": event.index,
-                        "bronze_batch": batch,
-                    }
-                )
+                resolved.append(resolved_row(event, batch))
         streams.landed[key] = max(start, end)
     # Decode's order: changes and DDL before the resolved events that vouch for them.
     for path, rows, schema in (

@@ -145,16 +145,7 @@ def python_decode(config: PipelineConfig, batches: dict[int, list[tuple[str, Kaf
                 elif isinstance(event, DdlEvent):
                     expected["ddl"].append(silver.ddl_row(event, batch))
                 else:
-                    expected["resolved"].append(
-                        {
-                            "topic": event.topic,
-                            "partition": event.partition,
-                            "ts": event.ts,
-                            "offset": event.offset,
-                            "index": event.index,
-                            "bronze_batch": batch,
-                        }
-                    )
+                    expected["resolved"].append(silver.resolved_row(event, batch))
     return expected, failed
 
 

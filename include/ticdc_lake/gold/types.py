@@ -115,12 +115,7 @@ class ColumnSpec:
         """What a change row tells: its type code and flags, and the full type if it was sent
         (Canal-JSON's bare `mysqlType` such as `decimal` or `enum` carries no parameters)."""
         flags = flags or 0
-        parsed = None
-        if mysql_type:
-            try:
-                parsed = m.parse_column_type(mysql_type)
-            except ValueError:
-                parsed = None
+        parsed = m.parsed_column_type_or_none(mysql_type)
         if type_code is None and parsed is not None:
             type_code = _BASE_CODES.get(parsed.base)
         unsigned = bool(flags & m.FLAG_UNSIGNED) or bool(parsed and parsed.unsigned)

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from ticdc_lake.events import DdlEvent, Image, RowEvent
+from ticdc_lake.events import DdlEvent, Image, ResolvedEvent, RowEvent
 
 COLUMN_TYPE = pa.struct(
     [
@@ -64,6 +64,17 @@ DDL_SCHEMA = pa.schema(
         ("query", pa.string()),
         ("ddl_type", pa.int32()),
         *KAFKA_FIELDS,
+        ("bronze_batch", pa.int64()),
+    ]
+)
+
+RESOLVED_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("ts", pa.int64()),
+        ("offset", pa.int64()),
+        ("index", pa.int32()),
         ("bronze_batch", pa.int64()),
     ]
 )
@@ -258,6 +269,17 @@ def ddl_row(event: DdlEvent, bronze_batch: int) -> dict[str, Any]:
         "ddl_type": event.ddl_type,
         "topic": event.topic,
         "partition": event.partition,
+        "offset": event.offset,
+        "index": event.index,
+        "bronze_batch": bronze_batch,
+    }
+
+
+def resolved_row(event: ResolvedEvent, bronze_batch: int) -> dict[str, Any]:
+    return {
+        "topic": event.topic,
+        "partition": event.partition,
+        "ts": event.ts,
         "offset": event.offset,
         "index": event.index,
         "bronze_batch": bronze_batch,

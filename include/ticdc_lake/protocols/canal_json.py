@@ -706,12 +706,7 @@ class _ColumnFormat:
     __slots__ = ("bare", "binary", "full", "java_type", "type_code", "unsigned")
 
     def __init__(self, type_code: int | None, flags: int, mysql_type: str | None):
-        parsed = None
-        if mysql_type:
-            try:
-                parsed = m.parse_column_type(mysql_type)
-            except ValueError:
-                parsed = None
+        parsed = m.parsed_column_type_or_none(mysql_type)
         if type_code is None:
             type_code = _TYPE_CODES.get(parsed.base, m.TYPE_VARCHAR) if parsed else m.TYPE_VARCHAR
         self.type_code = type_code

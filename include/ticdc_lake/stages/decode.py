@@ -72,17 +72,6 @@ PARTITION_BY = ("bronze_batch",)
 SILVER_TABLES = ("changes", "ddl", "resolved", "quarantine")
 OPS = ("insert", "update", "delete")
 
-RESOLVED_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("ts", pa.int64()),
-        ("offset", pa.int64()),
-        ("index", pa.int32()),
-        ("bronze_batch", pa.int64()),
-    ]
-)
-
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -136,7 +125,7 @@ DECODED_SCHEMA = pa.schema(
         ("bronze_batch", pa.int64()),
         (CHANGE, pa.struct(list(silver.CHANGES_SCHEMA))),
         (DDL, pa.struct(list(silver.DDL_SCHEMA))),
-        (RESOLVED, pa.struct(list(RESOLVED_SCHEMA))),
+        (RESOLVED, pa.struct(list(silver.RESOLVED_SCHEMA))),
         (QUARANTINE, pa.struct([f for f in QUARANTINE_SCHEMA if f.name != "quarantined_at"])),
         (TALLY, _TALLY_TYPE),
         (FATAL, _FATAL_TYPE),
@@ -642,7 +631,7 @@ class PartitionDecoder:
                 elif isinstance(event, DdlEvent):
                     out.add(DDL, batch_id, silver.ddl_row(event, batch_id))
                 else:
-                    out.add(RESOLVED, batch_id, _resolved_row(event, batch_id))
+                    out.add(RESOLVED, batch_id, silver.resolved_row(event, batch_id))
         return None
 
 
@@ -689,17 +678,6 @@ def _quarantine_row(
         "protocol": error.protocol,
         "error": str(error),
         "byte_offset": error.byte_offset,
-    }
-
-
-def _resolved_row(event: ResolvedEvent, batch_id: int) -> dict[str, Any]:
-    return {
-        "topic": event.topic,
-        "partition": event.partition,
-        "ts": event.ts,
-        "offset": event.offset,
-        "index": event.index,
-        "bronze_batch": batch_id,
     }
 
 
