@@ -130,30 +130,24 @@ class WatermarkResult:
 def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
     """The watermarks table after folding ``new`` resolved events (topic, partition, ts, offset,
     index, bronze_batch) into ``previous`` (WATERMARKS_SCHEMA or None)."""
-    before = (
-        previous.select(
-            "topic",
-            "partition",
-            F.col("resolved_ts").alias("old_ts"),
-            F.col("offset").alias("old_offset"),
-            F.col("events").alias("old_events"),
-            F.col("regressions").alias("old_regressions"),
-            F.col("last_regression_ts").alias("old_regression_ts"),
-            F.col("last_regression_offset").alias("old_regression_offset"),
-            F.col("bronze_batch").alias("old_batch"),
-        )
-        if previous is not None
-        else None
+    if previous is None:  # a first run folds into an empty table: one formula serves both
+        previous = new.sparkSession.createDataFrame([], WATERMARKS_SCHEMA)
+    before = previous.select(
+        "topic",
+        "partition",
+        F.col("resolved_ts").alias("old_ts"),
+        F.col("offset").alias("old_offset"),
+        F.col("events").alias("old_events"),
+        F.col("regressions").alias("old_regressions"),
+        F.col("last_regression_ts").alias("old_regression_ts"),
+        F.col("last_regression_offset").alias("old_regression_offset"),
+        F.col("bronze_batch").alias("old_batch"),
     )
     arrival = Window.partitionBy("topic", "partition").orderBy("bronze_batch", "offset", "index")
     earlier = arrival.rowsBetween(Window.unboundedPreceding, -1)
-    events = new.select("topic", "partition", "ts", "offset", "index", "bronze_batch")
-    if before is not None:
-        events = events.join(
-            before.select("topic", "partition", "old_ts"), ["topic", "partition"], "left"
-        )
-    else:
-        events = events.withColumn("old_ts", F.lit(None).cast("long"))
+    events = new.select("topic", "partition", "ts", "offset", "index", "bronze_batch").join(
+        before.select("topic", "partition", "old_ts"), ["topic", "partition"], "left"
+    )
     # The partition's watermark just before each event: the previous run's, or a higher earlier
     # event of this run.
     running = F.greatest(F.col("old_ts"), F.max("ts").over(earlier))
@@ -173,40 +167,25 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
         last_regression.alias("new_last_regression"),
         F.max("bronze_batch").alias("new_batch"),
     )
-    if before is None:
-        merged = folded.select(
-            "topic",
-            "partition",
-            F.col("new_ts").alias("resolved_ts"),
-            F.col("new_offset").alias("offset"),
-            F.col("new_events").alias("events"),
-            F.col("new_regressions").alias("regressions"),
-            F.col("new_last_regression.ts").alias("last_regression_ts"),
-            F.col("new_last_regression.offset").alias("last_regression_offset"),
-            F.col("new_batch").alias("bronze_batch"),
-        )
-    else:
-        joined = before.join(folded, ["topic", "partition"], "full_outer")
-        rose = F.col("new_ts").isNotNull() & (
-            F.col("old_ts").isNull() | (F.col("new_ts") > F.col("old_ts"))
-        )
-        merged = joined.select(
-            "topic",
-            "partition",
-            F.when(rose, F.col("new_ts")).otherwise(F.col("old_ts")).alias("resolved_ts"),
-            F.when(rose, F.col("new_offset")).otherwise(F.col("old_offset")).alias("offset"),
-            (F.coalesce("old_events", F.lit(0)) + F.coalesce("new_events", F.lit(0))).alias(
-                "events"
-            ),
-            (
-                F.coalesce("old_regressions", F.lit(0)) + F.coalesce("new_regressions", F.lit(0))
-            ).alias("regressions"),
-            F.coalesce("new_last_regression.ts", "old_regression_ts").alias("last_regression_ts"),
-            F.coalesce("new_last_regression.offset", "old_regression_offset").alias(
-                "last_regression_offset"
-            ),
-            F.greatest(F.col("old_batch"), F.col("new_batch")).alias("bronze_batch"),
-        )
+    joined = before.join(folded, ["topic", "partition"], "full_outer")
+    rose = F.col("new_ts").isNotNull() & (
+        F.col("old_ts").isNull() | (F.col("new_ts") > F.col("old_ts"))
+    )
+    merged = joined.select(
+        "topic",
+        "partition",
+        F.when(rose, F.col("new_ts")).otherwise(F.col("old_ts")).alias("resolved_ts"),
+        F.when(rose, F.col("new_offset")).otherwise(F.col("old_offset")).alias("offset"),
+        (F.coalesce("old_events", F.lit(0)) + F.coalesce("new_events", F.lit(0))).alias("events"),
+        (F.coalesce("old_regressions", F.lit(0)) + F.coalesce("new_regressions", F.lit(0))).alias(
+            "regressions"
+        ),
+        F.coalesce("new_last_regression.ts", "old_regression_ts").alias("last_regression_ts"),
+        F.coalesce("new_last_regression.offset", "old_regression_offset").alias(
+            "last_regression_offset"
+        ),
+        F.greatest(F.col("old_batch"), F.col("new_batch")).alias("bronze_batch"),
+    )
     return merged.select(
         *[F.col(f.name).cast(f.dataType).alias(f.name) for f in WATERMARKS_SCHEMA.fields]
     )
