@@ -5,13 +5,14 @@ from __future__ import annotations
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
 from ticdc_lake.errors import DecodeError
 from ticdc_lake.events import Event
+from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 
 # What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
@@ -39,6 +40,7 @@ class CodecSettings:
     schema_source: Any = None  # Avro: a SchemaSource (registry, directory or _schemas export)
     max_batch_size: int = 16  # encoders: row events per batched message (Open Protocol, Craft)
     options: tuple[tuple[str, Any], ...] = ()  # protocol-specific knobs, documented per protocol
+    limits: Limits = field(default_factory=Limits)  # bounds on what a message may make us read
 
     def __post_init__(self):
         check_codec(self.compression)
