@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ import yaml
 from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
+from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.stages import export_source
@@ -538,20 +540,98 @@ def test_discover_files_expands_directories_and_skips_bookkeeping(tmp_path):
     (spark_dir / "part-0.parquet").write_text("")
     (spark_dir / "_temporary" / "part-1.parquet").write_text("")
     assert [
-        Path(p).relative_to(tmp_path).as_posix() for p in discover_files([f"{tmp_path}/*"])
+        Path(p).relative_to(tmp_path).as_posix() for p in discover_files([f"{tmp_path}/*"]).files
     ] == [
         "a.jsonl",
         "spark-export/part-0.parquet",
     ]
-    assert discover_files([f"{tmp_path}/none/*"]) == []
+    assert discover_files([f"{tmp_path}/none/*"]).files == []
     # The lake under a landing glob is not landed.
     bronze = LakeLayout(tmp_path / "lake").bronze
     bronze.mkdir(parents=True)
     (bronze / "part-0.parquet").write_text("")
-    assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"])) == 2
+    assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"]).files) == 2
     # A file named outright is taken, whatever its name; patterns add up.
-    named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"])
+    named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"]).files
     assert [Path(p).name for p in named] == ["_SUCCESS", "a.jsonl"]
+
+
+@pytest.mark.parametrize("pattern", ["/", "/*", "//", "/**/*.jsonl", "", " "])
+def test_a_pattern_searching_from_the_filesystem_root_is_refused(pattern):
+    """`inputs: "exports/*.jsonl"` once became one pattern per character: "/" walked the
+    whole filesystem, /dev included, opening every file to sniff it."""
+    with pytest.raises(ConfigError, match=r"whole filesystem from /|empty pattern"):
+        discover_files([pattern])
+    with pytest.raises(ConfigError, match="whole filesystem from /"):
+        discover_files(["/tmp/../*"])
+
+
+def test_a_string_is_one_pattern(tmp_path, monkeypatch):
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "a.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    found = discover_files("exports/*.jsonl").files
+    assert [Path(p).name for p in found] == ["a.jsonl"]
+
+
+def test_matches_never_leave_the_pattern_folder(tmp_path):
+    landing, outside = tmp_path / "landing", tmp_path / "outside"
+    landing.mkdir()
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.jsonl").write_text("{}")
+    (outside / "dir" / "part-0.jsonl").write_text("{}")
+    (landing / "a.jsonl").write_text("")
+    (landing / "link-out.jsonl").symlink_to(outside / "secret.jsonl")
+    (landing / "dir-out").symlink_to(outside / "dir")
+    (landing / "link-in.jsonl").symlink_to(landing / "a.jsonl")
+    (landing / "broken.jsonl").symlink_to(landing / "gone.jsonl")
+    found = discover_files([f"{landing}/*"])
+    assert found.files == [str(landing / "a.jsonl")]  # the link inside is the same file
+    refused = {Path(r.path).name: r.reason for r in found.refused}
+    assert set(refused) == {"link-out.jsonl", "dir-out", "broken.jsonl"}
+    assert "outside" in refused["link-out.jsonl"] and "outside" in refused["dir-out"]
+    assert "No such file" in refused["broken.jsonl"]
+    # Named outright, a link out is refused as well.
+    assert discover_files([str(landing / "link-out.jsonl")]).files == []
+
+
+def test_special_files_are_refused_without_being_opened(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.jsonl").write_text("")
+    os.mkfifo(landing / "fifo.jsonl")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(landing / "socket.jsonl"))
+        found = discover_files([f"{landing}/*"])
+    assert [Path(p).name for p in found.files] == ["a.jsonl"]
+    assert [str(r) for r in found.refused] == [
+        f"{landing}/fifo.jsonl: is a FIFO, not a regular file; not opened",
+        f"{landing}/socket.jsonl: is a socket, not a regular file; not opened",
+    ]
+    # Named outright, /dev/zero is refused too (its folder is /dev).
+    assert "a device" in discover_files(["/dev/zero"]).refused[0].reason
+
+
+def test_listing_descends_only_with_double_star_and_never_through_links(tmp_path):
+    landing = tmp_path / "landing"
+    (landing / "day" / "hour").mkdir(parents=True)
+    (landing / "top.jsonl").write_text("")
+    (landing / "day" / "a.jsonl").write_text("")
+    (landing / "day" / "hour" / "b.jsonl").write_text("")
+    (landing / "day" / "loop").symlink_to(landing)  # ** must not go round it
+    (landing / "day" / "loop2").symlink_to(landing / "day")
+
+    def names(pattern):
+        return [Path(p).relative_to(landing).as_posix() for p in discover_files([pattern]).files]
+
+    assert names(f"{landing}/*") == ["day/a.jsonl", "top.jsonl"]  # a matched dir: one level
+    assert names(f"{landing}/*/*.jsonl") == ["day/a.jsonl"]
+    assert names(f"{landing}/**/*.jsonl") == ["day/a.jsonl", "day/hour/b.jsonl", "top.jsonl"]
+    found = discover_files([f"{landing}/*"])
+    assert (
+        "not searched (use ** to)"
+        in {r.reason for r in found.refused if r.path.endswith("hour")}.pop()
+    )
 
 
 def read_rows(files: list[export_source.ExportFile]) -> pa.Table:
