@@ -456,25 +456,30 @@ def bounded_lines(stream: BinaryIO, max_bytes: int) -> Iterator[bytes | LongLine
         if not line:
             return
         if len(line) == piece and not line.endswith(b"\n"):
-            yield _rest_of_line(stream, bytearray(line), max_bytes)
+            yield _rest_of_line(stream, line, max_bytes)
         elif len(line) > max_bytes:
             yield LongLine(len(line), line[:LONG_LINE_HEAD])
         else:
             yield line
 
 
-def _rest_of_line(stream: BinaryIO, line: bytearray, max_bytes: int) -> bytes | LongLine:
+def _rest_of_line(stream: BinaryIO, first: bytes, max_bytes: int) -> bytes | LongLine:
     """A line read on from its first piece: whole if it is within ``max_bytes``, else read to
-    its end without keeping more than its head."""
-    while len(line) <= max_bytes and not line.endswith(b"\n"):
-        piece = stream.readline(min(_LINE_PIECE, max_bytes + 1 - len(line)))
+    its end keeping only its head. (Pieces are joined once at the end: a growing buffer would
+    be copied as it grows.)"""
+    pieces, length = [first], len(first)
+    while length <= max_bytes and not pieces[-1].endswith(b"\n"):
+        piece = stream.readline(min(_LINE_PIECE, max_bytes + 1 - length))
         if not piece:
             break
-        line += piece
-    if len(line) <= max_bytes:
-        return bytes(line)
-    length, head, ended = len(line), bytes(line[:LONG_LINE_HEAD]), line.endswith(b"\n")
-    del line
+        pieces.append(piece)
+        length += len(piece)
+    if length <= max_bytes:
+        return b"".join(pieces)
+    # The first piece is min(1 MiB, max_bytes + 1) long: the head is in it but for tiny limits.
+    head = (first if len(first) >= LONG_LINE_HEAD else b"".join(pieces))[:LONG_LINE_HEAD]
+    ended = pieces[-1].endswith(b"\n")
+    del pieces
     while not ended:
         piece = stream.readline(_LINE_PIECE)
         if not piece:
