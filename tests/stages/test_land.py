@@ -19,6 +19,7 @@ from ticdc_lake import exports
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.stages import export_source
 from ticdc_lake.stages.land import (
@@ -492,6 +493,28 @@ def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monke
 
 
 @pytest.mark.spark
+def test_land_never_opens_what_lies_outside_its_folder_or_is_not_a_file(spark, generated, tmp_path):
+    """A FIFO (opening it would block for ever), a socket and links out of the landing area
+    are refused unopened and reported in the result; the real export lands."""
+    config = load_config(write_config(tmp_path, [TOPIC]))
+    landing = tmp_path / "landing"
+    records = retopic(generated[1], TOPIC)
+    exports.write_export(landing / "a.jsonl", records, "jsonl")
+    exports.write_export(tmp_path / "elsewhere.jsonl", retopic(generated[2], TOPIC), "jsonl")
+    (landing / "out.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    os.mkfifo(landing / "fifo.jsonl")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(landing / "socket.jsonl"))
+        result = land(spark, config)
+    assert (result.files_landed, result.records_added, result.errors) == (1, len(records), 0)
+    assert result.files_refused == 3
+    assert [line.split(": ")[0] for line in result.refused] == [
+        f"{landing}/{name}" for name in ("fifo.jsonl", "out.jsonl", "socket.jsonl")
+    ]
+    assert "outside" in result.refused[1] and "3 refused" in str(result)
+
+
+@pytest.mark.spark
 @pytest.mark.slow
 def test_each_commit_records_its_batch_and_unchanged_tables_get_none(story):
     tables = story["tables"]
@@ -634,11 +657,10 @@ def test_listing_descends_only_with_double_star_and_never_through_links(tmp_path
     )
 
 
-def read_rows(files: list[export_source.ExportFile]) -> pa.Table:
+def read_rows(files: list[export_source.ExportFile], limits: Limits | None = None) -> pa.Table:
+    partitions = export_source.ExportReader(files, limits=limits).partitions()
     batches = [
-        batch
-        for partition in export_source.plan_partitions(files)
-        for batch in export_source.read_partition(partition)
+        batch for partition in partitions for batch in export_source.read_partition(partition)
     ]
     return pa.Table.from_batches(batches, schema=export_source.ARROW_SCHEMA)
 
@@ -669,6 +691,9 @@ def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
     exports.write_export(path, records, "kcat")
     lines = path.read_bytes().splitlines(keepends=True)
     lines[3:3] = [b"\n", b"not json\n"]  # a blank line, then a bad one: line 5
+    # Line 9 is longer than the limit: it is read through, not kept, and reported.
+    limit = max(map(len, lines)) + 100
+    lines.insert(8, b'{"topic":"t","partition":0,"offset":99,"payload":"' + b"A" * limit + b'"}\n')
     lines.append(b'{"topic": "orders", "partition": 0, "payload": "x"}')  # no offset, no "\\n"
     path.write_bytes(b"".join(lines))
     monkeypatch.setattr(export_source, "SPLIT_BYTES", split_bytes)
@@ -682,15 +707,18 @@ def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
         assert ends[-1] is None and all(
             path.read_bytes()[end - 1 : end] == b"\n" for end in ends[:-1]
         )
-    rows = read_rows([file]).sort_by("position").to_pylist()
+    rows = read_rows([file], Limits(max_export_line_bytes=limit)).sort_by("position").to_pylist()
     got = [r for r in rows if r["error"] is None]
     assert [(r["partition"], r["offset"], r["value"]) for r in got] == [
         (r.partition, r.offset, r.value) for r in records
     ]
     errors = [r for r in rows if r["error"] is not None]
-    assert [e["line"] for e in errors] == [5, len(lines)]
+    assert [e["line"] for e in errors] == [5, 9, len(lines)]
     assert "not valid JSON" in errors[0]["error"] and errors[0]["raw"] == b"not json\n"
-    assert "`offset` must be an integer" in errors[1]["error"]
+    too_long = f"line 9 ({len(lines[8]):,} bytes) exceeds limits.max-export-line-bytes = {limit:,}"
+    assert too_long in errors[1]["error"]
+    assert errors[1]["raw"] == lines[8][: exports.LONG_LINE_HEAD]
+    assert "`offset` must be an integer" in errors[2]["error"]
     assert len({r["position"] for r in rows}) == len(rows)  # positions order the file
 
 

@@ -81,6 +81,7 @@ from ticdc_lake.delta import (
 )
 from ticdc_lake.errors import TicdcLakeError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.limits import Limits
 from ticdc_lake.stages.export_source import (
     HEADERS_TYPE,
     ExportFile,
@@ -336,7 +337,9 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
             )
         plan = plan_batch(tables, changed)
         save_plan(tables, plan)
-    outcome = run_batch(spark, tables, plan)
+    # The config's `limits:` section, where the config carries one (PipelineConfig.limits).
+    limits = getattr(config, "limits", None) or Limits()
+    outcome = run_batch(spark, tables, plan, limits)
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
     return LandResult(
@@ -467,9 +470,11 @@ def pending_plan(tables: LandTables) -> LandPlan | None:
 # --- running a batch --------------------------------------------------------------------------
 
 
-def run_batch(spark: SparkSession, tables: LandTables, plan: LandPlan) -> dict[str, int]:
+def run_batch(
+    spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None = None
+) -> dict[str, int]:
     """Read the plan's files and make its commits (those not made yet); returns the counts."""
-    return _Batch(spark, tables, plan).run()
+    return _Batch(spark, tables, plan, limits).run()
 
 
 def with_record_hash(records: DataFrame) -> DataFrame:
@@ -538,11 +543,13 @@ class _Batch:
     whole instead, parsing being the dearer part.
     """
 
-    def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
+    def __init__(
+        self, spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None
+    ):
         self.spark = spark
         self.tables = tables
         self.plan = plan
-        self.raw = read_export_files(spark, plan.files)
+        self.raw = read_export_files(spark, plan.files, limits=limits)
         self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
         if all(_plain_parquet(f) for f in plan.files):
             # Parquet is cheap to read again, and its coordinates alone cheaper still.
