@@ -14,6 +14,7 @@ from ticdc_lake.errors import DecodeError
 from ticdc_lake.events import Event
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.values import check_events
 
 # What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
 # so a caller only ever has to handle the project's own error; the original stays chained.
@@ -66,8 +67,11 @@ class Decoder(ABC):
         self.settings = settings or CodecSettings()
 
     def decode(self, record: KafkaRecord) -> list[Event]:
+        """The record's events; every row value checked against its column's type."""
         try:
-            return self._decode(record)
+            events = self._decode(record)
+            check_events(events)
+            return events
         except DecodeError as exc:
             exc.located(
                 protocol=self.protocol,
