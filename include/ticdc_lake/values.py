@@ -6,6 +6,10 @@ DECIMAL(5,2) '123456.789', JSON '{not json', a FLOAT that is infinite) makes its
 DecodeError, so it goes to quarantine instead of stopping gold's typed conversion. Gold's
 conversion takes its ENUM and SET bounds from here too.
 
+The compiled decoders answer the common kinds themselves (`events_fit` in
+protocols/_speedups.h, a C port of these checks that may only pass what these pass); whatever
+they leave, and every pure-Python decode, is checked here.
+
 The checks look at the event model's values (events.py): an integer type's int, a temporal,
 DECIMAL or JSON column's str, a FLOAT/DOUBLE's float. A value of another kind is left as it is:
 only the pre-v4.0.6 Open Protocol format keeps such values, exactly as sent (its Java sample's
@@ -29,8 +33,13 @@ from ticdc_lake.events import Event, Image, RowEvent
 # A check returns None when the value fits, else what was expected.
 Check = Callable[[Any], str | None]
 
-_INTEGER_BITS = {m.TYPE_TINY: 8, m.TYPE_SHORT: 16, m.TYPE_INT24: 24, m.TYPE_LONG: 32}
-_INTEGER_BITS[m.TYPE_LONGLONG] = 64
+_INTEGER_BITS = {
+    m.TYPE_TINY: 8,
+    m.TYPE_SHORT: 16,
+    m.TYPE_INT24: 24,
+    m.TYPE_LONG: 32,
+    m.TYPE_LONGLONG: 64,
+}
 MAX_ENUM_MEMBERS = 65535  # MySQL's limit; index 0 is the invalid-value member ''
 MAX_SET_MEMBERS = 64
 MAX_DECIMAL_DIGITS = 65  # DECIMAL(65,30) is the widest TiDB column
@@ -253,10 +262,10 @@ def image_problem(image: Image) -> str | None:
         code = column.type_code
         if value is None or code is None:
             continue
-        if column.mysql_type is not None and code in _TYPE_TEXT_MATTERS:
-            check = value_check(code, bool(column.flags & m.FLAG_UNSIGNED), column.mysql_type)
-        else:
+        if type(code) is int and (column.mysql_type is None or code not in _TYPE_TEXT_MATTERS):
             check = plain(code << 8 | column.flags & 0x80)  # mysql.FLAG_UNSIGNED
+        else:  # a full type that matters, or an odd type code such as 3.0 (== INT)
+            check = value_check(code, bool(column.flags & m.FLAG_UNSIGNED), column.mysql_type)
         if check is not None:
             expected = check(value)
             if expected is not None:

@@ -382,7 +382,9 @@ class CanalJsonDecoder(Decoder):
             # parses the value again, which only DDL, watermarks, a table's first row and bad
             # messages pay for, and so does a row with a value that does not fit its type.
             events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
-            if events is not None and events_problem(events) is None:
+            if events is not None and (
+                self.speedups.events_fit(events) or events_problem(events) is None
+            ):
                 return events
         return super().decode(record)
 

@@ -169,7 +169,9 @@ class OpenProtocolDecoder(Decoder):
                 )
             except Exception:
                 events = None
-            if events is not None and events_problem(events) is None:
+            if events is not None and (
+                speedups.events_fit(events) or events_problem(events) is None
+            ):
                 return events
         return super().decode(record)
 
