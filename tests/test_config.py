@@ -610,3 +610,16 @@ def test_a_password_in_the_registry_url_is_warned_about_and_never_shown(tmp_path
     with pytest.raises(ConfigError) as caught:
         load_config(write_config(tmp_path, document))
     assert "got 'http://lake:***@registry.invalid:8081'" in str(caught.value)
+
+
+def test_the_example_config_loads():
+    example = Path(__file__).resolve().parents[1] / "include" / "pipeline.example.yaml"
+    config = load_config(example)
+    assert config.limits.max_claim_check_bytes == 16 * 1024 * 1024
+    assert config.topic("tidb2-billing-invoices").schema_registry.password_env
+
+
+def test_the_generated_configs_comment_names_the_keys_as_they_are(tmp_path):
+    generated = write_generated(tmp_path, GenerateOptions(protocol="craft", transactions=2))
+    comment = generated.config_path.read_text().split("\nversion:")[0]
+    assert "cutoff-ts" in comment and "cut-off-ts" not in comment
