@@ -148,6 +148,7 @@ class PipelineConfig:
 
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
+    """The config in ``path``, checked; a ConfigError listing every mistake otherwise."""
     source = Path(path).resolve()
     try:
         text = source.read_text()
@@ -155,8 +156,9 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         raise ConfigError(f"cannot read pipeline config {source}: {exc}") from exc
     try:
         document, lines = _parse_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"pipeline config {source} is not valid YAML: {exc}") from exc
+    except yaml.YAMLError as exc:  # its text quotes the file: mask any URL password in it
+        message = redact_text(f"pipeline config {source} is not valid YAML: {exc}")
+        raise ConfigError(message) from None
     try:
         checked = _PipelineFile.model_validate({} if document is None else document)
     except ValidationError as exc:
