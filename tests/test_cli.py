@@ -19,6 +19,9 @@ from ticdc_lake.events import INSERT, RowEvent
 from ticdc_lake.exports import write_export
 from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+from tests.e2e.test_secrets import closed_port
 
 
 def open_protocol_record(offset: int, **values) -> KafkaRecord:
@@ -144,6 +147,17 @@ def test_decode_builds_its_topic_with_the_pipelines_factory(tmp_path, monkeypatc
     assert (settings.compression, settings.enable_tidb_extension) == ("lz4", False)
     assert settings.claim_check.roots == [str(tmp_path.resolve() / "claims")]
     assert settings.options == (("a", 1),)
+
+
+def test_decode_with_an_unreachable_registry_says_so_without_the_password(tmp_path, capsys, caplog):
+    generated = write_generated(tmp_path, GenerateOptions(protocol="avro", transactions=1))
+    url = f"http://lake:Zecret-99@127.0.0.1:{closed_port()}"
+    argv = ["decode", "--protocol", "avro", "--schema-registry", url]
+    assert main([*argv, *map(str, generated.export_files)]) == 1
+    err = capsys.readouterr().err
+    assert "could not be reached" in err and "Traceback" not in err
+    assert "http://lake:***@127.0.0.1" in caplog.text  # the warning: use password-env
+    assert "Zecret-99" not in err + caplog.text
 
 
 def test_generate_writes_exports_manifest_and_config(tmp_path, capsys):

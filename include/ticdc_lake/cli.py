@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None, *, spark=None) -> int:
     except ConfigError as exc:
         print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
         return 2
+    except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
+        print(f"ticdc-lake: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `ticdc-lake decode ... | head`
         sys.stderr.close()
         return 0
