@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import socket
 from pathlib import Path
 
 import orjson
@@ -20,8 +21,6 @@ from ticdc_lake.exports import write_export
 from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.workload.output import GenerateOptions, write_generated
-
-from tests.e2e.test_secrets import closed_port
 
 
 def open_protocol_record(offset: int, **values) -> KafkaRecord:
@@ -147,6 +146,12 @@ def test_decode_builds_its_topic_with_the_pipelines_factory(tmp_path, monkeypatc
     assert (settings.compression, settings.enable_tidb_extension) == ("lz4", False)
     assert settings.claim_check.roots == [str(tmp_path.resolve() / "claims")]
     assert settings.options == (("a", 1),)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_decode_with_an_unreachable_registry_says_so_without_the_password(tmp_path, capsys, caplog):
