@@ -19,10 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 from ticdc_lake import exports
-from ticdc_lake.errors import DecodeError, TicdcLakeError
 from ticdc_lake.exports import ExportError, read_export, write_export
 from ticdc_lake.limits import Limits
-from ticdc_lake.protocols import make_decoder
 from ticdc_lake.records import KafkaRecord
 
 RECORDS = [
@@ -275,23 +273,6 @@ def test_read_exports_names_the_file_of_each_record(tmp_path):
         (str(second), RECORDS[2]),
         (str(second), RECORDS[3]),
     ]
-
-
-def test_decode_exports_reports_undecodable_records_with_file_and_coordinates(tmp_path):
-    good_key = (1).to_bytes(8, "big") + (len(b'{"ts":5,"t":3}')).to_bytes(8, "big")
-    good = KafkaRecord("t", 0, 0, good_key + b'{"ts":5,"t":3}', (0).to_bytes(8, "big"))
-    bad = KafkaRecord("t", 3, 41, b"\x00\x00", b"junk")
-    path = tmp_path / "records.jsonl"
-    write_export(path, [good, bad, good], "jsonl")
-    errors: list[TicdcLakeError] = []
-    decoded = list(
-        exports.decode_exports([path], make_decoder("open-protocol"), on_error=errors.append)
-    )
-    assert [events[0].ts for _, _, events in decoded] == [5, 5]
-    (error,) = errors
-    assert isinstance(error, DecodeError)
-    assert (error.source_file, error.partition, error.offset) == (str(path), 3, 41)
-    assert f"file {path}" in str(error) and "partition 3, offset 41" in str(error)
 
 
 def test_fuzzed_lines_give_records_or_export_errors_only(tmp_path):

@@ -58,10 +58,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
-from ticdc_lake.errors import DecodeError, TicdcLakeError, location_text
-from ticdc_lake.events import Event
+from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, TicdcLakeError, location_text
 from ticdc_lake.limits import LimitExceededError, Limits
-from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS, Decoder
 from ticdc_lake.records import KafkaRecord
 
 FORMATS = ("parquet", "jsonl", "kcat", "avro")
@@ -917,25 +915,6 @@ def _read_avro(
                 headers=tuple((h["key"], h.get("value")) for h in row.get("headers") or ()),
                 timestamp_type=stamp_type if _is_int(stamp_type) and stamp_type >= 0 else None,
             )
-
-
-def decode_exports(
-    paths: Iterable[str | os.PathLike],
-    decoder: Decoder,
-    *,
-    on_error: Callable[[TicdcLakeError], None],
-    limits: Limits | None = None,
-) -> Iterator[tuple[str, KafkaRecord, list[Event]]]:
-    """(path, record, events) for every record that decodes; every unreadable line and every
-    record that does not decode goes to `on_error` (an ExportError, or a DecodeError naming the
-    file, topic, partition and offset), and decoding goes on with the next record."""
-    for path, record in read_exports(paths, on_error=on_error, limits=limits):
-        try:
-            events = decoder.decode(record)
-        except DecodeError as exc:
-            on_error(exc.located(source_file=path))
-            continue
-        yield path, record, events
 
 
 # ---------------------------------------------------------------------------------------------

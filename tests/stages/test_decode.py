@@ -19,13 +19,14 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 from ticdc_lake import exports
+from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
 from ticdc_lake.errors import DecodeError
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
+from ticdc_lake.protocols import CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
 from ticdc_lake.stages import decode as stage
@@ -132,8 +133,7 @@ def python_decode(config: PipelineConfig, batches: dict[int, list[tuple[str, Kaf
     for batch, records in batches.items():
         for _, record in records:
             if record.topic not in decoders:
-                protocol = config.topic(record.topic).protocol
-                decoders[record.topic] = make_decoder(protocol, config.codec_settings(record.topic))
+                decoders[record.topic] = topic_decoder(config.topic(record.topic), config.limits)
             try:
                 events = decoders[record.topic].decode(record)
             except DecodeError as error:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,25 +9,11 @@ from typing import Any, ClassVar
 
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
-from ticdc_lake.errors import DecodeError
+from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
 from ticdc_lake.events import Event
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.values import check_events
-
-# What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
-# so a caller only ever has to handle the project's own error; the original stays chained.
-MALFORMED_INPUT_ERRORS = (
-    ValueError,  # includes orjson.JSONDecodeError, UnicodeDecodeError, binascii.Error
-    KeyError,
-    IndexError,
-    TypeError,
-    AttributeError,
-    OverflowError,
-    EOFError,
-    struct.error,
-    RecursionError,
-)
 
 
 @dataclass(frozen=True)

@@ -337,9 +337,7 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
             )
         plan = plan_batch(tables, changed)
         save_plan(tables, plan)
-    # The config's `limits:` section, where the config carries one (PipelineConfig.limits).
-    limits = getattr(config, "limits", None) or Limits()
-    outcome = run_batch(spark, tables, plan, limits)
+    outcome = run_batch(spark, tables, plan, config.limits)
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
     return LandResult(
