@@ -106,6 +106,22 @@ def interval_range(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
     return tso_of(start), tso_of(end) - 1
 
 
+def requested_range(
+    start_text: object, end_text: object, interval: tuple[dt.datetime, dt.datetime] | None
+) -> tuple[int, int] | None:
+    """The TSO range a backfill run asks for: its ``start_ts``/``end_ts`` params when given,
+    else its data interval (``interval``: a run of ``airflow backfill create``), else None."""
+    given = [bool(str(text or "").strip()) for text in (start_text, end_text)]
+    if any(given):
+        if not all(given):
+            missing = "end_ts" if given[0] else "start_ts"
+            raise BackfillParamError(f"{missing} is empty: give start_ts and end_ts together")
+        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts")
+    if interval is not None:
+        return interval_range(*interval)
+    return None
+
+
 def check_range(start_ts: int, end_ts: int, watermark: int | None) -> None:
     """Refuse a range a backfill cannot serve: backwards, or past what the lake holds."""
     if end_ts < start_ts:

@@ -68,6 +68,15 @@ def _counts(stage: str, result: dict[str, Any]) -> dict[str, Any]:
             "deletes": sum(t["deletes"] for t in tables),
             "ddl": sum(t["ddl"] for t in tables),
         }
+    if stage == "backfill":
+        plan, redecoded = result["plan"], result.get("redecode") or {}
+        return {
+            "start_ts": plan["start_ts"],
+            "end_ts": plan["end_ts"],
+            "batches": plan["batches"],
+            "changefeeds": plan["changefeeds"],
+            "records_redecoded": redecoded.get("records", 0),
+        } | _counts("compact", result.get("compact") or {})
     if stage == "watermark":
         return {key: result.get(key) for key in ("resolved_read", "partitions", "advanced")} | {
             "watermarks": {f["name"]: f.get("watermark") for f in result.get("changefeeds", [])}
@@ -88,7 +97,7 @@ def summarize_run(folder: Path, stages: tuple[str, ...]) -> RunSummary:
             counts[stage] = {"failed": True}
             continue
         counts[stage] = _counts(stage, result) | {"seconds": run.get("seconds")}
-        if "changefeeds" in result and stage in ("compact", "backfill"):
+        if stage in ("compact", "backfill"):
             compacted = result if stage == "compact" else result.get("compact")
     if compacted is None:
         return RunSummary(counts, failures)
