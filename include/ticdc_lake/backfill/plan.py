@@ -77,7 +77,7 @@ def _read(path: Path, columns: list[str], filters=None) -> pa.Table | None:
         table = DeltaTable(str(path))
     except Exception:
         return None
-    return table.to_pyarrow_table(columns=columns, filters=filters)
+    return table.to_pyarrow_dataset().to_table(columns=columns, filter=filters)
 
 
 def _in_range(path: Path, columns: list[str], column: str, start: int, end: int) -> pa.Table:
