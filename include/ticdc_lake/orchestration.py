@@ -73,9 +73,10 @@ def describe_ts(tso: int) -> str:
     return f"{tso} ({moment_of(tso).isoformat(timespec='milliseconds')})"
 
 
-def parse_ts(text: object, name: str) -> int:
-    """A TSO from a whole number, or from an ISO-8601 time with a zone (its millisecond's first
-    TSO). ``name`` (the parameter) goes into the message when the text is neither."""
+def parse_ts(text: object, name: str, *, end: bool = False) -> int:
+    """A TSO from a whole number, or from an ISO-8601 time with a zone: its millisecond's first
+    TSO, or with ``end`` (a range's inclusive end) its last. ``name`` (the parameter) goes into
+    the message when the text is neither."""
     value = str(text).strip() if text is not None else ""
     if re.fullmatch(r"\d+", value):
         tso = int(value)
@@ -98,6 +99,8 @@ def parse_ts(text: object, name: str) -> int:
         )
     if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
         raise BackfillParamError(f"{name}: {value!r} is before 1970, before any TSO")
+    if end:
+        return tso_of(moment + dt.timedelta(milliseconds=1)) - 1
     return tso_of(moment)
 
 
@@ -116,7 +119,7 @@ def requested_range(
         if not all(given):
             missing = "end_ts" if given[0] else "start_ts"
             raise BackfillParamError(f"{missing} is empty: give start_ts and end_ts together")
-        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts")
+        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts", end=True)
     if interval is not None:
         return interval_range(*interval)
     return None
