@@ -92,6 +92,13 @@ def test_the_plan_names_the_batches_tables_and_changefeeds_a_range_touches(confi
     assert (tail.batches, tail.tables_in_range) == ((3, 4), ())
 
 
+def test_a_data_interval_holding_the_watermark_ends_at_it(config):
+    plan = plan_backfill(config, ts(25), ts(3600), up_to_watermark=True)
+    assert (plan.end_ts, plan.batches) == (ts(100), (2, 3, 4))
+    with pytest.raises(BackfillParamError, match=r"starts at .* above the lake's current"):
+        plan_backfill(config, ts(200), ts(3600), up_to_watermark=True)
+
+
 def test_a_table_list_limits_what_is_rebuilt(config):
     plan = plan_backfill(config, ts(25), ts(45), ["shop.a"])
     assert plan.tables_in_range == ("shop.a",)

@@ -125,9 +125,17 @@ def _state(layout: LakeLayout) -> list[dict]:
 
 
 def plan_backfill(
-    config: PipelineConfig, start_ts: int, end_ts: int, tables: Iterable[str] = ()
+    config: PipelineConfig,
+    start_ts: int,
+    end_ts: int,
+    tables: Iterable[str] = (),
+    *,
+    up_to_watermark: bool = False,
 ) -> BackfillPlan:
-    """Check the range and tables, and say what a backfill would re-derive and rebuild."""
+    """Check the range and tables, and say what a backfill would re-derive and rebuild.
+
+    ``up_to_watermark`` ends a range reaching past the watermark at it (a data interval of
+    ``airflow backfill create`` holding the watermark); a range given by hand must end below."""
     layout = LakeLayout(config.lake)
     state = _state(layout)
     owners = {f"{row['schema']}.{row['table']}": row["changefeed"] for row in state}
@@ -141,6 +149,8 @@ def plan_backfill(
     feeds = {owners[name] for name in wanted} if wanted else set(config.changefeeds)
     marks = [row["watermark"] for row in state if row["changefeed"] in feeds]
     marks = [mark for mark in marks if mark is not None]
+    if up_to_watermark and marks and start_ts <= max(marks) < end_ts:
+        end_ts = max(marks)
     check_range(start_ts, end_ts, max(marks) if marks else None)
 
     batches: set[int] = set()
