@@ -84,6 +84,16 @@ def test_a_data_interval_maps_to_its_tsos_end_excluded():
     assert moment_of(end) < NOON + dt.timedelta(hours=1)
 
 
+def test_airflows_pendulum_intervals_map_too():
+    import pendulum
+
+    start = pendulum.datetime(2026, 1, 2, 12, tz="UTC")
+    assert interval_range(start, start.add(hours=1)) == interval_range(
+        NOON, NOON + dt.timedelta(hours=1)
+    )
+    assert tso_of(pendulum.datetime(2026, 1, 2, 20, tz="Asia/Shanghai")) == NOON_TSO
+
+
 def test_requested_range_prefers_params_then_the_interval():
     interval = (NOON, NOON + dt.timedelta(hours=1))
     assert requested_range("5", "9", interval) == (5, 9)

@@ -12,6 +12,7 @@ it, so it must not start a JVM, read a Delta table or open a config.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import os
 import re
@@ -57,7 +58,9 @@ def tso_of(moment: dt.datetime) -> int:
     """The first TSO of a moment's millisecond (TSO = unix ms << 18)."""
     if moment.tzinfo is None:
         raise ValueError(f"{moment.isoformat()} has no time zone")
-    millis = (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+    # By the calendar, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose
+    # difference is no timedelta.
+    millis = calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
     return millis << TSO_LOGICAL_BITS
 
 
