@@ -95,8 +95,9 @@ def test_a_folder_of_configs_gives_a_dag_pair_each(tmp_path):
 def test_the_guard_catches_a_dag_file_that_reads_a_file(tmp_path):
     folder = tmp_path / "dags"
     folder.mkdir()
+    (folder / "reads.json").write_text("{}")
     (folder / "reads.py").write_text(
-        "from pathlib import Path\nSETTINGS = Path(__file__).read_text()\n"
+        "from pathlib import Path\nSETTINGS = Path(__file__).with_suffix('.json').read_text()\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
@@ -105,4 +106,5 @@ def test_the_guard_catches_a_dag_file_that_reads_a_file(tmp_path):
         timeout=300,
     )  # fmt: skip
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert any("reads.py" in entry for entry in report["refused"]["reads.py"])
+    assert report["errors"] == {}  # the read worked: the guard reports, the test fails on it
+    assert any("reads.json" in entry for entry in report["refused"]["reads.py"])
