@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -346,7 +347,20 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
     ``--config``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
+    parser.add_argument(
+        "--result-file",
+        type=Path,
+        help="also write the result JSON here (for a scheduler task to read; replaced whole)",
+    )
     return parser
+
+
+def write_result_file(path: Path, run: StageRun) -> None:
+    """The stage's result and failures as one JSON file, replaced whole (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(run.to_dict()))
+    partial.replace(path)
 
 
 def job_main(
@@ -367,6 +381,8 @@ def job_main(
         return 2
     if run.result is not None:
         print(json.dumps(run.result.to_dict()))
+    if getattr(args, "result_file", None) is not None:
+        write_result_file(args.result_file, run)
     for what, why in sorted(run.failures.items()):
         print(f"{name}: {what}: {why}", file=sys.stderr)
     return 1 if run.failures else 0

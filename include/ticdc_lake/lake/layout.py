@@ -80,5 +80,17 @@ class LakeLayout:
         """Per gold table: the watermark it reflects and whether it is consistent."""
         return self.root / "state" / "gold"
 
+    @property
+    def backfills(self) -> Path:
+        """One row per finished backfill: its range, and the table versions it left."""
+        return self.root / "state" / "backfills"
+
+    def tables(self) -> dict[str, Path]:
+        """Every Delta table of the lake but gold (whose tables the state table lists), by name."""
+        names = ("bronze", "landed_files", "offset_gaps", "export_errors", "offset_conflicts",
+                 "offset_ranges", "changes", "ddl", "resolved", "quarantine", "decode_log",
+                 "watermarks", "gold_state")  # fmt: skip
+        return {name: getattr(self, name) for name in names}
+
     def gold(self, schema: str, table: str) -> Path:
         return self.root / "gold" / schema / table

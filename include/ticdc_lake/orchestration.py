@@ -1,0 +1,236 @@
+"""What the Airflow DAGs need at parse time, and nothing heavy: stage names, TSO <-> time, the
+backfill range check, and where the pipeline configs are.
+
+    discover_configs(environ) -> list[PipelineSource]   # names only: no file is opened
+    parse_ts(text, name) -> int                          # a TSO number or an ISO-8601 time
+    tso_of(moment) / moment_of(tso)                      # TSO = unix ms << 18
+    check_range(start_ts, end_ts, watermark) -> None     # BackfillParamError says what to fix
+
+This module imports only the standard library: a DAG file imports it while the scheduler parses
+it, so it must not start a JVM, read a Delta table or open a config.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# In pipeline order (the same as ticdc_lake.pipeline.STAGES; a test keeps them in step).
+STAGES = ("land", "decode", "watermark", "compact")
+
+# Data-quality checks run after a stage, before the next one starts: stage -> check names.
+# The data-quality issue fills these in; the DAGs place one task per name after the stage.
+QUALITY_CHECKS: dict[str, tuple[str, ...]] = {stage: () for stage in STAGES}
+
+# Where the configs are: a YAML file, or a folder of them (one DAG pair per file). The Airflow
+# Variable of the same name works when given as an environment variable (AIRFLOW_VAR_...),
+# which is read without a database query at parse time.
+CONFIGS_ENV = "TICDC_LAKE_CONFIGS"
+CONFIGS_VARIABLE = "ticdc_lake_configs"
+# The demo sample used when no config is named, generated on the first run when missing.
+DEMO_DIR_ENV = "TICDC_LAKE_DEMO_DIR"
+DEMO_PROTOCOL = "open-protocol"
+DEMO_TRANSACTIONS = 200
+
+PIPELINE_DAG = "ticdc_lake"
+BACKFILL_DAG = "ticdc_lake_backfill"
+# One Airflow pool slot per lake: the pipeline's and the backfill's Spark jobs never overlap.
+POOL = "ticdc_lake"
+
+TSO_LOGICAL_BITS = 18
+TSO_MAX = (1 << 63) - 1  # TSOs are stored as int64 in the lake
+_CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+class BackfillParamError(ValueError):
+    """A backfill's parameters cannot be used; the message says which and what to give."""
+
+
+# --- TSO <-> time ---------------------------------------------------------------------------
+
+
+def tso_of(moment: dt.datetime) -> int:
+    """The first TSO of a moment's millisecond (TSO = unix ms << 18)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone")
+    # By the calendar, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose
+    # difference is no timedelta.
+    millis = calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
+    return millis << TSO_LOGICAL_BITS
+
+
+def moment_of(tso: int) -> dt.datetime:
+    """A TSO's physical time, in UTC."""
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+        milliseconds=tso >> TSO_LOGICAL_BITS
+    )
+
+
+def describe_ts(tso: int) -> str:
+    """``449... (2026-01-02T03:04:05.678+00:00)``: a TSO a person can place."""
+    return f"{tso} ({moment_of(tso).isoformat(timespec='milliseconds')})"
+
+
+def parse_ts(text: object, name: str, *, end: bool = False) -> int:
+    """A TSO from a whole number, or from an ISO-8601 time with a zone: its millisecond's first
+    TSO, or with ``end`` (a range's inclusive end) its last. ``name`` (the parameter) goes into
+    the message when the text is neither."""
+    value = str(text).strip() if text is not None else ""
+    if re.fullmatch(r"\d+", value):
+        tso = int(value)
+        if tso > TSO_MAX:
+            raise BackfillParamError(f"{name}: {value} is larger than any TSO (at most {TSO_MAX})")
+        return tso
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise BackfillParamError(
+            f"{name}: {value!r} is neither a TSO (a whole number such as 462873715384320000) "
+            "nor an ISO-8601 time with a zone (such as 2026-01-02T03:00:00+00:00)"
+        )
+    if moment.tzinfo is None:
+        raise BackfillParamError(
+            f"{name}: {value!r} has no time zone; add one (such as +00:00 or Z): TiDB's "
+            "timestamps are absolute"
+        )
+    if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
+        raise BackfillParamError(f"{name}: {value!r} is before 1970, before any TSO")
+    if end:
+        return tso_of(moment + dt.timedelta(milliseconds=1)) - 1
+    return tso_of(moment)
+
+
+def interval_range(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
+    """An Airflow data interval [start, end) as an inclusive TSO range."""
+    return tso_of(start), tso_of(end) - 1
+
+
+def requested_range(
+    start_text: object, end_text: object, interval: tuple[dt.datetime, dt.datetime] | None
+) -> tuple[int, int] | None:
+    """The TSO range a backfill run asks for: its ``start_ts``/``end_ts`` params when given,
+    else its data interval (``interval``: a run of ``airflow backfill create``), else None."""
+    given = [bool(str(text or "").strip()) for text in (start_text, end_text)]
+    if any(given):
+        if not all(given):
+            missing = "end_ts" if given[0] else "start_ts"
+            raise BackfillParamError(f"{missing} is empty: give start_ts and end_ts together")
+        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts", end=True)
+    if interval is not None:
+        return interval_range(*interval)
+    return None
+
+
+def check_range(start_ts: int, end_ts: int, watermark: int | None) -> None:
+    """Refuse a range a backfill cannot serve: backwards, or past what the lake holds."""
+    if end_ts < start_ts:
+        raise BackfillParamError(
+            f"end_ts {describe_ts(end_ts)} is before start_ts {describe_ts(start_ts)}"
+        )
+    if watermark is None:
+        raise BackfillParamError(
+            "the lake has no gold watermark yet: run the pipeline (DAG ticdc_lake) first; a "
+            "backfill re-derives what the pipeline has already brought in"
+        )
+    if start_ts > watermark:
+        raise BackfillParamError(
+            f"the range starts at {describe_ts(start_ts)}, above the lake's current watermark "
+            f"{describe_ts(watermark)}: nothing there is in gold yet (the pipeline brings it)"
+        )
+    if end_ts > watermark:
+        raise BackfillParamError(
+            f"end_ts {describe_ts(end_ts)} is above the lake's current watermark "
+            f"{describe_ts(watermark)}: end the range at or below the watermark"
+        )
+
+
+# --- where the configs are ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineSource:
+    """One pipeline config, and the DAG ids of its pipeline and backfill."""
+
+    config: Path
+    suffix: str  # "" for the only config; else its file name's stem
+    demo: bool = False  # the built-in demo sample: generated by the first run when missing
+
+    @property
+    def pipeline_dag_id(self) -> str:
+        return PIPELINE_DAG + (f"__{self.suffix}" if self.suffix else "")
+
+    @property
+    def backfill_dag_id(self) -> str:
+        return BACKFILL_DAG + (f"__{self.suffix}" if self.suffix else "")
+
+
+def demo_dir(environ: Mapping[str, str]) -> Path:
+    """Where the demo sample lives: TICDC_LAKE_DEMO_DIR, else beside Airflow's home."""
+    if environ.get(DEMO_DIR_ENV):
+        return Path(environ[DEMO_DIR_ENV])
+    home = environ.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
+    return Path(home) / "ticdc_lake_demo"
+
+
+def demo_config(environ: Mapping[str, str]) -> Path:
+    return demo_dir(environ) / DEMO_PROTOCOL / "pipeline.yaml"
+
+
+def configs_setting(environ: Mapping[str, str]) -> str | None:
+    """The configured file or folder: TICDC_LAKE_CONFIGS, else the Airflow Variable
+    ticdc_lake_configs given as AIRFLOW_VAR_TICDC_LAKE_CONFIGS."""
+    for name in (CONFIGS_ENV, f"AIRFLOW_VAR_{CONFIGS_VARIABLE.upper()}"):
+        if environ.get(name, "").strip():
+            return environ[name].strip()
+    return None
+
+
+def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineSource]:
+    """The pipeline configs to schedule, found by name only (no file is opened).
+
+    A folder gives one DAG pair per *.yaml/*.yml in it (ids suffixed with the file's stem); a
+    file gives ``ticdc_lake`` and ``ticdc_lake_backfill``; nothing configured gives the demo
+    sample. A folder that holds no config gives no DAGs.
+    """
+    environ = os.environ if environ is None else environ
+    setting = configs_setting(environ)
+    if setting is None:
+        return [PipelineSource(demo_config(environ), "", demo=True)]
+    path = Path(setting).expanduser()
+    if not path.is_dir():
+        return [PipelineSource(path, "")]
+    files = sorted(
+        entry for entry in path.iterdir() if entry.suffix in _CONFIG_SUFFIXES and entry.is_file()
+    )
+    if len(files) == 1:
+        return [PipelineSource(files[0], "")]
+    return [PipelineSource(file, _dag_suffix(file.stem)) for file in files]
+
+
+def _dag_suffix(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+
+
+# --- the Spark jobs -------------------------------------------------------------------------
+
+
+def spark_jobs_dir(environ: Mapping[str, str], dags_file: str) -> Path:
+    """The spark_jobs/ folder: TICDC_LAKE_SPARK_JOBS, else beside the dags/ folder."""
+    if environ.get("TICDC_LAKE_SPARK_JOBS"):
+        return Path(environ["TICDC_LAKE_SPARK_JOBS"])
+    return Path(dags_file).resolve().parent.parent / "spark_jobs"
+
+
+def run_dir(environ: Mapping[str, str]) -> Path:
+    """Where the Spark jobs of a DAG run leave their JSON results for the summary task."""
+    if environ.get("TICDC_LAKE_RUN_DIR"):
+        return Path(environ["TICDC_LAKE_RUN_DIR"])
+    home = environ.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
+    return Path(home) / "ticdc_lake_runs"

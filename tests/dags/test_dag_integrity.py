@@ -1,0 +1,110 @@
+"""DAG integrity: every file in dags/ imports without errors, warnings, file or socket access
+(or pyspark/deltalake), and every DAG has tags, retries, doc_md and an owner."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+GUARD = Path(__file__).with_name("parse_guard.py")
+
+
+def parse_dags(tmp_path: Path, **environ: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TICDC_LAKE"))}
+    env |= {"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env |= environ
+    command = [sys.executable, str(GUARD), str(DAGS)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory) -> dict:
+    return parse_dags(tmp_path_factory.mktemp("demo"))
+
+
+def test_dag_files_import_cleanly_without_io(demo_report):
+    assert demo_report["errors"] == {}
+    assert demo_report["warnings"] == []
+    assert demo_report["refused"] == {}
+    assert demo_report["modules"] == []  # no pyspark, no deltalake at parse time
+    assert set(demo_report["dags"]) == {"ticdc_lake", "ticdc_lake_backfill"}
+
+
+def test_every_dag_has_tags_retries_doc_and_owner(demo_report):
+    for dag_id, dag in demo_report["dags"].items():
+        assert dag["tags"], dag_id
+        assert len(dag["doc_md"]) > 200, dag_id
+        assert dag["max_active_runs"] == 1, dag_id
+        assert dag["catchup"] is False, dag_id
+        for task_id, task in dag["tasks"].items():
+            assert task["owner"] == "data-platform", (dag_id, task_id)
+            if task_id != "plan":  # bad parameters are not retried
+                assert task["retries"] >= 1, (dag_id, task_id)
+                assert task["retry_exponential_backoff"] > 1, (dag_id, task_id)
+
+
+def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
+    tasks = demo_report["dags"]["ticdc_lake"]["tasks"]
+    order = ["prepare_demo", "land", "decode", "watermark", "compact", "summary"]
+    assert list(tasks) == order
+    for before, after in itertools.pairwise(order):
+        assert tasks[after]["upstream"] == [before]
+    for stage in ("land", "decode", "watermark", "compact"):
+        assert tasks[stage]["operator"] == "SparkSubmitOperator"
+        assert tasks[stage]["pool"] == "ticdc_lake"
+    assert tasks["land"]["outlets"] == ["ticdc_lake.bronze"]
+    assert tasks["decode"]["outlets"] == ["ticdc_lake.silver"]
+    assert tasks["summary"]["outlets"] == ["ticdc_lake.gold"]  # the alias of each changefeed's
+
+
+def test_backfill_checks_before_spark_and_shares_the_pool(demo_report):
+    dag = demo_report["dags"]["ticdc_lake_backfill"]
+    assert dag["timetable"] == "CronDataIntervalTimetable"
+    assert dag["params"] == ["dry_run", "end_ts", "start_ts", "tables"]
+    tasks = dag["tasks"]
+    assert tasks["plan"]["operator"] == "_PythonDecoratedOperator"
+    assert tasks["should_run"]["upstream"] == ["plan"]
+    assert tasks["backfill"]["upstream"] == ["should_run"]
+    assert tasks["backfill"]["pool"] == "ticdc_lake"
+
+
+def test_a_folder_of_configs_gives_a_dag_pair_each(tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for name in ("orders.yaml", "billing.yml"):
+        (folder / name).write_text("version: 1\n")
+    report = parse_dags(tmp_path, TICDC_LAKE_CONFIGS=str(folder))
+    assert report["errors"] == {} and report["refused"] == {}
+    assert set(report["dags"]) == {
+        "ticdc_lake__billing", "ticdc_lake__orders",
+        "ticdc_lake_backfill__billing", "ticdc_lake_backfill__orders",
+    }  # fmt: skip
+    assert "prepare_demo" not in report["dags"]["ticdc_lake__orders"]["tasks"]
+
+
+def test_the_guard_catches_a_dag_file_that_reads_a_file(tmp_path):
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "reads.json").write_text("{}")
+    (folder / "reads.py").write_text(
+        "from pathlib import Path\nSETTINGS = Path(__file__).with_suffix('.json').read_text()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run(
+        [sys.executable, str(GUARD), str(folder)], capture_output=True, text=True, env=env,
+        timeout=300,
+    )  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {}  # the read worked: the guard reports, the test fails on it
+    assert any("reads.json" in entry for entry in report["refused"]["reads.py"])
