@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import random
+import re
 import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from ticdc_lake import mysql as m
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
@@ -953,3 +956,103 @@ def test_hostile_records_end_in_decode_errors_in_a_bounded_process():
         "recursive", "DecodeError", "nested", "LimitExceededError", "array", "DecodeError",
         "array", "DecodeError", "map", "DecodeError",
     ]  # fmt: skip
+
+
+# Named types a fuzzed schema defines and refers to: a reference to an enclosing record is a
+# recursion, to an earlier one a reuse, to neither an unknown type.
+_FUZZ_NAMES = ("t", "r1", "r2", "e1")
+_COUNTS = [2**40, -(2**40), -1, 2**62, 1 << 20]
+
+
+def _fuzz_types() -> st.SearchStrategy:
+    leaves = st.sampled_from(
+        [
+            "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+            {"type": "string", "connect.parameters": {"tidb_type": "TEXT"}},
+            {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            *_FUZZ_NAMES,
+        ]
+    )  # fmt: skip
+    names = st.sampled_from(_FUZZ_NAMES)
+
+    def record(name: str, types: list) -> dict:
+        fields = [{"name": f"f{i}", "type": avro_type} for i, avro_type in enumerate(types)]
+        return {"type": "record", "name": name, "fields": fields}
+
+    def nested(children: st.SearchStrategy) -> st.SearchStrategy:
+        unions = st.lists(children, min_size=1, max_size=3)
+        records = st.builds(record, names, st.lists(children, min_size=1, max_size=3))
+        return st.one_of(
+            unions,
+            records,
+            st.builds(
+                lambda name, size: {"type": "fixed", "name": name, "size": size},
+                names,
+                st.sampled_from([0, 8, 2**40]),
+            ),
+            st.builds(lambda name: {"type": "enum", "name": name, "symbols": ["a", "b"]}, names),
+        )
+
+    return st.recursive(leaves, nested, max_leaves=10)
+
+
+@st.composite
+def hostile_schemas(draw) -> dict:
+    """A table record of fuzzed field types, one of them wrapped in up to 200 more levels, one
+    maybe the items of an array or the values of a map."""
+    types = draw(st.lists(_fuzz_types(), min_size=1, max_size=4))
+    collection = draw(st.sampled_from([None, None, None, "array", "map"]))
+    if collection is not None:  # of the last field's type
+        types[-1] = {"type": collection, "items" if collection == "array" else "values": types[-1]}
+    for level in range(draw(st.sampled_from([0, 0, 0, 0, 10, 70, 200]))):
+        wrapper = {"type": "record", "name": f"w{level}", "fields": [{"name": "x", "type": None}]}
+        wrapper["fields"][0]["type"], types[0] = types[0], wrapper
+    schema = hostile_avro.nested_schema(2)
+    schema["fields"] = [{"name": f"c{i}", "type": t} for i, t in enumerate(types)]
+    return schema
+
+
+hostile_bodies = st.lists(
+    st.sampled_from([hostile_avro.zigzag(n) for n in _COUNTS] + [b"\x02", b"\x00" * 8])
+    | st.binary(max_size=16),
+    max_size=8,
+).map(b"".join)
+
+
+class _Hang(Exception):
+    pass
+
+
+def _hang(signum, frame):
+    raise _Hang("still decoding after the time given")
+
+
+@contextlib.contextmanager
+def _bounded(memory: int, seconds: int):
+    """Past `memory` more bytes of address space is a MemoryError, past `seconds` (generous:
+    the decoder takes milliseconds) a _Hang: a test failure either way, not a stuck machine."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as status:
+        used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (used + memory, hard))
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@given(hostile_schemas(), hostile_bodies)
+def test_fuzzed_schemas_raise_only_decode_errors_within_bounded_memory(schema, body):
+    with _bounded(memory=1 << 30, seconds=30):
+        try:
+            events = _hostile(schema, body)
+        except DecodeError as error:
+            assert error.reason and error.offset == 7
+            event(type(error).__name__ + ": " + re.sub(r"\d+|'.*?'", "N", error.reason)[:70])
+        else:
+            event("decoded")
+            assert [type(event) for event in events] == [RowEvent]
