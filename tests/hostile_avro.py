@@ -86,3 +86,16 @@ def _table(fields: list[dict]) -> dict:
 
 def _field(avro_type: object, name: str = "x") -> dict:
     return {"name": name, "type": avro_type}
+
+
+def huge_bit_schema() -> dict:
+    """A table of an id and a BIT column (TiCDC's BIT holds at most 64 bits)."""
+    bigint = {"type": "long", "connect.parameters": {"tidb_type": "BIGINT"}}
+    bit = {"type": "bytes", "connect.parameters": {"tidb_type": "BIT", "length": "64"}}
+    return _table([_field(bigint, "id"), _field(bit, "flags"), _field("string", "_tidb_op")])
+
+
+def huge_bit_record(size: int = 4096) -> bytes:
+    """An insert of `huge_bit_schema()` whose BIT is `size` bytes: an integer of more digits
+    than Python turns into text (4,300), so its silver row could not be built."""
+    return zigzag(1) + zigzag(size) + b"\xff" * size + zigzag(1) + b"c"

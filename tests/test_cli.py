@@ -17,6 +17,8 @@ from ticdc_lake.exports import write_export
 from ticdc_lake.protocols import make_encoder
 from ticdc_lake.records import KafkaRecord
 
+from tests import hostile_avro
+
 
 def open_protocol_record(offset: int, **values) -> KafkaRecord:
     columns = {"id": make_column(BY_NAME["c_bigint"], offset, key=True, nullable=False)}
@@ -87,6 +89,37 @@ def test_decode_reports_bad_records_and_goes_on(tmp_path, capsysbinary):
     assert f"file {bad}" in decode_errors[0] and "partition 3" in decode_errors[0]
     assert sum(f"file {bad}, line 4" in line for line in errors) == 2
     assert "decoded 5 records into 5 events; 4 could not be read or decoded" in errors[-1]
+
+
+def test_decode_reports_events_json_cannot_hold_and_goes_on(tmp_path, capsysbinary):
+    """A BIT of 4 KiB is an integer past JSON's 64 bits, a nested record's bytes had no JSON
+    form: each crashed the printer, and the records after it were never printed."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "1.avsc").write_text(json.dumps(hostile_avro.huge_bit_schema()))
+    nested = hostile_avro.nested_schema(3)
+    nested["fields"][0]["type"]["fields"][0]["type"] = "bytes"
+    (schemas / "2.avsc").write_text(json.dumps(nested))
+    values = [
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(8)),
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(4096)),
+        hostile_avro.framed(2, hostile_avro.zigzag(2) + b"\x00\xff"),
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(2)),
+    ]
+    path = tmp_path / "records.jsonl"
+    write_export(path, [KafkaRecord("t", 0, i, None, v) for i, v in enumerate(values)], "jsonl")
+
+    status = main(["decode", "--protocol", "avro", "--schema-dir", str(schemas), str(path)])
+
+    captured = capsysbinary.readouterr()
+    assert status == 1
+    lines = [orjson.loads(line) for line in captured.out.splitlines()]
+    assert [line["offset"] for line in lines] == [0, 2, 3]
+    assert lines[1]["columns"] == {"x": {"x": {"base64": "AP8="}}}
+    [error, summary] = captured.err.decode().splitlines()
+    assert error.startswith("error: avro: its row event cannot be printed as JSON: ")
+    assert f"file {path}, topic t, partition 0, offset 1" in error
+    assert summary == "decoded 3 records into 3 events; 1 could not be read or decoded"
 
 
 def test_decode_of_avro_needs_a_schema_source(tmp_path, capsys):
