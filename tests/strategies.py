@@ -63,6 +63,8 @@ def values(column_type: ColumnType) -> st.SearchStrategy:
         m.TYPE_BIT,
     ):
         low, high = integer_range(column_type)
+        if code == m.TYPE_YEAR:
+            return st.just(0) | st.integers(low, high)
         return st.integers(low, high)
     if code == m.TYPE_FLOAT:
         return st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -76,7 +78,8 @@ def values(column_type: ColumnType) -> st.SearchStrategy:
     if code == m.TYPE_DURATION:
         return st.builds(
             lambda negative, h, mi, s, us: (
-                f"{'-' if negative else ''}{h:02d}:{mi:02d}:{s:02d}" + fraction(parsed.length, us)
+                f"{'-' if negative else ''}{h:02d}:{mi:02d}:{s:02d}"
+                + fraction(parsed.length, 0 if h == 838 else us)  # TIME stops at 838:59:59
             ),
             st.booleans(),
             st.integers(0, 838),

@@ -5,17 +5,22 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import socket
 from pathlib import Path
 
 import orjson
 import pytest
 from deltalake import DeltaTable
+from ticdc_lake import cli
 from ticdc_lake.cases import BY_NAME, make_column
-from ticdc_lake.cli import main
-from ticdc_lake.events import INSERT, RowEvent
+from ticdc_lake.cli import decode_exports, main
+from ticdc_lake.codecs import codec_settings
+from ticdc_lake.errors import DecodeError, TicdcLakeError
+from ticdc_lake.events import INSERT, Column, RowEvent
 from ticdc_lake.exports import write_export
-from ticdc_lake.protocols import make_encoder
+from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 from tests import hostile_avro
 
@@ -91,9 +96,10 @@ def test_decode_reports_bad_records_and_goes_on(tmp_path, capsysbinary):
     assert "decoded 5 records into 5 events; 4 could not be read or decoded" in errors[-1]
 
 
-def test_decode_reports_events_json_cannot_hold_and_goes_on(tmp_path, capsysbinary):
-    """A BIT of 4 KiB is an integer past JSON's 64 bits, a nested record's bytes had no JSON
-    form: each crashed the printer, and the records after it were never printed."""
+def test_decode_prints_bytes_inside_nested_records_and_goes_on(tmp_path, capsysbinary):
+    """A nested record's bytes had no JSON form: the printer crashed, and the records after it
+    were never printed. A BIT of 4 KiB (an integer past JSON's 64 bits) is refused and skipped;
+    had it reached the printer, it would be reported the same way."""
     schemas = tmp_path / "schemas"
     schemas.mkdir()
     (schemas / "1.avsc").write_text(json.dumps(hostile_avro.huge_bit_schema()))
@@ -117,9 +123,39 @@ def test_decode_reports_events_json_cannot_hold_and_goes_on(tmp_path, capsysbina
     assert [line["offset"] for line in lines] == [0, 2, 3]
     assert lines[1]["columns"] == {"x": {"x": {"base64": "AP8="}}}
     [error, summary] = captured.err.decode().splitlines()
-    assert error.startswith("error: avro: its row event cannot be printed as JSON: ")
+    assert error.startswith("error: avro: ")
     assert f"file {path}, topic t, partition 0, offset 1" in error
     assert summary == "decoded 3 records into 3 events; 1 could not be read or decoded"
+
+
+def test_an_event_json_cannot_hold_is_the_records_error():
+    deep: object = 1
+    for _ in range(300):  # orjson stops at 255 levels
+        deep = {"x": deep}
+    for value in (deep, 2**70):
+        event = RowEvent(5, "s", "t", INSERT, {"c": Column(None, 0, value)}, None, "t", 2, 9)
+        with pytest.raises(cli._UNPRINTABLE) as caught:
+            cli._json_line(event)
+        error = cli._unprintable(
+            caught.value, [event], "avro", KafkaRecord("t", 2, 9, None, None), "f"
+        )
+        assert str(error).startswith("avro: its row event cannot be printed as JSON: TypeError")
+        assert str(error).endswith("(file f, topic t, partition 2, offset 9)")
+
+
+def test_decode_exports_reports_undecodable_records_with_file_and_coordinates(tmp_path):
+    good_key = (1).to_bytes(8, "big") + (len(b'{"ts":5,"t":3}')).to_bytes(8, "big")
+    good = KafkaRecord("t", 0, 0, good_key + b'{"ts":5,"t":3}', (0).to_bytes(8, "big"))
+    bad = KafkaRecord("t", 3, 41, b"\x00\x00", b"junk")
+    path = tmp_path / "records.jsonl"
+    write_export(path, [good, bad, good], "jsonl")
+    errors: list[TicdcLakeError] = []
+    decoded = list(decode_exports([path], make_decoder("open-protocol"), on_error=errors.append))
+    assert [events[0].ts for _, _, events in decoded] == [5, 5]
+    (error,) = errors
+    assert isinstance(error, DecodeError)
+    assert (error.source_file, error.partition, error.offset) == (str(path), 3, 41)
+    assert f"file {path}" in str(error) and "partition 3, offset 41" in str(error)
 
 
 def test_decode_of_avro_needs_a_schema_source(tmp_path, capsys):
@@ -136,6 +172,46 @@ def test_decode_reads_the_registry_password_from_the_named_variable(tmp_path, ca
     argv += ["--schema-registry-user", "u", "--schema-registry-password-env", "NO_SUCH_VAR_X"]
     assert main([*argv, str(path)]) == 2
     assert "NO_SUCH_VAR_X is not set" in capsys.readouterr().err
+
+
+def test_run_with_a_mistyped_config_exits_2_naming_file_line_and_key(tmp_path, capsys):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("lake: 123\ntopics:\n  orders:\n    protocol: craft\n    partitions: three\n")
+    assert main(["run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} line 1: lake: expected a path, got 123" in err
+    assert f"{path} line 5: topics.orders.partitions: expected a whole number >= 1" in err
+    assert "Traceback" not in err
+
+
+def test_decode_builds_its_topic_with_the_pipelines_factory(tmp_path, monkeypatch):
+    """The flags make a TopicConfig: a relative claim-check root is resolved, like the config's."""
+    monkeypatch.chdir(tmp_path)
+    args = cli._parser().parse_args(
+        ["decode", "--protocol", "canal-json", "--compression", "lz4", "--no-tidb-extension",
+         "--claim-check-root", "claims", "--option", "a=1", "x.jsonl"]
+    )  # fmt: skip
+    settings = codec_settings(cli.decode_topic(args))
+    assert (settings.compression, settings.enable_tidb_extension) == ("lz4", False)
+    assert settings.claim_check.roots == [str(tmp_path.resolve() / "claims")]
+    assert settings.options == (("a", 1),)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_decode_with_an_unreachable_registry_says_so_without_the_password(tmp_path, capsys, caplog):
+    generated = write_generated(tmp_path, GenerateOptions(protocol="avro", transactions=1))
+    url = f"http://lake:Zecret-99@127.0.0.1:{closed_port()}"
+    argv = ["decode", "--protocol", "avro", "--schema-registry", url]
+    assert main([*argv, *map(str, generated.export_files)]) == 1
+    err = capsys.readouterr().err
+    assert "could not be reached" in err and "Traceback" not in err
+    assert "http://lake:***@127.0.0.1" in caplog.text  # the warning: use password-env
+    assert "Zecret-99" not in err + caplog.text
 
 
 def test_generate_writes_exports_manifest_and_config(tmp_path, capsys):

@@ -3,7 +3,9 @@ decoder settings built from a topic's section."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import textwrap
 from pathlib import Path
 
@@ -11,8 +13,10 @@ import pytest
 import yaml
 from ticdc_lake import exports
 from ticdc_lake.claimcheck import ClaimCheckStore
+from ticdc_lake.codecs import codec_settings
 from ticdc_lake.config import ChangefeedConfig, load_config
 from ticdc_lake.errors import ConfigError
+from ticdc_lake.limits import Limits
 from ticdc_lake.schema_registry import (
     DirectorySchemaSource,
     InMemorySchemaRegistry,
@@ -33,6 +37,11 @@ def write_config(directory: Path, document: dict | str, name: str = "pipeline.ya
 
 def with_topic(**settings) -> dict:
     return {"topics": {"orders": {"protocol": "open-protocol", "partitions": 3, **settings}}}
+
+
+def settings_of(config, topic: str, shared: dict | None = None):
+    """The codec settings the decoders get for a configured topic."""
+    return codec_settings(config.topic(topic), config.limits, shared)
 
 
 def assert_config_error(path: Path, *fragments: str) -> ConfigError:
@@ -76,9 +85,9 @@ def test_the_generators_pipeline_yaml_loads(tmp_path, protocol):
         assert settings.schema_dir == tmp_path.resolve() / "schemas"
         assert settings.schemas_topic == tmp_path.resolve() / "registry" / "_schemas.jsonl"
         assert settings.schema_dir.is_dir() and settings.schemas_topic.is_file()
-        assert isinstance(config.codec_settings(topics[0]).schema_source, DirectorySchemaSource)
+        assert isinstance(settings_of(config, topics[0]).schema_source, DirectorySchemaSource)
     else:
-        assert config.codec_settings(topics[0]).schema_source is None
+        assert settings_of(config, topics[0]).schema_source is None
 
 
 def test_defaults_and_relative_paths(tmp_path):
@@ -159,9 +168,8 @@ def test_bad_protocol(tmp_path, protocol):
     document = {"topics": {"orders": {"partitions": 1}}}
     if protocol is not None:
         document["topics"]["orders"]["protocol"] = protocol
-    assert_config_error(
-        write_config(tmp_path, document), "topics.orders", "protocol must be one of", "canal-json"
-    )
+    found = "required" if protocol is None else "expected one of open-protocol, craft, canal-json"
+    assert_config_error(write_config(tmp_path, document), f"topics.orders.protocol: {found}")
 
 
 @pytest.mark.parametrize("partitions", [0, -1, "3", 1.5, True, None])
@@ -169,19 +177,20 @@ def test_bad_partitions(tmp_path, partitions):
     document = {"topics": {"orders": {"protocol": "craft"}}}
     if partitions is not None:
         document["topics"]["orders"]["partitions"] = partitions
-    assert_config_error(
-        write_config(tmp_path, document), "topics.orders", "partitions must be a whole number"
-    )
+    found = "required" if partitions is None else "expected a whole number >= 1"
+    assert_config_error(write_config(tmp_path, document), f"topics.orders.partitions: {found}")
 
 
 def test_bad_time_zone_at_top_level(tmp_path):
     path = write_config(tmp_path, {**MINIMAL, "time-zone": "Mars/Olympus_Mons"})
-    assert_config_error(path, "time-zone 'Mars/Olympus_Mons' is not an IANA zone name")
+    assert_config_error(
+        path, "time-zone: expected an IANA time zone name", "got 'Mars/Olympus_Mons'"
+    )
 
 
 def test_bad_time_zone_of_a_topic(tmp_path):
     path = write_config(tmp_path, with_topic(**{"time-zone": "CST+8"}))
-    assert_config_error(path, "topics.orders", "time-zone 'CST+8'")
+    assert_config_error(path, "topics.orders.time-zone: expected an IANA", "got 'CST+8'")
 
 
 def test_changefeed_naming_an_unknown_topic(tmp_path):
@@ -204,9 +213,10 @@ AVRO = {"protocol": "avro", "partitions": 1, "schema-dir": "."}
             ["topic b must belong to exactly one changefeed, it is in one, two"],
         ),
         ({"cf": {"topics": ["a", "b", "a"]}}, ["changefeeds.cf", "lists a more than once"]),
-        ({}, ["changefeeds", "no changefeeds"]),
-        (["a", "b"], ["changefeeds must be a mapping"]),
-        ({"cf": {"topics": "a,b"}}, ["changefeeds.cf", "topics must be a list"]),
+        ({}, ["changefeeds: none given (leave the key out"]),
+        (["a", "b"], ["changefeeds: expected a mapping"]),
+        # One string is a list of one: a topic named "a,b", which is not configured.
+        ({"cf": {"topics": "a,b"}}, ["changefeeds.cf", "unknown: ['a,b']"]),
     ],
     ids=["in-none", "in-two", "listed-twice", "empty", "list", "topics-text"],
 )
@@ -246,40 +256,41 @@ def test_watermarks_and_cutoff(tmp_path):
             "cutoff-ts is for changefeeds without watermarks",
         )
     assert_config_error(
-        write_config(tmp_path, feed(watermarks="no")), "changefeeds.cf", "watermarks must be true"
+        write_config(tmp_path, feed(watermarks="no")),
+        "changefeeds.cf.watermarks: expected true or false",
     )
     assert_config_error(
         write_config(tmp_path, feed(watermarks=False, **{"cutoff-ts": True})),
-        "cutoff-ts must be a TSO",
+        "changefeeds.cf.cutoff-ts: expected a TSO",
     )
 
 
 def test_extension_flag_must_be_a_boolean(tmp_path):
     path = write_config(tmp_path, with_topic(**{"enable-tidb-extension": "false"}))
-    assert_config_error(path, "topics.orders", "enable-tidb-extension must be true or false")
+    assert_config_error(path, "topics.orders.enable-tidb-extension: expected true or false")
 
 
 def test_changefeed_without_topics(tmp_path):
     document = {**MINIMAL, "changefeeds": {"cf": {"watermarks": True}}}
-    assert_config_error(write_config(tmp_path, document), "changefeeds.cf", "(none given)")
+    assert_config_error(write_config(tmp_path, document), "changefeeds.cf.topics: required")
 
 
 @pytest.mark.parametrize(
     ("document", "fragments"),
     [
-        (with_topic(compression="gzip"), ["topics.orders", "compression must be one of"]),
+        (with_topic(compression="gzip"), ["topics.orders.compression: expected one of"]),
         (
             {**MINIMAL, "changefeeds": {"cf": {"topics": ["orders"], "cutoff-ts": -5}}},
-            ["changefeeds.cf", "cutoff-ts must be a TSO"],
+            ["changefeeds.cf.cutoff-ts: expected a TSO"],
         ),
         (
             with_topic(**{"schema-registry": {"username": "u"}}),
-            ["topics.orders.schema-registry", "url is required"],
+            ["topics.orders.schema-registry.url: required"],
         ),
-        ({**MINIMAL, "version": 2}, ["version must be 1"]),
+        ({**MINIMAL, "version": 2}, ["version: expected 1"]),
         ({"topics": {}}, ["no topics configured"]),
-        ({"topics": ["orders"]}, ["topics must be a mapping"]),
-        (with_topic(options=["a"]), ["topics.orders.options must be a mapping"]),
+        ({"topics": ["orders"]}, ["topics: expected a mapping"]),
+        (with_topic(options=["a"]), ["topics.orders.options: expected a mapping"]),
     ],
     ids=["compression", "cutoff", "registry-url", "version", "no-topics", "topics-list", "options"],
 )
@@ -294,7 +305,7 @@ def test_unreadable_files(tmp_path):
     broken = write_config(tmp_path, "topics: [unclosed\n")
     assert_config_error(broken, "is not valid YAML")
     scalar = write_config(tmp_path, "just text\n", name="scalar.yaml")
-    assert_config_error(scalar, "must be a mapping, not str")
+    assert_config_error(scalar, "expected a mapping, got 'just text'")
 
 
 def test_unknown_topic_and_changefeed_lookups(tmp_path):
@@ -322,13 +333,13 @@ def test_schema_registry_password_env_unset(tmp_path, monkeypatch):
     )
     config = load_config(path)
     with pytest.raises(ConfigError) as caught:
-        config.codec_settings("users")
+        settings_of(config, "users")
     message = str(caught.value)
     assert str(path.resolve()) in message and "topic users" in message
-    assert "LAKE_TEST_REGISTRY_PASSWORD (schema-registry password-env) is not set" in message
+    assert "LAKE_TEST_REGISTRY_PASSWORD is not set (schema-registry password-env" in message
 
 
-# --- codec_settings -----------------------------------------------------------------------------
+# --- codec settings (ticdc_lake.codecs) ----------------------------------------------------
 
 
 def test_codec_settings_of_a_json_topic(tmp_path):
@@ -344,7 +355,7 @@ def test_codec_settings_of_a_json_topic(tmp_path):
             },
         ),
     )
-    settings = load_config(path).codec_settings("orders")
+    settings = settings_of(load_config(path), "orders")
     assert settings.compression == "lz4"
     assert settings.enable_tidb_extension is False
     assert settings.schema_source is None
@@ -358,7 +369,7 @@ def test_codec_settings_of_a_json_topic(tmp_path):
 
 
 def test_no_claim_check_roots_means_no_store(tmp_path):
-    settings = load_config(write_config(tmp_path, MINIMAL)).codec_settings("orders")
+    settings = settings_of(load_config(write_config(tmp_path, MINIMAL)), "orders")
     assert settings.claim_check is None
     assert settings.schema_source is None
 
@@ -368,7 +379,7 @@ def test_codec_settings_schema_directory(tmp_path):
     path = write_config(
         tmp_path, {"topics": {"u": {"protocol": "avro", "partitions": 1, "schema-dir": "schemas"}}}
     )
-    source = load_config(path).codec_settings("u").schema_source
+    source = settings_of(load_config(path), "u").schema_source
     assert isinstance(source, DirectorySchemaSource)
     assert source.directory == tmp_path.resolve() / "schemas"
 
@@ -378,7 +389,7 @@ def test_codec_settings_missing_schema_directory(tmp_path):
         tmp_path, {"topics": {"u": {"protocol": "avro", "partitions": 1, "schema-dir": "gone"}}}
     )
     with pytest.raises(ConfigError, match=r"schema directory .*gone does not exist"):
-        load_config(path).codec_settings("u")
+        settings_of(load_config(path), "u")
 
 
 def test_codec_settings_schemas_topic_export(tmp_path):
@@ -390,7 +401,7 @@ def test_codec_settings_schemas_topic_export(tmp_path):
         tmp_path,
         {"topics": {"u": {"protocol": "avro", "partitions": 1, "schemas-topic": "_schemas.jsonl"}}},
     )
-    source = load_config(path).codec_settings("u").schema_source
+    source = settings_of(load_config(path), "u").schema_source
     assert isinstance(source, SchemasTopicSource)
     assert source.versions == {("users-value", 1): schema_id}
 
@@ -412,11 +423,12 @@ def test_codec_settings_schema_registry_with_password(tmp_path, monkeypatch):
         }
     }
     config = load_config(write_config(tmp_path, document))
-    source = config.codec_settings("a").schema_source
+    shared = {}
+    source = settings_of(config, "a", shared).schema_source
     assert isinstance(source, RegistrySchemaSource)
     assert "http://registry.invalid:8081" in source.description
     # Built without contacting the registry, once for every topic that shares it.
-    assert config.codec_settings("b").schema_source is source
+    assert settings_of(config, "b", shared).schema_source is source
     # The password from the environment reached the client (confluent-kafka's REST client).
     assert tuple(source.client._rest_client.auth) == ("lake", "s3cret")
 
@@ -431,5 +443,183 @@ def test_non_avro_topics_get_no_schema_source_even_if_configured(tmp_path):
             schema-dir: missing-dir
         """
     )
-    settings = load_config(write_config(tmp_path, document)).codec_settings("orders")
+    settings = settings_of(load_config(write_config(tmp_path, document)), "orders")
     assert settings.schema_source is None
+
+
+# --- the schema: every wrong type names the key, what was expected and the line ---------------
+
+
+def assert_schema_error(path: Path, line: int, key: str, expected: str) -> str:
+    """load_config(path) fails with `<file> line <line>: <key>: expected <expected>, got ...`."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert f"{path.resolve()} line {line}: {key}: expected {expected}" in message, message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "expected"),
+    [
+        ("lake: 123\n", 1, "lake", "a path"),
+        ("inputs: [123]\n", 1, "inputs", "a glob pattern or a list of them"),
+        ("reports: [a]\n", 1, "reports", "a path"),
+        ("time-zone: 8\n", 1, "time-zone", "an IANA time zone name"),
+        ("version: '1'\n", 1, "version", "1"),
+        ("topics:\n  orders:\n    protocol: avro\n    partitions: 1\n    schema-dir: 5\n",
+         5, "topics.orders.schema-dir", "a path"),
+        ("topics:\n  orders:\n    protocol: craft\n    partitions: three\n",
+         4, "topics.orders.partitions", "a whole number >= 1"),
+        ("topics:\n  orders:\n    protocol: craft\n    partitions: 1\n"
+         "    claim-check-roots: {a: b}\n",
+         5, "topics.orders.claim-check-roots", "a storage root or a list of them"),
+        ("topics:\n  orders:\n    protocol: craft\n    partitions: 1\n    options: [x]\n",
+         5, "topics.orders.options", "a mapping of option names to values"),
+        ("topics:\n  orders:\n    protocol: avro\n    partitions: 1\n"
+         "    schema-registry:\n      url: http://r\n      username: 7\n",
+         7, "topics.orders.schema-registry.username", "text"),
+        ("topics:\n  orders: {protocol: craft, partitions: 1}\n"
+         "changefeeds:\n  cf:\n    topics: [orders]\n    watermarks: false\n    cutoff-ts: soon\n",
+         7, "changefeeds.cf.cutoff-ts", "a TSO (a whole number >= 0)"),
+        ("topics:\n  orders: {protocol: craft, partitions: 1}\nlimits:\n  max-nesting-depth: 0\n",
+         4, "limits.max-nesting-depth", "a whole number >= 1"),
+        ("topics:\n  orders: {protocol: craft, partitions: 1}\nlimits:\n"
+         "  max-message-bytes: lots\n",
+         4, "limits.max-message-bytes", "a size in bytes >= 1"),
+        ("topics:\n  orders: {protocol: craft, partitions: 1}\nquality: [checks]\n",
+         3, "quality", "a mapping"),
+    ],
+    ids=["lake", "inputs", "reports", "zone", "version", "schema-dir", "partitions",
+         "claim-check-roots", "options", "registry-username", "cutoff", "depth", "size",
+         "quality"],
+)  # fmt: skip
+def test_a_wrong_type_names_key_expectation_and_line(tmp_path, text, line, key, expected):
+    if not text.startswith("topics"):
+        text += "topics:\n  orders: {protocol: craft, partitions: 1}\n"
+    message = assert_schema_error(write_config(tmp_path, text), line, key, expected)
+    assert "Traceback" not in message and "pydantic" not in message
+
+
+def test_the_message_shows_the_value_found(tmp_path):
+    text = "topics:\n  orders:\n    protocol: craft\n    partitions: three\n"
+    message = assert_schema_error(
+        write_config(tmp_path, text), 4, "topics.orders.partitions", "a whole number >= 1"
+    )
+    assert message.endswith("got 'three'")
+
+
+def test_every_mistake_is_reported_at_once(tmp_path):
+    path = write_config(
+        tmp_path, "lake: 1\ntopics:\n  orders:\n    protocol: craft\n    partitions: 0\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert [line.split(": expected")[0] for line in str(caught.value).splitlines()] == [
+        f"{path.resolve()} line 1: lake",
+        f"{path.resolve()} line 5: topics.orders.partitions",
+    ]
+
+
+def test_an_unknown_key_is_reported_at_its_line(tmp_path):
+    text = "topics:\n  orders:\n    protocol: craft\n    partitions: 1\n    partition: 3\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path, text))
+    assert f"{(tmp_path / 'pipeline.yaml').resolve()} line 5: topics.orders: unknown key(s) " in (
+        str(caught.value)
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "read"),
+    [
+        ({"inputs": "in/*.jsonl"}, lambda c, base: c.inputs == (str(base / "in/*.jsonl"),)),
+        (
+            {"topics": {"orders": {"protocol": "craft", "partitions": 1,
+                                   "claim-check-roots": "/data/claims"}}},
+            lambda c, base: c.topic("orders").claim_check_roots == ("/data/claims",),
+        ),
+        (
+            {"changefeeds": {"cf": {"topics": "orders"}}},
+            lambda c, base: c.changefeeds["cf"].topics == ("orders",),
+        ),
+    ],
+    ids=["inputs", "claim-check-roots", "changefeed-topics"],
+)  # fmt: skip
+def test_a_single_string_is_a_list_of_one(tmp_path, settings, read):
+    config = load_config(write_config(tmp_path, {**MINIMAL, **settings}))
+    assert read(config, tmp_path.resolve())
+
+
+def test_limits_section(tmp_path):
+    document = {
+        **MINIMAL,
+        "limits": {"max-message-bytes": "20MiB", "max-nesting-depth": 32,
+                   "max-claim-check-bytes": 1_000_000},
+    }  # fmt: skip
+    limits = load_config(write_config(tmp_path, document)).limits
+    assert limits == Limits(
+        max_message_bytes=20 * 1024 * 1024, max_nesting_depth=32, max_claim_check_bytes=1_000_000
+    )
+    assert load_config(write_config(tmp_path, MINIMAL)).limits == Limits()
+    unknown = {**MINIMAL, "limits": {"max-bytes": 5}}
+    assert_config_error(write_config(tmp_path, unknown), "limits", "unknown key(s) max-bytes",
+                        "max-export-line-bytes")  # fmt: skip
+
+
+def test_quality_section_is_kept_as_given(tmp_path):
+    quality = {"checks": [{"table": "db.t", "expect": "not_null", "column": "id"}]}
+    config = load_config(write_config(tmp_path, {**MINIMAL, "quality": quality}))
+    assert config.quality == quality
+    assert load_config(write_config(tmp_path, MINIMAL)).quality == {}
+
+
+def test_the_limits_reach_the_decoders(tmp_path):
+    document = {**MINIMAL, "limits": {"max-collection-count": 7}}
+    config = load_config(write_config(tmp_path, document))
+    settings = settings_of(config, "orders")
+    assert settings.limits == config.limits and settings.limits.max_collection_count == 7
+
+
+def test_the_config_is_plain_data(tmp_path):
+    """It builds no clients and holds no caches: two loads are equal, and it pickles."""
+    registry = {"url": "http://registry.invalid:8081"}
+    document = {"topics": {"a": {"protocol": "avro", "partitions": 1, "schema-registry": registry}}}
+    path = write_config(tmp_path, document)
+    config = load_config(path)
+    settings_of(config, "a")
+    assert pickle.loads(pickle.dumps(config)) == config == load_config(path)
+    assert {f.name for f in dataclasses.fields(config)} == {
+        "source", "lake", "reports", "inputs", "time_zone", "topics", "changefeeds", "limits",
+        "quality",
+    }  # fmt: skip
+
+
+def test_a_password_in_the_registry_url_is_warned_about_and_never_shown(tmp_path, caplog):
+    registry = {"url": "http://lake:hunter2@registry.invalid:8081"}
+    document = {"topics": {"a": {"protocol": "avro", "partitions": 1, "schema-registry": registry}}}
+    path = write_config(tmp_path, document)
+    with caplog.at_level("WARNING"):
+        config = load_config(path)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert f"{path.resolve()} line 6: topics.a.schema-registry.url" in warning
+    assert "password-env" in warning and "http://lake:***@registry.invalid:8081" in warning
+    assert "hunter2" not in repr(config) and "hunter2" not in warning
+    # A wrong type shows the value found, its password masked.
+    document["topics"]["a"]["schema-registry"] = registry["url"]
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path, document))
+    assert "got 'http://lake:***@registry.invalid:8081'" in str(caught.value)
+
+
+def test_the_example_config_loads():
+    example = Path(__file__).resolve().parents[1] / "include" / "pipeline.example.yaml"
+    config = load_config(example)
+    assert config.limits.max_claim_check_bytes == 16 * 1024 * 1024
+    assert config.topic("tidb2-billing-invoices").schema_registry.password_env
+
+
+def test_the_generated_configs_comment_names_the_keys_as_they_are(tmp_path):
+    generated = write_generated(tmp_path, GenerateOptions(protocol="craft", transactions=2))
+    comment = generated.config_path.read_text().split("\nversion:")[0]
+    assert "cutoff-ts" in comment and "cut-off-ts" not in comment

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
+import io
+import os
 import random
+import socket
+import subprocess
+import sys
+import threading
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from ticdc_lake import exports
-from ticdc_lake.errors import DecodeError, TicdcLakeError
 from ticdc_lake.exports import ExportError, read_export, write_export
-from ticdc_lake.protocols import make_decoder
+from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 
 RECORDS = [
@@ -268,23 +275,6 @@ def test_read_exports_names_the_file_of_each_record(tmp_path):
     ]
 
 
-def test_decode_exports_reports_undecodable_records_with_file_and_coordinates(tmp_path):
-    good_key = (1).to_bytes(8, "big") + (len(b'{"ts":5,"t":3}')).to_bytes(8, "big")
-    good = KafkaRecord("t", 0, 0, good_key + b'{"ts":5,"t":3}', (0).to_bytes(8, "big"))
-    bad = KafkaRecord("t", 3, 41, b"\x00\x00", b"junk")
-    path = tmp_path / "records.jsonl"
-    write_export(path, [good, bad, good], "jsonl")
-    errors: list[TicdcLakeError] = []
-    decoded = list(
-        exports.decode_exports([path], make_decoder("open-protocol"), on_error=errors.append)
-    )
-    assert [events[0].ts for _, _, events in decoded] == [5, 5]
-    (error,) = errors
-    assert isinstance(error, DecodeError)
-    assert (error.source_file, error.partition, error.offset) == (str(path), 3, 41)
-    assert f"file {path}" in str(error) and "partition 3, offset 41" in str(error)
-
-
 def test_fuzzed_lines_give_records_or_export_errors_only(tmp_path):
     """Truncated, bit-flipped and random lines never raise anything but ExportError."""
     rng = random.Random(20)
@@ -357,3 +347,132 @@ def test_timestamp_types(tmp_path):
     )
     got, errors = collect(path)
     assert [r.timestamp_type for r in got] == [None] and "`timestamp_type`" in errors[0].reason
+
+
+# --- hostile files ----------------------------------------------------------------------------
+
+
+def fast_compressed(path, compression: str):
+    if compression == "gz":
+        return gzip.open(path, "wb", compresslevel=1)
+    if compression == "zstd":
+        return zstandard.ZstdCompressor(level=1).stream_writer(open(path, "wb"))
+    return open(path, "wb")
+
+
+def long_line_file(path, compression: str, value_bytes: int, records=RECORDS[:2]) -> None:
+    """A JSON Lines export: a record, a line of about `value_bytes` (a valid record but for its
+    length), a record; streamed, so writing it allocates little."""
+    head = b'{"topic":"t","partition":0,"offset":99,"timestamp":1,"key_b64":null,"value_b64":"'
+    with fast_compressed(path, compression) as sink:
+        sink.write(exports._jsonl_line(records[0]))
+        sink.write(head)
+        for _ in range(value_bytes // (1 << 20)):
+            sink.write(b"A" * (1 << 20))
+        sink.write(b'"}\n')
+        sink.write(exports._jsonl_line(records[1]))
+
+
+@pytest.mark.parametrize("compression", exports.FILE_COMPRESSIONS)
+def test_a_line_longer_than_the_limit_is_reported_and_the_file_goes_on(tmp_path, compression):
+    path = tmp_path / "long.jsonl"
+    long_line_file(path, compression, 3 << 20)
+    errors: list[ExportError] = []
+    limits = Limits(max_export_line_bytes=1 << 20)
+    records = list(read_export(path, on_error=errors.append, limits=limits))
+    assert records == RECORDS[:2]
+    (error,) = errors
+    assert error.line == 2
+    assert "limits.max-export-line-bytes = 1,048,576" in error.reason
+    assert f"line 2 ({(3 << 20) + 84:,} bytes)" in error.reason
+    assert error.raw.startswith(b'{"topic":"t","partition":0,"offset":99')
+    assert len(error.raw) == exports.LONG_LINE_HEAD
+    # Within the limit (the default), the same line is a record.
+    assert len(list(read_export(path))) == 3
+
+
+def test_lines_at_the_limit_are_kept_and_one_byte_more_is_not():
+    lines = [b"x" * 9 + b"\n", b"y" * 10 + b"\n", b"\n", b"w" * 25 + b"\n", b"z" * 10]
+    for piece in (4, 10, 1 << 20):  # a line read in several pieces, or in one
+        stream = io.BufferedReader(io.BytesIO(b"".join(lines)))
+        original, exports._LINE_PIECE = exports._LINE_PIECE, piece
+        try:
+            found = list(exports.bounded_lines(stream, 10))
+        finally:
+            exports._LINE_PIECE = original
+        assert found == [
+            lines[0],
+            exports.LongLine(11, lines[1]),
+            lines[2],
+            exports.LongLine(26, lines[3][:11]),  # the head it read before giving up
+            lines[4],  # the last line of a file may lack its newline
+        ], piece
+
+
+MEMORY_PROBE = """
+import sys
+from ticdc_lake.exports import read_export
+from ticdc_lake.limits import Limits
+
+def status(name):  # kB
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith(name + ":"))
+
+limits = Limits(max_export_line_bytes=int(sys.argv[3]))
+list(read_export(sys.argv[1], on_error=lambda e: None, limits=limits))
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # the peak (VmHWM) starts again from here
+before = status("VmRSS")
+errors = []
+records = list(read_export(sys.argv[2], on_error=errors.append, limits=limits))
+print(len(records), len(errors), (status("VmHWM") - before) * 1024)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compression", ["gz", "zstd"])
+def test_a_huge_line_in_a_small_compressed_file_stays_within_the_memory_bound(
+    tmp_path, compression
+):
+    """A 1 MB gzip export holding one 1 GB line once took 3.4 GB. Here: a line 4x the default
+    limit (256 MiB) in a file of about 1 MB (gzip) or 10 kB (zstd); peak memory grows by less
+    than 2x the limit (before the limit: 3.4x the line, 870 MB)."""
+    limit = Limits().max_export_line_bytes
+    huge = 4 * limit
+    path, warm = tmp_path / "huge.jsonl", tmp_path / "warm.jsonl"
+    long_line_file(path, compression, huge)
+    long_line_file(warm, compression, 0)  # imports and first allocations before measuring
+    assert path.stat().st_size < 2 << 20
+    probe = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(warm), str(path), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    records, errors, growth = map(int, probe.stdout.split())
+    assert (records, errors) == (2, 1)
+    assert growth < 2 * limit, f"peak memory grew by {growth:,} bytes"
+    print(f"{compression}: peak memory grew by {growth:,} bytes")
+
+
+@pytest.mark.parametrize("make", ["fifo", "socket", "directory"])
+def test_an_export_that_is_not_a_regular_file_is_reported_not_opened(tmp_path, make):
+    path = tmp_path / "export.jsonl"
+    server = socket.socket(socket.AF_UNIX)
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "socket":
+        server.bind(str(path))
+    else:
+        path.mkdir()
+    outcome: list = []
+    reader = threading.Thread(target=lambda: outcome.append(collect(path)), daemon=True)
+    reader.start()
+    reader.join(10)
+    server.close()
+    if reader.is_alive():
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # let it go
+        pytest.fail("reading a FIFO blocked")
+    (([], [error]),) = outcome
+    assert "not a regular file" in error.reason and error.path == str(path)

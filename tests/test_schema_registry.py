@@ -7,7 +7,9 @@ import gzip
 import http.server
 import json
 import threading
+import traceback
 from collections import Counter
+from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
@@ -159,6 +161,45 @@ def test_registry_accepts_a_client_passed_in():
 def test_registry_bad_settings_are_config_errors():
     with pytest.raises(ConfigError, match="ftp://x"):
         RegistrySchemaSource.from_url("ftp://x")
+
+
+def _with_credentials(url: str, password: str = PASSWORD) -> str:
+    return url.replace("http://", f"http://{USER}:{quote(password, safe=':')}@")
+
+
+def _everything_said(error: BaseException) -> str:
+    """What a person could see of an error: its text, its traceback and chained causes."""
+    return "".join(traceback.format_exception(error))
+
+
+@pytest.mark.parametrize("schema_id", [7, 99, 500, "wrong-password", "unreachable"])
+def test_credentials_in_the_url_are_used_and_never_shown(registry_url, schema_id, caplog):
+    url, _ = registry_url
+    password = "wrong-" + PASSWORD if schema_id == "wrong-password" else PASSWORD
+    if schema_id == "unreachable":
+        url = "http://127.0.0.1:1"
+    source = RegistrySchemaSource.from_url(
+        _with_credentials(url, password), conf={"max.retries": 0, "timeout": 5}
+    )
+    assert source.description == f"schema registry {url}"
+    with caplog.at_level("DEBUG"):
+        if schema_id == 7:
+            assert source.get_schema(7).definition["name"] == "orders"  # basic auth was sent
+            said = ""
+        else:
+            with pytest.raises((DecodeError, ConfigError, SchemaRegistryUnavailableError)) as e:
+                source.get_schema(500 if schema_id in ("wrong-password", "unreachable") else 99)
+            said = _everything_said(e.value)
+    said += "".join(record.getMessage() for record in caplog.records) + repr(source)
+    assert password not in said and "s3cret" not in said
+
+
+def test_credentials_given_twice_are_refused_without_showing_them(registry_url):
+    url, _ = registry_url
+    with pytest.raises(ConfigError, match="both in the URL and given as username") as caught:
+        RegistrySchemaSource.from_url(_with_credentials(url), username=USER, password=PASSWORD)
+    assert "s3cret" not in _everything_said(caught.value)
+    assert "cdc:***@" in str(caught.value)
 
 
 def test_directory_reads_avsc_and_registry_responses(tmp_path):

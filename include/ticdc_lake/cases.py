@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ticdc_lake import mysql as m
 from ticdc_lake.events import Column
+from ticdc_lake.values import integer_bounds
 
 BIN = m.FLAG_BINARY
 UNS = m.FLAG_UNSIGNED
@@ -74,27 +75,18 @@ COLUMN_TYPES: tuple[ColumnType, ...] = (
 )
 BY_NAME = {column_type.name: column_type for column_type in COLUMN_TYPES}
 
-_INT_BITS = {
-    m.TYPE_TINY: 8,
-    m.TYPE_SHORT: 16,
-    m.TYPE_INT24: 24,
-    m.TYPE_LONG: 32,
-    m.TYPE_LONGLONG: 64,
-}
+_INT_BITS = frozenset(m.INTEGER_TYPES)
 
 
 def integer_range(column_type: ColumnType) -> tuple[int, int]:
-    """Inclusive value range of an integer, YEAR or BIT column."""
+    """Inclusive value range of an integer, YEAR or BIT column (YEAR also holds 0)."""
     if column_type.type_code == m.TYPE_YEAR:
-        return 0, 2155
+        return 1901, 2155
     if column_type.type_code == m.TYPE_BIT:
         return 0, (1 << column_type.parsed.length) - 1
-    bits = _INT_BITS[column_type.type_code]
     if column_type.mysql_type == "tinyint(1)":
         return 0, 1
-    if column_type.flags & UNS:
-        return 0, (1 << bits) - 1
-    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return integer_bounds(column_type.type_code, bool(column_type.flags & UNS))
 
 
 def format_decimal(unscaled: int, scale: int) -> str:
@@ -135,9 +127,8 @@ def random_value(column_type: ColumnType, rng: random.Random):
     edge = rng.random() < 0.2
     if code in _INT_BITS or code in (m.TYPE_YEAR, m.TYPE_BIT):
         low, high = integer_range(column_type)
-        if code == m.TYPE_YEAR and not edge:
-            return rng.randint(1901, 2155)
-        return rng.choice((low, high, 0 if low <= 0 else low)) if edge else rng.randint(low, high)
+        zero = 0 if low <= 0 or code == m.TYPE_YEAR else low
+        return rng.choice((low, high, zero)) if edge else rng.randint(low, high)
     if code == m.TYPE_FLOAT:
         return m.float32(
             rng.choice((0.0, 3.4028234663852886e38, -1.5)) if edge else rng.uniform(-1e6, 1e6)
@@ -161,8 +152,9 @@ def random_value(column_type: ColumnType, rng: random.Random):
     if code == m.TYPE_DURATION:
         hours = rng.choice((838, 0)) if edge else rng.randint(0, 838)
         sign = "-" if rng.random() < 0.3 else ""
+        micros = 0 if hours == 838 else rng.randint(0, 999999)  # TIME stops at 838:59:59
         return f"{sign}{hours:02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}" + fraction(
-            parsed.length, rng.randint(0, 999999)
+            parsed.length, micros
         )
     if code == m.TYPE_ENUM:
         return rng.randint(1, len(parsed.elements))

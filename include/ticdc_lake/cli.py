@@ -22,18 +22,21 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ticdc_lake import exports
-from ticdc_lake.claimcheck import ClaimCheckStore
+from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.compression import CODECS
+from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
-from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
+from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.redact import warn_if_url_has_password
 from ticdc_lake.workload.dispatch import DISPATCHERS
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None, *, spark=None) -> int:
     except ConfigError as exc:
         print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
         return 2
+    except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
+        print(f"ticdc-lake: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `ticdc-lake decode ... | head`
         sys.stderr.close()
         return 0
@@ -115,29 +121,6 @@ def _add_decode(commands) -> None:
     decode.set_defaults(run=_run_decode)
 
 
-def _schema_source(args) -> Any:
-    from ticdc_lake import schema_registry
-
-    if args.schema_dir:
-        return schema_registry.DirectorySchemaSource(args.schema_dir)
-    if args.schemas_topic:
-        return schema_registry.SchemasTopicSource.from_file(args.schemas_topic)
-    if args.schema_registry:
-        password = None
-        if args.schema_registry_password_env:
-            password = os.environ.get(args.schema_registry_password_env)
-            if password is None:
-                raise ConfigError(
-                    f"environment variable {args.schema_registry_password_env} is not set"
-                )
-        return schema_registry.RegistrySchemaSource.from_url(
-            args.schema_registry, username=args.schema_registry_user, password=password
-        )
-    if args.protocol == "avro":
-        raise ConfigError("avro needs --schema-dir, --schema-registry or --schemas-topic")
-    return None
-
-
 def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
     options = []
     for pair in pairs:
@@ -152,18 +135,51 @@ def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(options)
 
 
-def decode_settings(args) -> CodecSettings:
-    return CodecSettings(
+def decode_topic(args) -> TopicConfig:
+    """The command line's settings as a topic's, for the same factory the pipeline uses."""
+    registry = None
+    if args.schema_registry:
+        registry = SchemaRegistryConfig(
+            args.schema_registry, args.schema_registry_user, args.schema_registry_password_env
+        )
+        warn_if_url_has_password(args.schema_registry, "--schema-registry")
+    topic = TopicConfig(
+        name="(command line)",
+        protocol=args.protocol,
         compression=args.compression,
         enable_tidb_extension=not args.no_tidb_extension,
-        claim_check=ClaimCheckStore(args.claim_check_root) if args.claim_check_root else None,
-        schema_source=_schema_source(args),
+        schema_dir=Path(args.schema_dir) if args.schema_dir else None,
+        schemas_topic=Path(args.schemas_topic) if args.schemas_topic else None,
+        schema_registry=registry,
+        claim_check_roots=tuple(absolute_root(root, Path.cwd()) for root in args.claim_check_root),
         options=_options(args.option),
     )
+    if topic.protocol == "avro" and not (registry or topic.schema_dir or topic.schemas_topic):
+        raise ConfigError("avro needs --schema-dir, --schema-registry or --schemas-topic")
+    return topic
+
+
+def decode_exports(
+    paths: Iterable[str | os.PathLike],
+    decoder: Decoder,
+    *,
+    on_error: Callable[[TicdcLakeError], None],
+) -> Iterator[tuple[str, KafkaRecord, list[Event]]]:
+    """(path, record, events) for every record that decodes; every unreadable line and every
+    record that does not decode goes to `on_error` (an ExportError, or a DecodeError naming the
+    file, topic, partition and offset), and decoding goes on with the next record."""
+    limits = decoder.settings.limits
+    for path, record in exports.read_exports(paths, on_error=on_error, limits=limits):
+        try:
+            events = decoder.decode(record)
+        except DecodeError as exc:
+            on_error(exc.located(source_file=path))
+            continue
+        yield path, record, events
 
 
 def _run_decode(args) -> int:
-    decoder = make_decoder(args.protocol, decode_settings(args))
+    decoder = topic_decoder(decode_topic(args))
     errors = 0
     records = events = 0
     out = sys.stdout.buffer
@@ -174,7 +190,7 @@ def _run_decode(args) -> int:
         errors += 1
         print(f"error: {error}", file=sys.stderr)
 
-    for path, record, decoded in exports.decode_exports(args.files, decoder, on_error=report):
+    for path, record, decoded in decode_exports(args.files, decoder, on_error=report):
         try:
             lines = [_json_line(event) for event in decoded]
         except _UNPRINTABLE as exc:

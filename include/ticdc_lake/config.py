@@ -26,38 +26,55 @@
         watermarks: true             # false: the protocol sends none (Avro, canal-json w/o ext.)
         cutoff-ts: 0                 # only with watermarks false: gold up to this TS; without
                                      # it gold is marked not transactionally consistent
+    limits:                          # bounds on hostile input (ticdc_lake.limits.Limits)
+      max-message-bytes: 10MiB       # sizes: bytes, or text such as 10MiB, 64 MB
+    quality: {}                      # data-quality checks (validated by the quality package)
 
 Without a ``changefeeds`` section each topic is a changefeed of its own (with watermarks unless
 its protocol sends none: Avro, canal-json without the TiDB extension). With one, every topic
-must belong to exactly one changefeed.
+must belong to exactly one changefeed. A single string stands for a list of one wherever a list
+is expected (``inputs``, ``claim-check-roots``, a changefeed's ``topics``).
 
-Relative paths are relative to the config file. Every mistake is a ConfigError naming the file
-and the key, raised by ``load_config`` before any stage runs (only what needs the outside world
-waits: a schema registry's password from the environment, the schema files themselves).
+The file is checked against a schema (pydantic models of its sections) by ``load_config``,
+before any stage runs; every mistake is reported at once, each as a ConfigError line naming the
+file, the line, the key, what was expected and what was found:
+
+    pipeline.yaml line 7: topics.orders.partitions: expected a whole number >= 1, got 'three'
+
+Only what needs the outside world waits until the decoders are built (ticdc_lake.codecs): a
+schema registry's password from the environment, the schema files themselves. The result is
+plain frozen data (PipelineConfig); relative paths are made relative to the config file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WrapValidator,
+    create_model,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import CODECS
 from ticdc_lake.errors import ConfigError
-from ticdc_lake.protocols import PROTOCOLS, CodecSettings
-
-_TOP_KEYS = {"version", "lake", "reports", "inputs", "time-zone", "topics", "changefeeds"}
-_TOPIC_KEYS = {
-    "protocol", "partitions", "compression", "enable-tidb-extension", "time-zone", "schema-dir",
-    "schemas-topic", "schema-registry", "claim-check-roots", "options",
-}  # fmt: skip
-_REGISTRY_KEYS = {"url", "username", "password-env"}
-_CHANGEFEED_KEYS = {"topics", "watermarks", "cutoff-ts"}
+from ticdc_lake.limits import Limits, setting_name
+from ticdc_lake.protocols import PROTOCOLS
+from ticdc_lake.redact import redact_text, redact_url, warn_if_url_has_password
 
 
 @dataclass(frozen=True)
@@ -66,13 +83,19 @@ class SchemaRegistryConfig:
     username: str | None = None
     password_env: str | None = None
 
+    def __repr__(self) -> str:  # a password in the URL never reaches a log or a message
+        return (
+            f"SchemaRegistryConfig(url={redact_url(self.url)!r}, username={self.username!r}, "
+            f"password_env={self.password_env!r})"
+        )
+
 
 @dataclass(frozen=True)
 class TopicConfig:
     name: str
     protocol: str
-    partitions: int
-    time_zone: str
+    partitions: int = 1
+    time_zone: str = "UTC"
     compression: str = "none"
     enable_tidb_extension: bool = True
     schema_dir: Path | None = None
@@ -80,6 +103,12 @@ class TopicConfig:
     schema_registry: SchemaRegistryConfig | None = None
     claim_check_roots: tuple[str, ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
+    source: Path | None = None  # the config file it came from (None: the command line)
+
+    @property
+    def where(self) -> str:
+        """The topic, for messages: "<config file>: topic <name>"."""
+        return f"{self.source}: topic {self.name}" if self.source else f"topic {self.name}"
 
 
 @dataclass(frozen=True)
@@ -99,27 +128,14 @@ class PipelineConfig:
     time_zone: str
     topics: dict[str, TopicConfig]
     changefeeds: dict[str, ChangefeedConfig]
-    _schema_sources: dict = field(default_factory=dict, compare=False, repr=False)
+    limits: Limits = field(default_factory=Limits)
+    quality: dict[str, Any] = field(default_factory=dict)  # checked by the quality package
 
     def changefeed_of(self, topic: str) -> ChangefeedConfig:
         for changefeed in self.changefeeds.values():
             if topic in changefeed.topics:
                 return changefeed
         raise ConfigError(f"{self.source}: topic {topic!r} belongs to no changefeed")
-
-    def codec_settings(self, topic: str) -> CodecSettings:
-        """What the topic's decoder needs; Avro schema sources are built once and shared."""
-        config = self.topic(topic)
-        claim_check = (
-            ClaimCheckStore(list(config.claim_check_roots)) if config.claim_check_roots else None
-        )
-        return CodecSettings(
-            compression=config.compression,
-            enable_tidb_extension=config.enable_tidb_extension,
-            claim_check=claim_check,
-            schema_source=self._schema_source(config) if config.protocol == "avro" else None,
-            options=config.options,
-        )
 
     def topic(self, topic: str) -> TopicConfig:
         try:
@@ -130,203 +146,355 @@ class PipelineConfig:
                 f"{', '.join(sorted(self.topics)) or 'none'}"
             ) from None
 
-    def _schema_source(self, config: TopicConfig):
-        key = (config.schema_dir, config.schemas_topic, config.schema_registry)
-        if key not in self._schema_sources:
-            self._schema_sources[key] = _build_schema_source(config, self.source)
-        return self._schema_sources[key]
+
+def load_config(path: str | os.PathLike) -> PipelineConfig:
+    """The config in ``path``, checked; a ConfigError listing every mistake otherwise."""
+    source = Path(path).resolve()
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipeline config {source}: {exc}") from exc
+    try:
+        document, lines = _parse_yaml(text)
+    except yaml.YAMLError as exc:  # its text quotes the file: mask any URL password in it
+        message = redact_text(f"pipeline config {source} is not valid YAML: {exc}")
+        raise ConfigError(message) from None
+    try:
+        checked = _PipelineFile.model_validate({} if document is None else document)
+    except ValidationError as exc:
+        raise ConfigError(
+            "\n".join(_describe(error, source, lines) for error in exc.errors())
+        ) from None
+    for name, topic in checked.topics.items():
+        if topic.schema_registry is not None:
+            key = ("topics", name, "schema-registry", "url")
+            where = f"{source} line {_line_of(key, lines)}: {_dotted(key)}"
+            warn_if_url_has_password(topic.schema_registry.url, where)
+    return _pipeline_config(checked, source)
 
 
-def _build_schema_source(config: TopicConfig, source: Path):
-    from ticdc_lake import schema_registry as sr
+# --- reading YAML with the line of every key -------------------------------------------------
 
-    if config.schema_registry is not None:
-        registry = config.schema_registry
-        password = None
-        if registry.password_env:
-            password = os.environ.get(registry.password_env)
-            if password is None:
-                raise ConfigError(
-                    f"{source}: topic {config.name}: environment variable "
-                    f"{registry.password_env} (schema-registry password-env) is not set"
+
+def _parse_yaml(text: str) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """The document, and the 1-based line of every key and list item by its path (keys and
+    indexes as text). A node reached twice (a YAML alias) is recorded at its first path."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        document = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    lines: dict[tuple[str, ...], int] = {}
+    seen: set[int] = set()
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = (*path, str(key.value))
+                lines.setdefault(child, key.start_mark.line + 1)
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines.setdefault((*path, str(index)), item.start_mark.line + 1)
+                walk(item, (*path, str(index)))
+
+    if node is not None:
+        lines[()] = node.start_mark.line + 1
+        walk(node, ())
+    return document, lines
+
+
+def _line_of(loc: tuple, lines: dict[tuple[str, ...], int]) -> int:
+    path = tuple(str(part) for part in loc)
+    while path not in lines and path:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc if part != "[key]")
+
+
+# --- the schema --------------------------------------------------------------------------------
+
+
+def _expect(description: str) -> WrapValidator:
+    """Report any failure of the wrapped type as "expected <description>"."""
+
+    def check(value: Any, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "expected", "expected {expected}", {"expected": description}
+            ) from None
+
+    return WrapValidator(check)
+
+
+def _problem(message: str, at: tuple[str, ...] = ()) -> PydanticCustomError:
+    """A mistake a section's validator finds; ``at`` is the key (below the section) whose line
+    the report gives."""
+    return PydanticCustomError("problem", "{message}", {"message": message, "at": at})
+
+
+def _listed(value: Any) -> Any:
+    """A single string where a list is expected is a list of one (what a user means)."""
+    return [value] if isinstance(value, str) else value
+
+
+def _known_zone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"{name!r} is not an IANA zone name") from exc
+    return name
+
+
+def _list_of(description: str) -> Any:
+    item = Annotated[str, Field(min_length=1)]
+    return Annotated[list[item], BeforeValidator(_listed), _expect(description)]
+
+
+_Text = Annotated[str, _expect("text")]
+_PathText = Annotated[str, Field(min_length=1), _expect("a path")]
+_Globs = _list_of("a glob pattern or a list of them")
+_Roots = _list_of("a storage root or a list of them")
+_TopicNames = _list_of("a topic name or a list of them")
+_TimeZone = Annotated[
+    str, AfterValidator(_known_zone), _expect("an IANA time zone name such as UTC, Asia/Shanghai")
+]
+_Flag = Annotated[bool, _expect("true or false")]
+_Count = Annotated[int, Field(ge=1), _expect("a whole number >= 1")]
+_Size = Annotated[ByteSize, Field(ge=1), _expect("a size in bytes >= 1 (a number, or e.g. 10MiB)")]
+_Tso = Annotated[int, Field(ge=0), _expect("a TSO (a whole number >= 0)")]
+_Protocol = Annotated[Literal[PROTOCOLS], _expect(f"one of {', '.join(PROTOCOLS)}")]
+_Compression = Annotated[Literal[CODECS], _expect(f"one of {', '.join(CODECS)}")]
+_Options = Annotated[dict[str, Any], _expect("a mapping of option names to values")]
+_Mapping = Annotated[dict[str, Any], _expect("a mapping")]
+
+
+class _Section(BaseModel):
+    """A mapping of the file: kebab-case keys, exact types (YAML gives them), no unknown keys."""
+
+    model_config = ConfigDict(
+        alias_generator=setting_name, extra="forbid", strict=True, frozen=True
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        """Unknown keys in one message that lists the allowed ones (a misspelling is seen)."""
+        if isinstance(data, dict):
+            allowed = sorted(info.alias or name for name, info in cls.model_fields.items())
+            unknown = sorted(str(key) for key in data if key not in allowed)
+            if unknown:
+                raise _problem(
+                    f"unknown key(s) {', '.join(unknown)}; expected some of {', '.join(allowed)}",
+                    at=(unknown[0],),
                 )
-        return sr.RegistrySchemaSource.from_url(
-            registry.url, username=registry.username, password=password
-        )
-    if config.schema_dir is not None:
-        return sr.DirectorySchemaSource(config.schema_dir)
-    if config.schemas_topic is not None:
-        return sr.SchemasTopicSource.from_file(config.schemas_topic)
-    raise ConfigError(
-        f"{source}: avro topic {config.name} needs schema-registry, schema-dir or schemas-topic"
+        return data
+
+
+class _RegistryFile(_Section):
+    url: Annotated[str, Field(min_length=1), _expect("the registry's URL")]
+    username: _Text | None = None
+    password_env: Annotated[str, _expect("the name of an environment variable")] | None = None
+
+
+class _TopicFile(_Section):
+    protocol: _Protocol
+    partitions: _Count
+    compression: _Compression = "none"
+    enable_tidb_extension: _Flag = True
+    time_zone: _TimeZone | None = None
+    schema_dir: _PathText | None = None
+    schemas_topic: _PathText | None = None
+    schema_registry: _RegistryFile | None = None
+    claim_check_roots: _Roots = []
+    options: _Options = {}
+
+    @model_validator(mode="after")
+    def _avro_has_a_schema_source(self) -> _TopicFile:
+        if self.protocol == "avro" and not (
+            self.schema_registry or self.schema_dir or self.schemas_topic
+        ):
+            raise _problem(
+                "an avro topic needs a schema source: schema-registry, schema-dir or schemas-topic"
+            )
+        return self
+
+
+class _ChangefeedFile(_Section):
+    topics: _TopicNames
+    watermarks: _Flag = True
+    cutoff_ts: _Tso | None = None
+
+    @model_validator(mode="after")
+    def _cutoff_only_without_watermarks(self) -> _ChangefeedFile:
+        repeated = sorted({topic for topic in self.topics if self.topics.count(topic) > 1})
+        if repeated:
+            raise _problem(f"topics lists {', '.join(repeated)} more than once", at=("topics",))
+        if self.cutoff_ts is not None and self.watermarks:
+            raise _problem(
+                "cutoff-ts is for changefeeds without watermarks; with watermarks: true gold "
+                "follows the watermark (set watermarks: false to use a cut-off)",
+                at=("cutoff-ts",),
+            )
+        return self
+
+
+# One setting per Limits field, with its default: the dataclass stays the one list of limits.
+_LimitsFile = create_model(
+    "_LimitsFile",
+    __base__=_Section,
+    **{
+        limit.name: (_Size if limit.name.endswith("_bytes") else _Count, limit.default)
+        for limit in dataclasses.fields(Limits)
+    },
+)
+
+
+class _PipelineFile(_Section):
+    version: Annotated[Literal[1], _expect("1 (the only version so far)")] = 1
+    lake: _PathText = "lake"
+    reports: _PathText | None = None
+    inputs: _Globs = ["exports/*"]
+    time_zone: _TimeZone = "UTC"
+    topics: dict[str, _TopicFile] = {}
+    changefeeds: dict[str, _ChangefeedFile] | None = None
+    limits: _LimitsFile = _LimitsFile()
+    quality: _Mapping = {}
+
+    @model_validator(mode="after")
+    def _every_topic_in_one_changefeed(self) -> _PipelineFile:
+        if not self.topics:
+            raise _problem("no topics configured", at=("topics",))
+        if self.changefeeds is None:
+            return self
+        if not self.changefeeds:
+            raise _problem(
+                "changefeeds: none given (leave the key out: each topic is a changefeed of its "
+                "own)",
+                at=("changefeeds",),
+            )
+        for name, feed in self.changefeeds.items():
+            unknown = [topic for topic in feed.topics if topic not in self.topics]
+            if unknown:
+                raise _problem(
+                    f"changefeeds.{name}: topics must name configured topics; unknown: {unknown}",
+                    at=("changefeeds", name, "topics"),
+                )
+        for topic in self.topics:
+            owners = [name for name, feed in self.changefeeds.items() if topic in feed.topics]
+            if len(owners) != 1:
+                found = f"in {', '.join(owners)}" if owners else "in none"
+                raise _problem(
+                    f"changefeeds: topic {topic} must belong to exactly one changefeed, it is "
+                    f"{found}",
+                    at=("changefeeds",),
+                )
+        return self
+
+
+# What pydantic's own error types mean, said the way the rest of the messages say it.
+_PYDANTIC_WORDS = {
+    "missing": "required",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+    "string_type": "expected text",
+    "extra_forbidden": "unknown key",
+}
+
+
+def _describe(error: dict[str, Any], source: Path, lines: dict[tuple[str, ...], int]) -> str:
+    """One schema error as "<file> line <n>: <key>: <what>" (the key left out at the top)."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    context = error.get("ctx") or {}
+    if kind == "problem":
+        line, what = _line_of(loc + tuple(context["at"]), lines), context["message"]
+    else:
+        line = _line_of(loc, lines)
+        what = _PYDANTIC_WORDS.get(kind, error["msg"])
+        if kind != "missing":
+            what += f", got {_shown(error['input'])}"
+    key = _dotted(loc)
+    return redact_text(f"{source} line {line}: {key + ': ' if key else ''}{what}")
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- the config the stages use -----------------------------------------------------------------
+
+
+def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
+    base = source.parent
+    topics = {
+        name: _topic_config(name, topic, base, checked.time_zone, source)
+        for name, topic in checked.topics.items()
+    }
+    if checked.changefeeds is None:  # each topic on its own
+        changefeeds = {
+            name: ChangefeedConfig(name, (name,), _sends_watermarks(topic))
+            for name, topic in topics.items()
+        }
+    else:
+        changefeeds = {
+            name: ChangefeedConfig(name, tuple(feed.topics), feed.watermarks, feed.cutoff_ts)
+            for name, feed in checked.changefeeds.items()
+        }
+    lake = base / checked.lake
+    return PipelineConfig(
+        source=source,
+        lake=lake,
+        reports=base / checked.reports if checked.reports else lake.parent / "reports",
+        inputs=tuple(str(base / pattern) for pattern in checked.inputs),
+        time_zone=checked.time_zone,
+        topics=topics,
+        changefeeds=changefeeds,
+        limits=Limits(**{name: int(value) for name, value in checked.limits}),
+        quality=dict(checked.quality),
     )
 
 
-def _check_keys(where: str, mapping: Any, allowed: set[str]) -> dict:
-    if not isinstance(mapping, dict):
-        raise ConfigError(f"{where} must be a mapping, not {type(mapping).__name__}")
-    unknown = sorted(set(mapping) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; expected some of "
-            f"{', '.join(sorted(allowed))}"
-        )
-    return mapping
-
-
-def _time_zone(where: str, name: Any) -> str:
-    try:
-        zoneinfo.ZoneInfo(str(name))
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ConfigError(f"{where}: time-zone {name!r} is not an IANA zone name") from exc
-    return str(name)
-
-
-def _topic(where: str, name: str, raw: Any, base: Path, default_zone: str) -> TopicConfig:
-    raw = _check_keys(where, raw, _TOPIC_KEYS)
-    protocol = raw.get("protocol")
-    if protocol not in PROTOCOLS:
-        raise ConfigError(
-            f"{where}: protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}"
-        )
-    partitions = raw.get("partitions")
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise ConfigError(f"{where}: partitions must be a whole number >= 1, not {partitions!r}")
-    compression = raw.get("compression", "none")
-    if compression not in CODECS:
-        raise ConfigError(
-            f"{where}: compression must be one of {', '.join(CODECS)}, not {compression!r}"
-        )
-    registry = None
-    if "schema-registry" in raw:
-        entry = _check_keys(f"{where}.schema-registry", raw["schema-registry"], _REGISTRY_KEYS)
-        if not entry.get("url"):
-            raise ConfigError(f"{where}.schema-registry: url is required")
-        registry = SchemaRegistryConfig(
-            entry["url"], entry.get("username"), entry.get("password-env")
-        )
-    if protocol == "avro" and not (registry or raw.get("schema-dir") or raw.get("schemas-topic")):
-        raise ConfigError(
-            f"{where}: an avro topic needs a schema source: schema-registry, schema-dir or "
-            "schemas-topic"
-        )
-    options = raw.get("options") or {}
-    _check_keys(f"{where}.options", options, set(options))
-    roots = raw.get("claim-check-roots") or []
+def _topic_config(
+    name: str, topic: _TopicFile, base: Path, default_zone: str, source: Path
+) -> TopicConfig:
+    registry = topic.schema_registry
     return TopicConfig(
         name=name,
-        protocol=protocol,
-        partitions=partitions,
-        time_zone=_time_zone(where, raw.get("time-zone", default_zone)),
-        compression=compression,
-        enable_tidb_extension=_flag(where, raw, "enable-tidb-extension"),
-        schema_dir=base / raw["schema-dir"] if raw.get("schema-dir") else None,
-        schemas_topic=base / raw["schemas-topic"] if raw.get("schemas-topic") else None,
-        schema_registry=registry,
-        claim_check_roots=tuple(_absolute_root(root, base) for root in roots),
-        options=tuple(sorted(options.items())),
+        protocol=topic.protocol,
+        partitions=topic.partitions,
+        time_zone=topic.time_zone or default_zone,
+        compression=topic.compression,
+        enable_tidb_extension=topic.enable_tidb_extension,
+        schema_dir=base / topic.schema_dir if topic.schema_dir else None,
+        schemas_topic=base / topic.schemas_topic if topic.schemas_topic else None,
+        schema_registry=(
+            SchemaRegistryConfig(registry.url, registry.username, registry.password_env)
+            if registry
+            else None
+        ),
+        claim_check_roots=tuple(absolute_root(root, base) for root in topic.claim_check_roots),
+        options=tuple(sorted(topic.options.items())),
+        source=source,
     )
 
 
-def _absolute_root(root: str, base: Path) -> str:
+def absolute_root(root: str, base: Path) -> str:
+    """A claim-check root as the store wants it: a URI as given, a path made absolute."""
     return root if "://" in root or root.startswith("/") else str((base / root).resolve())
-
-
-def _flag(where: str, raw: dict, key: str, default: bool = True) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be true or false, not {value!r}")
-    return value
-
-
-def _changefeed(
-    where: str, name: str, raw: Any, topics: dict[str, TopicConfig]
-) -> ChangefeedConfig:
-    raw = _check_keys(where, raw, _CHANGEFEED_KEYS)
-    members = raw.get("topics") or []
-    if not isinstance(members, list):
-        raise ConfigError(f"{where}: topics must be a list of topic names, not {members!r}")
-    missing = [topic for topic in members if topic not in topics]
-    if not members or missing:
-        raise ConfigError(
-            f"{where}: topics must name configured topics; unknown: {missing or '(none given)'}"
-        )
-    repeated = sorted({topic for topic in members if members.count(topic) > 1})
-    if repeated:
-        raise ConfigError(f"{where}: topics lists {', '.join(repeated)} more than once")
-    watermarks = _flag(where, raw, "watermarks")
-    cutoff = raw.get("cutoff-ts")
-    if cutoff is not None and (
-        not isinstance(cutoff, int) or isinstance(cutoff, bool) or cutoff < 0
-    ):
-        raise ConfigError(f"{where}: cutoff-ts must be a TSO (a whole number >= 0), not {cutoff!r}")
-    if cutoff is not None and watermarks:
-        raise ConfigError(
-            f"{where}: cutoff-ts is for changefeeds without watermarks; with watermarks: true "
-            "gold follows the watermark (set watermarks: false to use a cut-off)"
-        )
-    return ChangefeedConfig(name, tuple(members), watermarks, cutoff)
 
 
 def _sends_watermarks(topic: TopicConfig) -> bool:
     if topic.protocol == "avro":
         return False
     return topic.protocol != "canal-json" or topic.enable_tidb_extension
-
-
-def _changefeeds(source: Path, raw: Any, topics: dict[str, TopicConfig]) -> dict:
-    if raw is None:  # each topic on its own
-        return {
-            name: ChangefeedConfig(name, (name,), _sends_watermarks(topic))
-            for name, topic in topics.items()
-        }
-    where = f"{source}: changefeeds"
-    raw = _check_keys(where, raw, set(raw) if isinstance(raw, dict) else set())
-    if not raw:
-        raise ConfigError(f"{where}: no changefeeds (leave the key out: each topic is its own)")
-    changefeeds = {
-        str(name): _changefeed(f"{where}.{name}", str(name), entry, topics)
-        for name, entry in raw.items()
-    }
-    for topic in topics:
-        owners = [name for name, feed in changefeeds.items() if topic in feed.topics]
-        if len(owners) != 1:
-            found = f"in {', '.join(owners)}" if owners else "in none"
-            raise ConfigError(
-                f"{where}: topic {topic} must belong to exactly one changefeed, it is {found}"
-            )
-    return changefeeds
-
-
-def load_config(path: str | os.PathLike) -> PipelineConfig:
-    source = Path(path).resolve()
-    try:
-        raw = yaml.safe_load(source.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read pipeline config {source}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"pipeline config {source} is not valid YAML: {exc}") from exc
-    raw = _check_keys(str(source), raw, _TOP_KEYS)
-    if raw.get("version", 1) != 1:
-        raise ConfigError(f"{source}: version must be 1, not {raw.get('version')!r}")
-    base = source.parent
-    zone = _time_zone(str(source), raw.get("time-zone", "UTC"))
-    topics = {
-        str(name): _topic(f"{source}: topics.{name}", str(name), entry, base, zone)
-        for name, entry in _check_keys(
-            f"{source}: topics", raw.get("topics") or {}, set(raw.get("topics") or {})
-        ).items()
-    }
-    if not topics:
-        raise ConfigError(f"{source}: no topics configured")
-    changefeeds = _changefeeds(source, raw.get("changefeeds"), topics)
-    lake = base / raw.get("lake", "lake")
-    return PipelineConfig(
-        source=source,
-        lake=lake,
-        reports=base / raw["reports"] if raw.get("reports") else lake.parent / "reports",
-        inputs=tuple(str(base / pattern) for pattern in raw.get("inputs") or ["exports/*"]),
-        time_zone=zone,
-        topics=topics,
-        changefeeds=changefeeds,
-    )

@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+import struct
+
+# What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
+# so a caller only ever has to handle the project's own error; the original stays chained.
+MALFORMED_INPUT_ERRORS = (
+    ValueError,  # includes orjson.JSONDecodeError, UnicodeDecodeError, binascii.Error
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    OverflowError,
+    EOFError,
+    struct.error,
+    RecursionError,
+)
+
 
 def location_text(**places: object) -> str:
     """Where an error happened, for its message: "name value" for each place known (not None),

@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import gzip
 import io
 import json
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -56,9 +58,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
-from ticdc_lake.errors import DecodeError, TicdcLakeError, location_text
-from ticdc_lake.events import Event
-from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS, Decoder
+from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, TicdcLakeError, location_text
+from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.records import KafkaRecord
 
 FORMATS = ("parquet", "jsonl", "kcat", "avro")
@@ -215,16 +216,22 @@ class StreamCutOff(EOFError):
 class _Decompressed(io.RawIOBase):
     """The content of a gzip or zstd file of one or more members/frames. Unlike GzipFile and
     zstandard's stream reader it knows how much came out, and a file ending inside a frame
-    raises StreamCutOff (zstandard's reader just ends there: a cut-off file read as empty)."""
+    raises StreamCutOff (zstandard's reader just ends there: a cut-off file read as empty).
+
+    Each step's output is bounded, whatever the ratio: gzip's by ``max_length``, zstd's (whose
+    decompressobj has none) by feeding it few bytes at a time, since a zstd block of four
+    bytes can expand to 128 KiB (so 256 bytes make at most 8 MiB)."""
 
     _INPUT_BYTES = 128 << 10
+    _GZIP_OUTPUT_BYTES = 1 << 20
+    _ZSTD_STEP_BYTES = 256
 
     def __init__(self, raw: BinaryIO, compression: str):
         self._raw = raw
         self._compression = compression
         self._zstd = zstandard.ZstdDecompressor() if compression == "zstd" else None
         self._frame = None  # the decompressor of the member/frame being read
-        self._input = b""
+        self._input = memoryview(b"")
         self._output = memoryview(b"")
         self.decompressed = 0
 
@@ -236,23 +243,34 @@ class _Decompressed(io.RawIOBase):
             return self._zstd.decompressobj()
         return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
 
+    def _step(self) -> bytes:
+        """Decompress some of the input; what is left stays in ``self._input``."""
+        if self._zstd is None:
+            output = self._frame.decompress(self._input, self._GZIP_OUTPUT_BYTES)
+            rest = self._frame.unconsumed_tail
+        else:
+            step, rest = self._input[: self._ZSTD_STEP_BYTES], self._input[self._ZSTD_STEP_BYTES :]
+            output = self._frame.decompress(step)
+        if self._frame.eof:
+            # The next member/frame starts in what this one did not use.
+            rest, self._frame = self._frame.unused_data + bytes(rest), None
+        self._input = memoryview(rest)
+        return output
+
     def readinto(self, buffer) -> int:
         while not self._output:
             if not self._input:
-                self._input = self._raw.read(self._INPUT_BYTES)
+                self._input = memoryview(self._raw.read(self._INPUT_BYTES))
             if self._frame is None and self._compression == "gz":
-                self._input = self._input.lstrip(b"\0")  # gzip allows zero padding at the end
+                # gzip allows zero padding at the end
+                self._input = memoryview(bytes(self._input).lstrip(b"\0"))
             if not self._input:
                 if self._frame is not None:
                     raise StreamCutOff(self._compression, self.decompressed)
                 return 0
             if self._frame is None:
                 self._frame = self._new_frame()
-            self._output = memoryview(self._frame.decompress(self._input))
-            if self._frame.eof:
-                self._input, self._frame = self._frame.unused_data, None
-            else:
-                self._input = b""
+            self._output = memoryview(self._step())
         count = min(len(buffer), len(self._output))
         buffer[:count] = self._output[:count]
         self._output = self._output[count:]
@@ -264,9 +282,29 @@ class _Decompressed(io.RawIOBase):
         super().close()
 
 
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file. A device, FIFO or socket (put where
+    a listed export was) is an OSError, found before opening it and checked again on what was
+    opened; O_NONBLOCK keeps a FIFO swapped in between from blocking the open."""
+    _check_regular(path, os.stat(path).st_mode)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        _check_regular(path, os.fstat(descriptor).st_mode)
+    except OSError:
+        os.close(descriptor)
+        raise
+    return os.fdopen(descriptor, "rb")
+
+
+def _check_regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise OSError(f"{path} is {kind}, not a regular file; it was not read")
+
+
 def _open_decompressed(path: str) -> BinaryIO:
     """A binary stream of the file's content, gzip or zstd undone (told by magic bytes)."""
-    raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    raw = open_regular(path)
     compression = sniff(raw.read(4))
     raw.seek(0)
     if compression is None:
@@ -277,7 +315,7 @@ def _open_decompressed(path: str) -> BinaryIO:
 def detect_format(path: str | os.PathLike) -> tuple[str, str]:
     """(layout, file compression) of an export file, from its bytes, not its name."""
     path = os.fspath(path)
-    with open(path, "rb") as raw:
+    with open_regular(path) as raw:
         compression = sniff(raw.read(4)) or "none"
     with _open_decompressed(path) as stream:
         head = stream.read(4)
@@ -293,19 +331,26 @@ def detect_format(path: str | os.PathLike) -> tuple[str, str]:
 
 
 def read_exports(
-    paths: Iterable[str | os.PathLike], *, on_error: ErrorHandler | None = None
+    paths: Iterable[str | os.PathLike],
+    *,
+    on_error: ErrorHandler | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[tuple[str, KafkaRecord]]:
     """(path, record) for every record of every file, in file order."""
     for path in paths:
         path = os.fspath(path)
-        for record in read_export(path, on_error=on_error):
+        for record in read_export(path, on_error=on_error, limits=limits):
             yield path, record
 
 
 def read_export(
-    path: str | os.PathLike, *, on_error: ErrorHandler | None = None
+    path: str | os.PathLike,
+    *,
+    on_error: ErrorHandler | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[KafkaRecord]:
-    """The records of one export file; bad lines and an unreadable file go to `on_error`."""
+    """The records of one export file; bad lines and an unreadable file go to `on_error`.
+    A JSON Lines line longer than ``limits.max_export_line_bytes`` is such a bad line."""
     path = os.fspath(path)
     report = on_error or _raise
     try:
@@ -313,7 +358,12 @@ def read_export(
     except CORRUPT_FILE_ERRORS as exc:
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
-    readers = {"parquet": _read_parquet, "avro": _read_avro, "jsonl": _read_json_lines}
+    max_line = (limits or Limits()).max_export_line_bytes
+    readers = {
+        "parquet": _read_parquet,
+        "avro": _read_avro,
+        "jsonl": functools.partial(_read_json_lines, max_line=max_line),
+    }
     progress = _Progress()
     try:
         yield from readers[layout](path, compression, report, progress)
@@ -353,12 +403,15 @@ def broken_file_error(
 
 
 def _read_json_lines(
-    path: str, _compression: str, report: ErrorHandler, progress: _Progress
+    path: str, _compression: str, report: ErrorHandler, progress: _Progress, *, max_line: int
 ) -> Iterator[KafkaRecord]:
     progress.unit = "line"
     with _open_decompressed(path) as stream:
-        for number, line in enumerate(stream, start=1):
+        for number, line in enumerate(bounded_lines(stream, max_line), start=1):
             progress.done = number
+            if isinstance(line, LongLine):
+                report(line.error(path=path, number=number, limit=max_line))
+                continue
             if line.isspace():
                 continue
             item = parse_json_line(line, path=path, number=number)
@@ -366,6 +419,71 @@ def _read_json_lines(
                 report(item)
             else:
                 yield item
+
+
+# A line is read in pieces of at most this: a line past the limit never gets allocated whole.
+_LINE_PIECE = 1 << 20
+# What an over-long line's error keeps of it (its coordinates are usually in there).
+LONG_LINE_HEAD = 4096
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than the limit, read through but not kept: its length and first bytes."""
+
+    length: int  # bytes, its newline included
+    head: bytes
+
+    def error(self, *, path: str, number: int, limit: int) -> ExportError:
+        what = f"line {number} ({self.length:,} bytes)"
+        reason = LimitExceededError(what, "max_export_line_bytes", limit).reason
+        return ExportError(
+            f"{reason}; the line was skipped, its first {len(self.head):,} bytes are kept",
+            path=path,
+            line=number,
+            raw=self.head,
+        )
+
+
+def bounded_lines(stream: BinaryIO, max_bytes: int) -> Iterator[bytes | LongLine]:
+    """The lines of ``stream`` (newline included); a line longer than ``max_bytes`` comes as a
+    LongLine. Memory stays about ``max_bytes``, however long a line is."""
+    piece = min(_LINE_PIECE, max_bytes + 1)
+    while True:
+        line = stream.readline(piece)
+        if not line:
+            return
+        if len(line) == piece and not line.endswith(b"\n"):
+            yield _rest_of_line(stream, line, max_bytes)
+        elif len(line) > max_bytes:
+            yield LongLine(len(line), line[:LONG_LINE_HEAD])
+        else:
+            yield line
+
+
+def _rest_of_line(stream: BinaryIO, first: bytes, max_bytes: int) -> bytes | LongLine:
+    """A line read on from its first piece: whole if it is within ``max_bytes``, else read to
+    its end keeping only its head. (Pieces are joined once at the end: a growing buffer would
+    be copied as it grows.)"""
+    pieces, length = [first], len(first)
+    while length <= max_bytes and not pieces[-1].endswith(b"\n"):
+        piece = stream.readline(min(_LINE_PIECE, max_bytes + 1 - length))
+        if not piece:
+            break
+        pieces.append(piece)
+        length += len(piece)
+    if length <= max_bytes:
+        return b"".join(pieces)
+    # The first piece is min(1 MiB, max_bytes + 1) long: the head is in it but for tiny limits.
+    head = (first if len(first) >= LONG_LINE_HEAD else b"".join(pieces))[:LONG_LINE_HEAD]
+    ended = pieces[-1].endswith(b"\n")
+    del pieces
+    while not ended:
+        piece = stream.readline(_LINE_PIECE)
+        if not piece:
+            break
+        length, ended = length + len(piece), piece.endswith(b"\n")
+    return LongLine(length, head)
 
 
 def parse_json_line(line: bytes, *, path: str, number: int) -> KafkaRecord | ExportError:
@@ -797,24 +915,6 @@ def _read_avro(
                 headers=tuple((h["key"], h.get("value")) for h in row.get("headers") or ()),
                 timestamp_type=stamp_type if _is_int(stamp_type) and stamp_type >= 0 else None,
             )
-
-
-def decode_exports(
-    paths: Iterable[str | os.PathLike],
-    decoder: Decoder,
-    *,
-    on_error: Callable[[TicdcLakeError], None],
-) -> Iterator[tuple[str, KafkaRecord, list[Event]]]:
-    """(path, record, events) for every record that decodes; every unreadable line and every
-    record that does not decode goes to `on_error` (an ExportError, or a DecodeError naming the
-    file, topic, partition and offset), and decoding goes on with the next record."""
-    for path, record in read_exports(paths, on_error=on_error):
-        try:
-            events = decoder.decode(record)
-        except DecodeError as exc:
-            on_error(exc.located(source_file=path))
-            continue
-        yield path, record, events
 
 
 # ---------------------------------------------------------------------------------------------

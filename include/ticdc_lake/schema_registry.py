@@ -33,6 +33,7 @@ import orjson
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError, TicdcLakeError
 from ticdc_lake.exports import ExportError, read_export
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.redact import MASK, redact_text, redact_url, without_userinfo
 
 SCHEMAS_TOPIC = "_schemas"
 
@@ -98,11 +99,13 @@ class RegistrySchemaSource(SchemaSource):
 
     Pass a client (tests may pass any object with `get_schema(schema_id)`), or build one with
     `from_url`. The client caches what it fetched; this source caches the parsed schemas.
+    Its description, and every error it raises, show the URL without the password.
     """
 
-    def __init__(self, client: Any, description: str | None = None):
-        super().__init__(description or f"schema registry {_registry_url(client)}")
+    def __init__(self, client: Any, description: str | None = None, secret: str | None = None):
+        super().__init__(redact_text(description or f"schema registry {_registry_url(client)}"))
         self.client = client
+        self._secret = secret  # masked in any text a server or library sends back
 
     @classmethod
     def from_url(
@@ -115,18 +118,32 @@ class RegistrySchemaSource(SchemaSource):
     ) -> RegistrySchemaSource:
         """A source for `url`, with basic auth when a username is given.
 
+        Credentials in the URL (`https://user:password@host`) are taken out of it and sent as
+        basic auth, so the client, its HTTP library and its logs only ever see the bare URL;
+        giving them both in the URL and as `username`/`password` is a ConfigError.
         `conf` adds SchemaRegistryClient settings (`timeout`, `max.retries`, `ssl.ca.location`).
         """
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        settings: dict[str, Any] = {"url": url, **(conf or {})}
+        bare, url_user, url_password = without_userinfo(url)
+        shown = redact_url(url)
+        if url_user is not None and username is not None:
+            raise ConfigError(
+                f"schema registry {shown}: credentials are both in the URL and given as "
+                "username/password-env; give them once (password-env keeps the secret out of "
+                "the config file)"
+            )
+        if url_user is not None:
+            username, password = url_user, url_password
+        settings: dict[str, Any] = {"url": bare, **(conf or {})}
         if username is not None:
             settings["basic.auth.user.info"] = f"{username}:{password or ''}"
         try:
             client = SchemaRegistryClient(settings)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"schema registry settings for {url}: {exc}") from exc
-        return cls(client, f"schema registry {url}")
+            message = str(exc).replace(password, MASK) if password else str(exc)
+            raise ConfigError(f"schema registry settings for {shown}: {message}") from None
+        return cls(client, f"schema registry {bare}", secret=password)
 
     def _fetch(self, schema_id: int) -> str | None:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -138,16 +155,20 @@ class RegistrySchemaSource(SchemaSource):
                 return None
             if exc.http_status_code in (401, 403):
                 raise ConfigError(
-                    f"{self.description} refused the credentials "
-                    f"(HTTP {exc.http_status_code}): {exc.error_message}"
-                ) from exc
+                    self._safe(
+                        f"{self.description} refused the credentials "
+                        f"(HTTP {exc.http_status_code}): {exc.error_message}"
+                    )
+                ) from None
             raise SchemaRegistryUnavailableError(
-                f"{self.description} failed to give schema id {schema_id}: {exc}"
-            ) from exc
+                self._safe(f"{self.description} failed to give schema id {schema_id}: {exc}")
+            ) from None
         except _http_errors() as exc:
             raise SchemaRegistryUnavailableError(
-                f"{self.description} could not be reached for schema id {schema_id}: {exc}"
-            ) from exc
+                self._safe(
+                    f"{self.description} could not be reached for schema id {schema_id}: {exc}"
+                )
+            ) from None
         schema_type = getattr(schema, "schema_type", None) or "AVRO"
         if schema_type != "AVRO":
             raise DecodeError(
@@ -159,6 +180,12 @@ class RegistrySchemaSource(SchemaSource):
                 "which TiCDC never registers"
             )
         return schema.schema_str
+
+    def _safe(self, text: str) -> str:
+        """``text`` with URL passwords and this registry's password masked: what a server or
+        the HTTP library says is not ours to trust with a secret."""
+        text = redact_text(text)
+        return text.replace(self._secret, MASK) if self._secret else text
 
 
 def _http_errors() -> tuple[type[Exception], ...]:

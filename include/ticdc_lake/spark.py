@@ -70,7 +70,8 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession for the pipeline, with the Delta data source registered.
+    """A SparkSession for the pipeline. (The Delta data source registers itself on the session
+    the first time ``write_delta`` uses it: this module imports nothing of the lake's.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow,
@@ -95,10 +96,4 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
-
-    # Imported here: the data source module imports deltalake, which a session used only for
-    # reading files does not otherwise need at import time.
-    from ticdc_lake.delta.source import register_delta_source
-
-    register_delta_source(session)
     return session

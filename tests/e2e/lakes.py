@@ -24,10 +24,10 @@ import yaml
 from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake import mysql as m
+from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.protocols import make_decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.stages.compact import CompactResult, compact
 from ticdc_lake.stages.decode import DecodeResult, decode
@@ -212,7 +212,7 @@ def decoded(config: PipelineConfig, records: dict[tuple[str, int], list[KafkaRec
     the topic's protocol (no Spark: an independent view of what the stages should see)."""
     found = {}
     for topic, settings in config.topics.items():
-        decoder = make_decoder(settings.protocol, config.codec_settings(topic))
+        decoder = topic_decoder(settings, config.limits)
         for partition in range(settings.partitions):
             found[(topic, partition)] = [
                 event

@@ -2,21 +2,26 @@
 reason, and everything else lands, decodes and reaches gold exactly.
 
 The landing area holds an Avro changefeed (with its test-only watermarks) in good export files,
-two of which also carry a bad record after the partition's last good one: a message under a
-schema id the registry never issued, and a message cut short. Beside it: a topic of Open
-Protocol data configured as Craft, a file of garbage bytes that claims to be Parquet, the Open
-Protocol export with its last line cut off, and a gzip re-export of one Avro topic cut off
+some of whose partitions also carry a bad record after their last good one: a message under a
+schema id the registry never issued, a message cut short, and a replayed row whose DATE (or
+DATETIME, YEAR) value TiDB could never send, which must not stop gold's typed conversion. Beside
+it: a topic of Open Protocol data configured as Craft, a file of garbage bytes that claims to be
+Parquet, the Open Protocol export with its last line cut off, and a gzip re-export of one Avro
+topic cut off
 mid-stream.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import fastavro
 import pytest
 import yaml
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.schema_registry import DirectorySchemaSource
 from ticdc_lake.stages.land import LandTables
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
@@ -36,6 +41,37 @@ def appended(records, value: bytes):
 
 def a_row_message(records):
     return next(r for r in records if r.value and r.value[0] == 0 and len(r.value) > 40)
+
+
+# A value of each of these tidb_types that TiDB could never send.
+IMPOSSIBLE_VALUES = {
+    "DATE": "garbage",
+    "DATETIME": "2024-13-01 00:00:00",
+    "TIMESTAMP": "yesterday",
+    "JSON": "{not json",
+    "YEAR": -99999,
+}
+
+
+def impossible_value(schema_dir: Path, record) -> tuple[bytes, str] | None:
+    """The value of a row message rewritten with one column value outside its type (as a replay
+    of that row would carry it) and that column's name; None if it has no such column."""
+    if not record.value or record.value[0] != 0:
+        return None
+    writer = DirectorySchemaSource(schema_dir).get_schema(int.from_bytes(record.value[1:5], "big"))
+    schema = fastavro.parse_schema(writer.definition)
+    row = fastavro.schemaless_reader(io.BytesIO(record.value[5:]), schema, None)
+    for field in schema["fields"]:
+        branches = field["type"] if isinstance(field["type"], list) else [field["type"]]
+        for branch in branches:
+            parameters = branch.get("connect.parameters", {}) if isinstance(branch, dict) else {}
+            tidb_type = parameters.get("tidb_type")
+            if tidb_type in IMPOSSIBLE_VALUES and row[field["name"]] is not None:
+                row[field["name"]] = IMPOSSIBLE_VALUES[tidb_type]
+                out = io.BytesIO()
+                fastavro.schemaless_writer(out, schema, row)
+                return record.value[:5] + out.getvalue(), field["name"]
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +102,16 @@ def bad_lake(spark, tmp_path_factory):
     bad["truncated message"] = appended(streams[(second_topic, 1)], half)
     streams[(first_topic, 0)].append(bad["unknown schema id"])
     streams[(second_topic, 1)].append(bad["truncated message"])
+    impossible_at, (impossible, impossible_column) = next(
+        (key, found)
+        for key, records in sorted(streams.items())
+        for record in records
+        if record not in bad.values()
+        for found in [impossible_value(avro.schema_dir, record)]
+        if found is not None
+    )
+    bad["value outside its type"] = appended(streams[impossible_at], impossible)
+    streams[impossible_at].append(bad["value outside its type"])
     for index, topic in enumerate(avro.routing.topics):
         records = [r for (t, _), rs in sorted(streams.items()) if t == topic for r in rs]
         layout, compression = [("parquet", "none"), ("jsonl", "zstd"), ("kcat", "none")][index % 3]
@@ -107,6 +153,7 @@ def bad_lake(spark, tmp_path_factory):
         "avro": avro, "wrong": wrong, "config": config, "layout": LakeLayout(config.lake),
         "bad": bad, "wrong_records": wrong_records, "results": results, "landing": landing,
         "truncated_jsonl": truncated_jsonl, "gz": gz, "streams": streams,
+        "impossible_column": impossible_column,
     }  # fmt: skip
 
 
@@ -154,6 +201,7 @@ def test_bad_records_are_quarantined_with_their_reason_and_the_counts_reconcile(
     reasons = {
         "unknown schema id": f"schema id {UNKNOWN_SCHEMA_ID} is not in schema directory",
         "truncated message": "avro: ",
+        "value outside its type": f"column {bad_lake['impossible_column']!r}: value ",
     }
     for name, record in bad_lake["bad"].items():
         row = quarantined[(record.topic, record.partition, record.offset)]

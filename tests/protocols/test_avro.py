@@ -839,8 +839,9 @@ def test_fuzzed_messages_raise_only_decode_errors_with_coordinates():
         else:
             assert all(isinstance(e, (RowEvent, DdlEvent, ResolvedEvent)) for e in events)
             outcomes["events"] += 1
-    # both paths were exercised: mutations that still decode, and ones that are refused
-    assert min(outcomes.values()) > 1000, outcomes
+    # both paths were exercised: mutations that still decode, and ones that are refused (a
+    # mutated DATE or DECIMAL value that no longer fits its type is refused too)
+    assert min(outcomes.values()) > 800, outcomes
 
 
 # --- hostile schemas -----------------------------------------------------------------------------

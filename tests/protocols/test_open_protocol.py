@@ -45,6 +45,7 @@ from ticdc_lake.protocols.open_protocol import (
     split_entries,
 )
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.values import events_problem
 
 from tests.conftest import VECTORS, load_vector
 from tests.protocols.test_go_quote import PROTOCOL_EXAMPLES
@@ -1005,7 +1006,8 @@ def agrees(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> 
     The decoder returns the extension's events when it gives any; when it declines (None) or
     raises, the reference decoder decides. So besides the decoder's outcome, the extension's own
     answer is checked: events only if they are the reference's, an exception only where the
-    reference refuses the record too.
+    reference refuses the record too. Values are range-checked after either path, in Python:
+    events with a value that does not fit its type are refused like the reference refuses them.
     """
     fast = OpenProtocolDecoder(settings, speedups=speedups)
     assert outcome(fast, fuzzed) == expected, (fuzzed.key, fuzzed.value)
@@ -1021,6 +1023,9 @@ def agrees(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> 
         return "raised"
     if events is None:
         return "declined"
+    if events_problem(events) is not None:
+        assert expected[0] == "error", (fuzzed.key, fuzzed.value)
+        return "refused"
     assert ("events", [exact_event(event) for event in events]) == expected
     return "decoded"
 

@@ -6,6 +6,7 @@ land would write), so these tests depend only on the decoders, the generator and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,13 +21,14 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
 from ticdc_lake import exports
+from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
 from ticdc_lake.errors import DecodeError
-from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
+from ticdc_lake.protocols import CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
 from ticdc_lake.stages import decode as stage
@@ -135,8 +137,7 @@ def python_decode(config: PipelineConfig, batches: dict[int, list[tuple[str, Kaf
     for batch, records in batches.items():
         for _, record in records:
             if record.topic not in decoders:
-                protocol = config.topic(record.topic).protocol
-                decoders[record.topic] = make_decoder(protocol, config.codec_settings(record.topic))
+                decoders[record.topic] = topic_decoder(config.topic(record.topic), config.limits)
             try:
                 events = decoders[record.topic].decode(record)
             except DecodeError as error:
@@ -525,7 +526,7 @@ def test_partition_decoder_stops_with_one_fatal_row(tmp_path):
     assert "127.0.0.1:9" in fatal["message"]
 
 
-def test_a_record_whose_silver_row_cannot_be_built_is_quarantined_alone(tmp_path):
+def test_a_hostile_avro_record_is_quarantined_alone(tmp_path):
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "7.avsc").write_text(json.dumps(hostile_avro.huge_bit_schema()))
     config = write_config(
@@ -555,6 +556,24 @@ def test_a_record_whose_silver_row_cannot_be_built_is_quarantined_alone(tmp_path
     assert (quarantined["offset"], quarantined["protocol"]) == (1, "avro")
     assert "offset 1" in quarantined["error"] and "file f" in quarantined["error"]
     assert out.column("tally")[3].as_py() == {"records": 3, "decoded": 2, "quarantined": 1}
+
+
+def test_the_rows_of_a_record_are_added_all_or_none():
+    """An event whose silver row cannot be built (a value Python will not turn into text)
+    raised out of the partition decoder and failed the task; the rows built before it stayed."""
+    out = stage.OutputBuilder()
+    image = {"id": Column(8, 0, 1), "note": Column(15, 0, "a")}
+    good = RowEvent(5, "s", "t", "insert", image, None, "t", 0, 1)
+    out.add_events([good], 3)
+    bad = dataclasses.replace(good, columns={**image, "huge": Column(8, 0, 10**5000)}, offset=2)
+
+    with pytest.raises(DecodeError, match="silver row of its row event cannot be built"):
+        out.add_events([good, ResolvedEvent(7, "t", 0, 2), bad], 3)
+
+    out.add_events([dataclasses.replace(good, offset=3)], 3)
+    changes = pa.Table.from_batches([out.batch()]).column("change").to_pylist()
+    assert [change["offset"] for change in changes] == [1, 3]
+    assert [[c["name"] for c in change["columns"]] for change in changes] == [["id", "note"]] * 2
 
 
 def test_decode_result_prints_and_serialises():

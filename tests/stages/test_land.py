@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,9 @@ import yaml
 from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
+from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.stages import export_source
 from ticdc_lake.stages.land import (
@@ -490,6 +493,28 @@ def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monke
 
 
 @pytest.mark.spark
+def test_land_never_opens_what_lies_outside_its_folder_or_is_not_a_file(spark, generated, tmp_path):
+    """A FIFO (opening it would block for ever), a socket and links out of the landing area
+    are refused unopened and reported in the result; the real export lands."""
+    config = load_config(write_config(tmp_path, [TOPIC]))
+    landing = tmp_path / "landing"
+    records = retopic(generated[1], TOPIC)
+    exports.write_export(landing / "a.jsonl", records, "jsonl")
+    exports.write_export(tmp_path / "elsewhere.jsonl", retopic(generated[2], TOPIC), "jsonl")
+    (landing / "out.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    os.mkfifo(landing / "fifo.jsonl")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(landing / "socket.jsonl"))
+        result = land(spark, config)
+    assert (result.files_landed, result.records_added, result.errors) == (1, len(records), 0)
+    assert result.files_refused == 3
+    assert [line.split(": ")[0] for line in result.refused] == [
+        f"{landing}/{name}" for name in ("fifo.jsonl", "out.jsonl", "socket.jsonl")
+    ]
+    assert "outside" in result.refused[1] and "3 refused" in str(result)
+
+
+@pytest.mark.spark
 @pytest.mark.slow
 def test_each_commit_records_its_batch_and_unchanged_tables_get_none(story):
     tables = story["tables"]
@@ -538,27 +563,104 @@ def test_discover_files_expands_directories_and_skips_bookkeeping(tmp_path):
     (spark_dir / "part-0.parquet").write_text("")
     (spark_dir / "_temporary" / "part-1.parquet").write_text("")
     assert [
-        Path(p).relative_to(tmp_path).as_posix() for p in discover_files([f"{tmp_path}/*"])
+        Path(p).relative_to(tmp_path).as_posix() for p in discover_files([f"{tmp_path}/*"]).files
     ] == [
         "a.jsonl",
         "spark-export/part-0.parquet",
     ]
-    assert discover_files([f"{tmp_path}/none/*"]) == []
+    assert discover_files([f"{tmp_path}/none/*"]).files == []
     # The lake under a landing glob is not landed.
     bronze = LakeLayout(tmp_path / "lake").bronze
     bronze.mkdir(parents=True)
     (bronze / "part-0.parquet").write_text("")
-    assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"])) == 2
+    assert len(discover_files([f"{tmp_path}/**"], exclude=[tmp_path / "lake"]).files) == 2
     # A file named outright is taken, whatever its name; patterns add up.
-    named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"])
+    named = discover_files([str(tmp_path / "_SUCCESS"), f"{tmp_path}/*.jsonl"]).files
     assert [Path(p).name for p in named] == ["_SUCCESS", "a.jsonl"]
 
 
-def read_rows(files: list[export_source.ExportFile]) -> pa.Table:
+@pytest.mark.parametrize("pattern", ["/", "/*", "//", "/**/*.jsonl", "", " "])
+def test_a_pattern_searching_from_the_filesystem_root_is_refused(pattern):
+    """`inputs: "exports/*.jsonl"` once became one pattern per character: "/" walked the
+    whole filesystem, /dev included, opening every file to sniff it."""
+    with pytest.raises(ConfigError, match=r"whole filesystem from /|empty pattern"):
+        discover_files([pattern])
+    with pytest.raises(ConfigError, match="whole filesystem from /"):
+        discover_files(["/tmp/../*"])
+
+
+def test_a_string_is_one_pattern(tmp_path, monkeypatch):
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "a.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    found = discover_files("exports/*.jsonl").files
+    assert [Path(p).name for p in found] == ["a.jsonl"]
+
+
+def test_matches_never_leave_the_pattern_folder(tmp_path):
+    landing, outside = tmp_path / "landing", tmp_path / "outside"
+    landing.mkdir()
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.jsonl").write_text("{}")
+    (outside / "dir" / "part-0.jsonl").write_text("{}")
+    (landing / "a.jsonl").write_text("")
+    (landing / "link-out.jsonl").symlink_to(outside / "secret.jsonl")
+    (landing / "dir-out").symlink_to(outside / "dir")
+    (landing / "link-in.jsonl").symlink_to(landing / "a.jsonl")
+    (landing / "broken.jsonl").symlink_to(landing / "gone.jsonl")
+    found = discover_files([f"{landing}/*"])
+    assert found.files == [str(landing / "a.jsonl")]  # the link inside is the same file
+    refused = {Path(r.path).name: r.reason for r in found.refused}
+    assert set(refused) == {"link-out.jsonl", "dir-out", "broken.jsonl"}
+    assert "outside" in refused["link-out.jsonl"] and "outside" in refused["dir-out"]
+    assert "No such file" in refused["broken.jsonl"]
+    # Named outright, a link out is refused as well.
+    assert discover_files([str(landing / "link-out.jsonl")]).files == []
+
+
+def test_special_files_are_refused_without_being_opened(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.jsonl").write_text("")
+    os.mkfifo(landing / "fifo.jsonl")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(landing / "socket.jsonl"))
+        found = discover_files([f"{landing}/*"])
+    assert [Path(p).name for p in found.files] == ["a.jsonl"]
+    assert [str(r) for r in found.refused] == [
+        f"{landing}/fifo.jsonl: is a FIFO, not a regular file; not opened",
+        f"{landing}/socket.jsonl: is a socket, not a regular file; not opened",
+    ]
+    # Named outright, /dev/zero is refused too (its folder is /dev).
+    assert "a device" in discover_files(["/dev/zero"]).refused[0].reason
+
+
+def test_listing_descends_only_with_double_star_and_never_through_links(tmp_path):
+    landing = tmp_path / "landing"
+    (landing / "day" / "hour").mkdir(parents=True)
+    (landing / "top.jsonl").write_text("")
+    (landing / "day" / "a.jsonl").write_text("")
+    (landing / "day" / "hour" / "b.jsonl").write_text("")
+    (landing / "day" / "loop").symlink_to(landing)  # ** must not go round it
+    (landing / "day" / "loop2").symlink_to(landing / "day")
+
+    def names(pattern):
+        return [Path(p).relative_to(landing).as_posix() for p in discover_files([pattern]).files]
+
+    assert names(f"{landing}/*") == ["day/a.jsonl", "top.jsonl"]  # a matched dir: one level
+    assert names(f"{landing}/*/*.jsonl") == ["day/a.jsonl"]
+    assert names(f"{landing}/**/*.jsonl") == ["day/a.jsonl", "day/hour/b.jsonl", "top.jsonl"]
+    found = discover_files([f"{landing}/*"])
+    assert (
+        "not searched (use ** to)"
+        in {r.reason for r in found.refused if r.path.endswith("hour")}.pop()
+    )
+
+
+def read_rows(files: list[export_source.ExportFile], limits: Limits | None = None) -> pa.Table:
+    partitions = export_source.ExportReader(files, limits=limits).partitions()
     batches = [
-        batch
-        for partition in export_source.plan_partitions(files)
-        for batch in export_source.read_partition(partition)
+        batch for partition in partitions for batch in export_source.read_partition(partition)
     ]
     return pa.Table.from_batches(batches, schema=export_source.ARROW_SCHEMA)
 
@@ -589,6 +691,9 @@ def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
     exports.write_export(path, records, "kcat")
     lines = path.read_bytes().splitlines(keepends=True)
     lines[3:3] = [b"\n", b"not json\n"]  # a blank line, then a bad one: line 5
+    # Line 9 is longer than the limit: it is read through, not kept, and reported.
+    limit = max(map(len, lines)) + 100
+    lines.insert(8, b'{"topic":"t","partition":0,"offset":99,"payload":"' + b"A" * limit + b'"}\n')
     lines.append(b'{"topic": "orders", "partition": 0, "payload": "x"}')  # no offset, no "\\n"
     path.write_bytes(b"".join(lines))
     monkeypatch.setattr(export_source, "SPLIT_BYTES", split_bytes)
@@ -602,15 +707,18 @@ def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
         assert ends[-1] is None and all(
             path.read_bytes()[end - 1 : end] == b"\n" for end in ends[:-1]
         )
-    rows = read_rows([file]).sort_by("position").to_pylist()
+    rows = read_rows([file], Limits(max_export_line_bytes=limit)).sort_by("position").to_pylist()
     got = [r for r in rows if r["error"] is None]
     assert [(r["partition"], r["offset"], r["value"]) for r in got] == [
         (r.partition, r.offset, r.value) for r in records
     ]
     errors = [r for r in rows if r["error"] is not None]
-    assert [e["line"] for e in errors] == [5, len(lines)]
+    assert [e["line"] for e in errors] == [5, 9, len(lines)]
     assert "not valid JSON" in errors[0]["error"] and errors[0]["raw"] == b"not json\n"
-    assert "`offset` must be an integer" in errors[1]["error"]
+    too_long = f"line 9 ({len(lines[8]):,} bytes) exceeds limits.max-export-line-bytes = {limit:,}"
+    assert too_long in errors[1]["error"]
+    assert errors[1]["raw"] == lines[8][: exports.LONG_LINE_HEAD]
+    assert "`offset` must be an integer" in errors[2]["error"]
     assert len({r["position"] for r in rows}) == len(rows)  # positions order the file
 
 

@@ -5,8 +5,10 @@ A silver image is a list of ``(name, type_code, flags, mysql_type, text, binary)
 wanted column's text and bytes out of a batch of images in one pass, aligned with the rows (NULL
 where an image lacks the column), and ``convert`` turns them into the column's gold type.
 
-A value that does not fit its type raises ``ConversionError`` naming the table, the column, the
-value and the Kafka coordinates of the change it came from.
+Decoding already refused values outside their MySQL type (``ticdc_lake.values``, whose ENUM
+and SET bounds are used here too). A value that still does not fit its gold type (a DDL that
+declares fewer members than the rows use) raises ``ConversionError`` naming the table, the
+column, the value and the Kafka coordinates of the change it came from.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyarrow.compute as pc
 
 from ticdc_lake.gold import types as t
 from ticdc_lake.gold.exceptions import ConversionError
+from ticdc_lake.values import enum_index_limit, set_mask_limit
 
 # MySQL's zero dates and dates with a zero month or day (allowed by some SQL modes): they name
 # no day, so gold holds NULL for them.
@@ -138,7 +141,7 @@ def _convert(values: Values, gold: t.GoldType, zones: pa.Array | None) -> tuple[
         index = text.cast(pa.int64())
         # Index 0 is MySQL's "invalid value" member, the empty string.
         names = pa.array(["", *gold.members], pa.string())
-        if len(index) and (pc.max(index).as_py() or 0) >= len(names):
+        if len(index) and (pc.max(index).as_py() or 0) > enum_index_limit(gold.members):
             raise ValueError(f"ENUM index above the {len(gold.members)} members")
         return names.take(index), 0
     if kind == t.SET_NAMES:
@@ -165,7 +168,7 @@ def _set_names(mask: pa.Array, members: tuple[str, ...]) -> pa.Array:
     distinct = pc.unique(mask.drop_null())
     names = []
     for bits in distinct.to_pylist():
-        if bits < 0 or bits >> len(members):
+        if not 0 <= bits <= set_mask_limit(members):
             raise ValueError(f"SET bitmask {bits} names more than the {len(members)} members")
         names.append(",".join(name for i, name in enumerate(members) if bits >> i & 1))
     slot = pc.index_in(mask, value_set=distinct)

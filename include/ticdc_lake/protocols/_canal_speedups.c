@@ -986,6 +986,7 @@ static PyMethodDef canal_methods[] = {
     {"row_event", (PyCFunction)(void (*)(void))canal_row_event, METH_FASTCALL,
      "row_event(message, tables, topic, partition, offset) -> [RowEvent], or None when the "
      "pure-Python decoder must decide; message is a parsed dict or an uncompressed value"},
+    EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

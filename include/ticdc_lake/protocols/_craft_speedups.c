@@ -1218,6 +1218,7 @@ static PyMethodDef craft_methods[] = {
      "value_layout): bind the event model."},
     {"decode", (PyCFunction)(void (*)(void))craft_decode, METH_FASTCALL,
      "decode(value, topic, partition, offset, delete_handle_key_only=False) -> list of events"},
+    EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

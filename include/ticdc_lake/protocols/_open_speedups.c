@@ -886,6 +886,7 @@ static PyMethodDef open_methods[] = {
      "when the message needs the Python decoder"},
     {"decode_image", (PyCFunction)(void (*)(void))open_decode_image, METH_FASTCALL,
      "decode_image(raw, index, image) -> dict of Columns (open_protocol.decode_image)"},
+    EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 
 #ifdef Py_T_OBJECT_EX
 #define SLOT_OBJECT_EX Py_T_OBJECT_EX
@@ -182,5 +183,226 @@ bind_ops(PyObject *insert, PyObject *update, PyObject *delete)
     Py_XSETREF(op_update, Py_NewRef(update));
     Py_XSETREF(op_delete, Py_NewRef(delete));
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Value checks: values.py in C, for the common kinds only. `events_fit` answers 1 when every
+ * value of every row image surely fits its column's type, and 0 when one may not or is of a kind
+ * left to Python (a full type naming DECIMAL precision or ENUM/SET members, a value of
+ * another kind): values.events_problem then decides. So a 0 only costs time, and the two agree
+ * wherever C answers 1. It never raises (a failed look is a 0). */
+
+#define CHECK_UNSIGNED 0x80 /* mysql.FLAG_UNSIGNED */
+
+static inline int
+check_digits(const char *s, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+static inline int
+check_two(const char *s, int max)
+{
+    return check_digits(s, 2) && (s[0] - '0') * 10 + (s[1] - '0') <= max;
+}
+
+/* `.f…` of 1 to 6 digits, or nothing, filling s[0..n). */
+static inline int
+check_fraction(const char *s, Py_ssize_t n)
+{
+    return n == 0 || (n >= 2 && n <= 7 && s[0] == '.' && check_digits(s + 1, (int)n - 1));
+}
+
+static inline int
+check_date(const char *s)
+{
+    return check_digits(s, 4) && s[4] == '-' && check_two(s + 5, 12) && s[7] == '-'
+           && check_two(s + 8, 31);
+}
+
+static inline int
+check_temporal(int code, const char *s, Py_ssize_t n)
+{
+    if (code == 10 || code == 14) /* DATE, NEWDATE */
+        return n == 10 && check_date(s);
+    if (code == 11) { /* TIME: [-]HH:MM:SS[.f…] or [-]HHH:MM:SS[.f…], within ±838:59:59 */
+        if (n > 0 && s[0] == '-')
+            s++, n--;
+        int hour_digits = n >= 9 && s[3] == ':' ? 3 : 2;
+        if (n < hour_digits + 6 || !check_digits(s, hour_digits) || s[hour_digits] != ':')
+            return 0;
+        int hours = 0;
+        for (int i = 0; i < hour_digits; i++)
+            hours = hours * 10 + (s[i] - '0');
+        const char *rest = s + hour_digits;
+        if (!check_two(rest + 1, 59) || rest[3] != ':' || !check_two(rest + 4, 59)
+            || !check_fraction(rest + 6, n - hour_digits - 6))
+            return 0;
+        return hours < 838; /* 838:… is left to Python */
+    }
+    /* DATETIME, TIMESTAMP */
+    return n >= 19 && check_date(s) && s[10] == ' ' && check_two(s + 11, 23) && s[13] == ':'
+           && check_two(s + 14, 59) && s[16] == ':' && check_two(s + 17, 59)
+           && check_fraction(s + 19, n - 19);
+}
+
+/* DECIMAL text of unknown precision: [-]digits[.digits], at most 65 digits before the point
+ * (leading zeros aside) and 30 after it. */
+static inline int
+check_decimal(const char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = n > 0 && s[0] == '-' ? 1 : 0, start = i;
+    while (i < n && s[i] == '0')
+        i++;
+    Py_ssize_t significant = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    if (i == start || i - significant > 65)
+        return 0;
+    if (i == n)
+        return 1;
+    if (s[i] != '.' || n - i - 1 < 1 || n - i - 1 > 30)
+        return 0;
+    return check_digits(s + i + 1, (int)(n - i - 1));
+}
+
+static PyObject *check_json_loads; /* orjson.loads, imported on first use */
+
+/* Does orjson parse `text`? 0 also when it cannot be asked: Python then decides. */
+static int
+json_parses(PyObject *text)
+{
+    if (check_json_loads == NULL) {
+        PyObject *orjson = PyImport_ImportModule("orjson");
+        check_json_loads = orjson ? PyObject_GetAttrString(orjson, "loads") : NULL;
+        Py_XDECREF(orjson);
+        if (check_json_loads == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    PyObject *parsed = PyObject_CallOneArg(check_json_loads, text);
+    if (parsed == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(parsed);
+    return 1;
+}
+
+static inline int
+value_fits(PyObject *column)
+{
+    PyObject *value = slot_get(column, &column_class, COLUMN_VALUE);
+    PyObject *code_object = slot_get(column, &column_class, COLUMN_TYPE_CODE);
+    if (value == Py_None || code_object == Py_None)
+        return 1;
+    if (!PyLong_CheckExact(code_object))
+        return 0;
+    int overflow;
+    long code = PyLong_AsLongAndOverflow(code_object, &overflow);
+    if (overflow || code < 0 || code > 255) {
+        PyErr_Clear();
+        return 0;
+    }
+    switch (code) {
+    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: {
+        if (!PyLong_CheckExact(value))
+            return 0;
+        if ((code == 246 || code == 247 || code == 248)
+            && slot_get(column, &column_class, COLUMN_MYSQL_TYPE) != Py_None)
+            return 0;
+        PyObject *flags = slot_get(column, &column_class, COLUMN_FLAGS);
+        if (!PyLong_CheckExact(flags))
+            return 0;
+        long flag_bits = PyLong_AsLongAndOverflow(flags, &overflow);
+        if (overflow)
+            return 0;
+        int is_unsigned = (flag_bits & CHECK_UNSIGNED) != 0;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow != 0) { /* beyond int64: only BIGINT UNSIGNED, BIT and SET go there */
+            if (overflow < 0 || !((code == 8 && is_unsigned) || code == 16 || code == 248))
+                return 0;
+            PyLong_AsUnsignedLongLong(value); /* fits 64 bits unless it raises */
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            return 1;
+        }
+        int bits = code == 1 ? 8 : code == 2 ? 16 : code == 9 ? 24 : code == 3 ? 32 : 64;
+        switch (code) {
+        case 13:
+            return number == 0 || (number >= 1901 && number <= 2155);
+        case 16: case 248:
+            return number >= 0;
+        case 247:
+            return number >= 0 && number <= 65535;
+        case 8:
+            return !is_unsigned || number >= 0;
+        default:
+            if (is_unsigned)
+                return number >= 0 && number < (1LL << bits);
+            return number >= -(1LL << (bits - 1)) && number < (1LL << (bits - 1));
+        }
+    }
+    case 4: case 5:
+        return PyFloat_CheckExact(value) && isfinite(PyFloat_AS_DOUBLE(value));
+    case 10: case 14: case 11: case 12: case 7: case 0: case 246: {
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_COMPACT_ASCII(value))
+            return 0;
+        const char *text = (const char *)PyUnicode_DATA(value);
+        Py_ssize_t length = PyUnicode_GET_LENGTH(value);
+        if (code == 0 || code == 246)
+            return slot_get(column, &column_class, COLUMN_MYSQL_TYPE) == Py_None
+                   && check_decimal(text, length);
+        return check_temporal((int)code, text, length);
+    }
+    case 245: /* JSON text that orjson parses */
+        return PyUnicode_CheckExact(value) && json_parses(value);
+    default: /* strings, blobs and types without a check */
+        return 1;
+    }
+}
+
+static inline int
+image_fits(PyObject *image)
+{
+    if (image == Py_None)
+        return 1;
+    if (!PyDict_CheckExact(image))
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *name, *column;
+    while (PyDict_Next(image, &pos, &name, &column))
+        if (!Py_IS_TYPE(column, column_class.type) || !value_fits(column))
+            return 0;
+    return 1;
+}
+
+/* events_fit(events) -> bool, for the module's method table. */
+static PyObject *
+speedups_events_fit(PyObject *module, PyObject *events)
+{
+    (void)module;
+    if (!configured || !PyList_CheckExact(events))
+        Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (!Py_IS_TYPE(event, row_class.type))
+            continue;
+        if (!image_fits(slot_get(event, &row_class, ROW_COLUMNS))
+            || !image_fits(slot_get(event, &row_class, ROW_OLD_COLUMNS)))
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+#define EVENTS_FIT_METHOD                                                                      \
+    {"events_fit", speedups_events_fit, METH_O,                                                \
+     "events_fit(events) -> True when every row value surely fits its column's type; False: "   \
+     "values.events_problem decides"}
 
 #endif /* TICDC_LAKE_SPEEDUPS_H */

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,24 +9,11 @@ from typing import Any, ClassVar
 
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
-from ticdc_lake.errors import DecodeError
+from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
 from ticdc_lake.events import Event
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
-
-# What malformed input makes parsers raise. Each is turned into a DecodeError naming the record,
-# so a caller only ever has to handle the project's own error; the original stays chained.
-MALFORMED_INPUT_ERRORS = (
-    ValueError,  # includes orjson.JSONDecodeError, UnicodeDecodeError, binascii.Error
-    KeyError,
-    IndexError,
-    TypeError,
-    AttributeError,
-    OverflowError,
-    EOFError,
-    struct.error,
-    RecursionError,
-)
+from ticdc_lake.values import check_events
 
 
 @dataclass(frozen=True)
@@ -66,8 +52,12 @@ class Decoder(ABC):
         self.settings = settings or CodecSettings()
 
     def decode(self, record: KafkaRecord) -> list[Event]:
+        """The record's events; every row value checked against its column's type."""
         try:
-            return self._decode(record)
+            events = self._decode(record)
+            if not self._values_surely_fit(events):
+                check_events(events)
+            return events
         except DecodeError as exc:
             exc.located(
                 protocol=self.protocol,
@@ -88,6 +78,12 @@ class Decoder(ABC):
     @abstractmethod
     def _decode(self, record: KafkaRecord) -> list[Event]:
         """Decode; may raise DecodeError (coordinates are filled in by `decode`)."""
+
+    def _values_surely_fit(self, events: list[Event]) -> bool:
+        """True when a compiled check has found every row value within its type (a decoder
+        with compiled speedups answers through their `events_fit`); False: values.py decides."""
+        speedups = getattr(self, "speedups", None)
+        return speedups is not None and speedups.events_fit(events)
 
 
 class Encoder(ABC):

@@ -63,6 +63,7 @@ from ticdc_lake.events import (
 )
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.values import events_problem
 
 WATERMARK = "TIDB_WATERMARK"
 _ROW_OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
@@ -379,9 +380,11 @@ class CanalJsonDecoder(Decoder):
             # The compiled shortcut parses the value itself; None means "not a row message of a
             # table seen before, or malformed": the reference path below decides, and raises. It
             # parses the value again, which only DDL, watermarks, a table's first row and bad
-            # messages pay for.
+            # messages pay for, and so does a row with a value that does not fit its type.
             events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
-            if events is not None:
+            if events is not None and (
+                self.speedups.events_fit(events) or events_problem(events) is None
+            ):
                 return events
         return super().decode(record)
 

@@ -83,6 +83,7 @@ from ticdc_lake.mysql import (
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.protocols.go_quote import go_quote, go_unquote
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.values import events_problem
 
 BATCH_VERSION = 1
 EVENT_ROW = 1
@@ -164,14 +165,17 @@ class OpenProtocolDecoder(Decoder):
             # None: the message holds something the extension leaves to Python (a DDL, a
             # claim-check key, an error to name). An exception can only come from the Python
             # functions it calls back, on input the reference decoder refuses too. Either way it
-            # has had no side effects, and the reference decoder below decides.
+            # has had no side effects, and the reference decoder below decides. So it does for
+            # a value that does not fit its type: it raises that error with the coordinates.
             try:
                 events = speedups.decode(
                     key, value, self._decompress, record.topic, record.partition, record.offset
                 )
             except Exception:
                 events = None
-            if events is not None:
+            if events is not None and (
+                speedups.events_fit(events) or events_problem(events) is None
+            ):
                 return events
         return super().decode(record)
 

@@ -7,7 +7,8 @@ quarantine, plus a decode log that reconciles the counts of every bronze batch.
 
 Decoding runs on the executors: ``mapInArrow`` hands each task Arrow batches of bronze records,
 and the task decodes them with the topic's protocol and settings from the pipeline config
-(``config.codec_settings(topic)``), building each topic's decoder once per Python worker. The
+(``codecs.topic_decoder``, the CLI's factory too), building each topic's decoder once per
+Python worker. The
 task emits one discriminated output: a ``kind`` column (change, ddl, resolved, quarantine,
 tally, fatal) and one struct column per kind, already in the silver tables' row formats
 (lake/silver.py). That output is persisted, so bronze is decoded once, and split into:
@@ -55,15 +56,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ticdc_lake.config import PipelineConfig
+from ticdc_lake.codecs import topic_decoder
+from ticdc_lake.config import PipelineConfig, TopicConfig
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.protocols import Decoder, make_decoder
+from ticdc_lake.limits import Limits
+from ticdc_lake.protocols import Decoder
 from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
 
 APP_PREFIX = "decode-"
@@ -266,8 +270,7 @@ def pending_batches(bronze_batches: Iterable[int], logged: set[int]) -> list[int
 def check_topics(config: PipelineConfig) -> None:
     """Build every configured topic's decoder once on the driver: a bad setting (missing schema
     directory, unknown option) fails the stage here with a ConfigError, before any Spark job."""
-    for topic, topic_config in config.topics.items():
-        make_decoder(topic_config.protocol, config.codec_settings(topic))
+    TopicDecoders(DecoderSettings.for_config(config)).build_all()
 
 
 def _path(layout: LakeLayout, name: str):
@@ -476,27 +479,50 @@ def quarantine_of(decoded: DataFrame, at: dt.datetime) -> DataFrame:
 # --- executors: decoding records -------------------------------------------------------------
 
 
-class TopicDecoders:
-    """Each topic's decoder, built on first use from the config."""
+@dataclass(frozen=True)
+class DecoderSettings:
+    """What the executors need to build each topic's decoder: the topics' settings and the
+    limits (plain data, pickled to the workers), and the config file, for messages."""
 
-    def __init__(self, config: PipelineConfig):
-        self.config = config
+    topics: dict[str, TopicConfig]
+    limits: Limits
+    source: str
+
+    @classmethod
+    def for_config(cls, config: PipelineConfig) -> DecoderSettings:
+        return cls(dict(config.topics), config.limits, str(config.source))
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(pickle.dumps(self)).hexdigest()
+
+
+class TopicDecoders:
+    """Each topic's decoder, built on first use by the codecs factory; topics naming the same
+    schema source share it (one registry client and cache per worker)."""
+
+    def __init__(self, settings: DecoderSettings):
+        self.settings = settings
+        self._schema_sources: dict = {}
         self._decoders: dict[str, tuple[Decoder | None, str | None, str | None]] = {}
+
+    def build_all(self) -> None:
+        for topic in self.settings.topics:
+            self.get(topic)
 
     def get(self, topic: str) -> tuple[Decoder | None, str | None, str | None]:
         """(decoder, protocol, None), or (None, None, why) for a topic the config lacks."""
         entry = self._decoders.get(topic)
         if entry is None:
-            if topic in self.config.topics:
-                protocol = self.config.topics[topic].protocol
-                decoder = make_decoder(protocol, self.config.codec_settings(topic))
-                entry = (decoder, protocol, None)
+            configured = self.settings.topics.get(topic)
+            if configured is not None:
+                decoder = topic_decoder(configured, self.settings.limits, self._schema_sources)
+                entry = (decoder, configured.protocol, None)
             else:
-                known = ", ".join(sorted(self.config.topics))
+                known = ", ".join(sorted(self.settings.topics))
                 entry = (
                     None,
                     None,
-                    f"topic {topic!r} is not in the pipeline config {self.config.source} "
+                    f"topic {topic!r} is not in the pipeline config {self.settings.source} "
                     f"(configured: {known}); add it with its protocol, then redecode",
                 )
             self._decoders[topic] = entry
@@ -504,17 +530,17 @@ class TopicDecoders:
 
 
 # Decoders live as long as the Python worker (Spark reuses workers across tasks), keyed by a
-# fingerprint of the config they were built from; a few configs at most per worker.
+# fingerprint of the settings they were built from; a few configs at most per worker.
 _WORKER_DECODERS: dict[str, TopicDecoders] = {}
 _WORKER_DECODERS_MAX = 8
 
 
-def worker_decoders(fingerprint: str, config: PipelineConfig) -> TopicDecoders:
+def worker_decoders(fingerprint: str, settings: DecoderSettings) -> TopicDecoders:
     decoders = _WORKER_DECODERS.get(fingerprint)
     if decoders is None:
         if len(_WORKER_DECODERS) >= _WORKER_DECODERS_MAX:
             _WORKER_DECODERS.clear()
-        decoders = _WORKER_DECODERS[fingerprint] = TopicDecoders(config)
+        decoders = _WORKER_DECODERS[fingerprint] = TopicDecoders(settings)
     return decoders
 
 
@@ -584,19 +610,16 @@ class PartitionDecoder:
     ends the task with one ``fatal`` row (the rest of its input is read but not decoded).
     """
 
-    config: PipelineConfig
+    settings: DecoderSettings
     fingerprint: str
 
     @classmethod
     def for_config(cls, config: PipelineConfig) -> PartitionDecoder:
-        # Schema sources built on the driver (a registry client holds sockets and locks) stay
-        # there: executors build their own from the settings.
-        shipped = dataclasses.replace(config, _schema_sources={})
-        fingerprint = hashlib.sha256(pickle.dumps(shipped)).hexdigest()
-        return cls(shipped, fingerprint)
+        settings = DecoderSettings.for_config(config)
+        return cls(settings, settings.fingerprint())
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        decoders = worker_decoders(self.fingerprint, self.config)
+        decoders = worker_decoders(self.fingerprint, self.settings)
         tallies: dict[int, list[int]] = {}
         for batch in batches:
             out = OutputBuilder()
@@ -608,7 +631,7 @@ class PartitionDecoder:
                     pass
                 batch_id, error = fatal
                 out = OutputBuilder()
-                message = {"error_type": type(error).__name__, "message": str(error)}
+                message = {"error_type": type(error).__name__, "message": redact_text(str(error))}
                 out.add(FATAL, batch_id, message)
                 yield out.batch()
                 return
@@ -692,7 +715,7 @@ def _quarantine_row(
         "source_file": source_file,
         "bronze_batch": batch_id,
         "protocol": error.protocol,
-        "error": str(error),
+        "error": redact_text(str(error)),  # a URL's password never reaches a table
         "byte_offset": error.byte_offset,
     }
 

@@ -24,7 +24,6 @@ Either way the rules are ``exports``' own: this module only adds positions and b
 from __future__ import annotations
 
 import gc
-import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -48,6 +47,7 @@ from pyspark.sql.types import (
 )
 
 from ticdc_lake import exports
+from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.spark import register_data_source
 
@@ -119,6 +119,7 @@ class ExportPartition(InputPartition):
         first_line: int = 1,
     ):
         super().__init__((file_index, file.path, row_groups, byte_range))
+        self.limits = Limits()  # what the reader set: the bound on a line
         self.file_index = file_index
         self.file = file
         self.row_groups = row_groups
@@ -148,21 +149,31 @@ def _json_lines_partitions(index: int, file: ExportFile) -> list[ExportPartition
     (counting newlines reads the file once, at memory speed: error lines keep true numbers)."""
     parts, start, line = [], 0, 1
     try:
-        with open(file.path, "rb") as stream:
+        with exports.open_regular(file.path) as stream:
             while True:
                 stream.seek(start)
                 chunk = stream.read(SPLIT_BYTES)
-                # Up to the end of the line the split falls in.
-                rest = stream.readline() if len(chunk) == SPLIT_BYTES else b""
-                end = start + len(chunk) + len(rest)
+                # Up to the end of the line the split falls in (which may be very long).
+                rest, newline = _to_line_end(stream) if len(chunk) == SPLIT_BYTES else (0, 0)
+                end = start + len(chunk) + rest
                 last = len(chunk) < SPLIT_BYTES or not stream.read(1)
                 byte_range = (start, None if last else end)  # the last one reads to the end
                 parts.append(ExportPartition(index, file, byte_range=byte_range, first_line=line))
                 if last:
                     return parts
-                start, line = end, line + chunk.count(b"\n") + rest.count(b"\n")
+                start, line = end, line + chunk.count(b"\n") + newline
     except OSError:
         return [ExportPartition(index, file)]  # the reader reports what is wrong with it
+
+
+def _to_line_end(stream) -> tuple[int, int]:
+    """(bytes, newlines) read up to and including the next newline, none of it kept."""
+    skipped = 0
+    while piece := stream.readline(1 << 20):
+        skipped += len(piece)
+        if piece.endswith(b"\n"):
+            return skipped, 1
+    return skipped, 0
 
 
 def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
@@ -326,7 +337,8 @@ def _export_items(partition: ExportPartition) -> Iterator[Item]:
     (``on_error`` runs inside the iteration, so errors come out where they were met)."""
     errors: list[exports.ExportError] = []
     position = 0
-    for record in exports.read_export(partition.file.path, on_error=errors.append):
+    path, limits = partition.file.path, partition.limits
+    for record in exports.read_export(path, on_error=errors.append, limits=limits):
         for error in errors:
             yield position, error
             position += 1
@@ -343,33 +355,47 @@ def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
     parsed by exports' line parser; positions are 0-based line numbers."""
     path = partition.file.path
     start, end = partition.byte_range
+    max_line = partition.limits.max_export_line_bytes
     try:
-        with open(path, "rb") as stream:
+        with exports.open_regular(path) as stream:
             stream.seek(start)
-            # One read of the whole range (it ends at a line end): cheaper than tracking where
-            # each line of the file ends.
-            chunk = stream.read() if end is None else stream.read(end - start)
+            lines = exports.bounded_lines(stream, max_line)
+            # The range ends at a line end: stop there (the last range reads to the end).
+            left = float("inf") if end is None else end - start
+            for number, line in enumerate(lines, start=partition.first_line):
+                if isinstance(line, exports.LongLine):
+                    left -= line.length
+                    yield number - 1, line.error(path=path, number=number, limit=max_line)
+                else:
+                    left -= len(line)
+                    if not line.isspace():
+                        yield number - 1, exports.parse_json_line(line, path=path, number=number)
+                if left <= 0:
+                    return
     except OSError as exc:
         error = exports.ExportError(f"cannot read export file: {exc}", path=path)
         yield partition.first_line - 1, error
-        return
-    for number, line in enumerate(io.BytesIO(chunk), start=partition.first_line):
-        if not line.isspace():
-            yield number - 1, exports.parse_json_line(line, path=path, number=number)
 
 
 # --- the data source --------------------------------------------------------------------------
 
 
 class ExportReader(DataSourceReader):
-    def __init__(self, files: list[ExportFile], coordinates_only: bool = False):
+    def __init__(
+        self,
+        files: list[ExportFile],
+        coordinates_only: bool = False,
+        limits: Limits | None = None,
+    ):
         self.files = files
         self.coordinates_only = coordinates_only
+        self.limits = limits or Limits()
 
     def partitions(self) -> list[ExportPartition]:
         parts = plan_partitions(self.files)
         for part in parts:
             part.coordinates_only = self.coordinates_only
+            part.limits = self.limits
         return parts
 
     def read(self, partition: ExportPartition) -> Iterator[pa.RecordBatch]:
@@ -390,7 +416,8 @@ class KafkaExportsDataSource(DataSource):
         if "files" not in self.options:
             raise ValueError(f"the {SOURCE_NAME} data source needs the `files` option")
         files = [ExportFile(**entry) for entry in json.loads(self.options["files"])]
-        return ExportReader(files, self.options.get("coordinates_only") == "true")
+        limits = Limits(**json.loads(self.options.get("limits", "{}")))
+        return ExportReader(files, self.options.get("coordinates_only") == "true", limits)
 
 
 def files_option(files: Sequence[ExportFile]) -> str:
@@ -398,19 +425,25 @@ def files_option(files: Sequence[ExportFile]) -> str:
 
 
 def read_export_files(
-    spark: SparkSession, files: Sequence[ExportFile], *, coordinates_only: bool = False
+    spark: SparkSession,
+    files: Sequence[ExportFile],
+    *,
+    coordinates_only: bool = False,
+    limits: Limits | None = None,
 ) -> DataFrame:
     """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors.
 
     ``coordinates_only``: plain Parquet files give topic, partition and offset but no
     timestamp, key, value or headers (null), reading only those columns: a cheap first look
     at a batch. (Spark's Python data sources cannot prune columns themselves.) Other layouts
-    are parsed whole either way, and give everything."""
+    are parsed whole either way, and give everything. ``limits``: a JSON Lines line longer
+    than ``max_export_line_bytes`` is an error row."""
     register_data_source(spark, KafkaExportsDataSource)
     rows = (
         spark.read.format(SOURCE_NAME)
         .option("files", files_option(files))
         .option("coordinates_only", str(coordinates_only).lower())
+        .option("limits", json.dumps(asdict(limits or Limits())))
         .load()
     )
     # The JVM looks the path up: a path string per row need not cross from Python.

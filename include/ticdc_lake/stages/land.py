@@ -4,7 +4,9 @@
 
 Every run that finds something to land is one **batch** (ids 1, 2, 3, ...): the files matched
 by ``config.inputs`` that are new, or changed since they were landed, are read by Spark's
-executors (``export_source``) and their records appended to bronze. Tables, all under
+executors (``export_source``) and their records appended to bronze. Matching stays inside the
+folders the patterns name and takes regular files only (``land_inputs``); the matches refused
+are counted, and listed, in the result. Tables, all under
 ``<lake>/bronze/``, each at ``LakeLayout.<name>`` (``records`` at ``LakeLayout.bronze``):
 
 - ``records``, partitioned by ``topic``: one row per
@@ -46,7 +48,6 @@ A run with nothing new writes nothing and adds no Delta version. Run one land jo
 from __future__ import annotations
 
 import datetime as dt
-import glob
 import itertools
 import json
 import os
@@ -80,14 +81,17 @@ from ticdc_lake.delta import (
 )
 from ticdc_lake.errors import TicdcLakeError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.limits import Limits
 from ticdc_lake.stages.export_source import (
     HEADERS_TYPE,
     ExportFile,
     describe_file,
     read_export_files,
 )
+from ticdc_lake.stages.land_inputs import discover_files
 
 APP_ID = "land"
+REFUSED_SHOWN = 20  # refused matches listed in the result (all are counted)
 
 NEW, DUPLICATE, CONFLICT = "new", "duplicate", "conflict"
 
@@ -243,6 +247,9 @@ class LandResult:
     offset_gaps: int  # open gaps in bronze after this run
     missing_offsets: int  # offsets in those gaps
     files_waiting: int = 0  # new or changed, left for the next batch (after a recovery)
+    # Matches never opened: outside the pattern's folder, devices, FIFOs, sockets, ...
+    files_refused: int = 0
+    refused: tuple[str, ...] = ()  # "path: reason" of the first REFUSED_SHOWN
     recovered: bool = False  # this run finished a batch a killed run had started
     seconds: float = 0.0
 
@@ -251,7 +258,8 @@ class LandResult:
         return (
             f"land: {batch}{' (recovered)' if self.recovered else ''}: files "
             f"{self.files_landed} landed / {self.files_skipped} skipped / "
-            f"{self.files_waiting} waiting / {self.files_seen} seen; records "
+            f"{self.files_waiting} waiting / {self.files_seen} seen / "
+            f"{self.files_refused} refused; records "
             f"{self.records_read} read, {self.records_added} added, "
             f"{self.duplicates} duplicates, {self.conflicts} conflicts; {self.errors} errors; "
             f"{self.offset_gaps} offset gaps ({self.missing_offsets} offsets); "
@@ -303,7 +311,8 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
     started = time.perf_counter()
     tables = LandTables.of(LakeLayout(config.lake))
     # A glob reaching into the lake must not land the lake's own files.
-    seen = discover_files(config.inputs, exclude=(config.lake, config.reports))
+    discovered = discover_files(config.inputs, exclude=(config.lake, config.reports))
+    seen, refused = discovered.files, tuple(str(r) for r in discovered.refused)
     changed = changed_files(seen, landed_state(tables))
     plan = pending_plan(tables)
     recovered = plan is not None
@@ -322,11 +331,13 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
                 errors=0,
                 offset_gaps=gaps,
                 missing_offsets=missing,
+                files_refused=len(refused),
+                refused=refused[:REFUSED_SHOWN],
                 seconds=time.perf_counter() - started,
             )
         plan = plan_batch(tables, changed)
         save_plan(tables, plan)
-    outcome = run_batch(spark, tables, plan)
+    outcome = run_batch(spark, tables, plan, config.limits)
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
     return LandResult(
@@ -335,6 +346,8 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
         files_landed=len(plan.files),
         files_skipped=len(seen) - len(changed),
         files_waiting=len([f for f in changed if f.path not in planned]),
+        files_refused=len(refused),
+        refused=refused[:REFUSED_SHOWN],
         recovered=recovered,
         seconds=time.perf_counter() - started,
         **outcome,
@@ -342,46 +355,6 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
 
 
 # --- planning ---------------------------------------------------------------------------------
-
-
-def discover_files(patterns: Iterable[str], exclude: Iterable[str | Path] = ()) -> list[str]:
-    """Every file the glob patterns match, directories expanded (a Spark or Kafka Connect
-    export is a directory of part files), without hidden and bookkeeping files or directories
-    below the pattern's fixed part (names starting with "." or "_": ``_SUCCESS``, ``.crc``,
-    ``_temporary/``) and without files under ``exclude``."""
-    found: set[str] = set()
-    for pattern in patterns:
-        matched: set[str] = set()
-        for match in glob.glob(pattern, recursive=True):
-            if os.path.isdir(match):
-                for directory, _, names in os.walk(match):
-                    matched.update(os.path.join(directory, name) for name in names)
-            elif os.path.isfile(match):
-                matched.add(match)
-        base = _fixed_prefix(pattern)
-        found.update(path for path in matched if not _hidden(os.path.relpath(path, base)))
-    roots = [os.path.join(os.path.abspath(root), "") for root in exclude]
-    return sorted(
-        path
-        for path in map(os.path.abspath, found)
-        if not any(path.startswith(root) for root in roots)
-    )
-
-
-def _fixed_prefix(pattern: str) -> str:
-    """The directory part of a glob pattern before its first wildcard."""
-    parts = []
-    for part in Path(pattern).parts:
-        if any(char in part for char in "*?["):
-            break
-        parts.append(part)
-    return os.path.join(*parts) if parts else "."
-
-
-def _hidden(relative: str) -> bool:
-    return any(
-        part.startswith((".", "_")) for part in Path(relative).parts if part not in (".", "..")
-    )
 
 
 def landed_state(tables: LandTables) -> dict[str, tuple[int, int]]:
@@ -495,9 +468,11 @@ def pending_plan(tables: LandTables) -> LandPlan | None:
 # --- running a batch --------------------------------------------------------------------------
 
 
-def run_batch(spark: SparkSession, tables: LandTables, plan: LandPlan) -> dict[str, int]:
+def run_batch(
+    spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None = None
+) -> dict[str, int]:
     """Read the plan's files and make its commits (those not made yet); returns the counts."""
-    return _Batch(spark, tables, plan).run()
+    return _Batch(spark, tables, plan, limits).run()
 
 
 def with_record_hash(records: DataFrame) -> DataFrame:
@@ -566,11 +541,13 @@ class _Batch:
     whole instead, parsing being the dearer part.
     """
 
-    def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
+    def __init__(
+        self, spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None
+    ):
         self.spark = spark
         self.tables = tables
         self.plan = plan
-        self.raw = read_export_files(spark, plan.files)
+        self.raw = read_export_files(spark, plan.files, limits=limits)
         self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
         if all(_plain_parquet(f) for f in plan.files):
             # Parquet is cheap to read again, and its coordinates alone cheaper still.

@@ -45,7 +45,7 @@ PIPELINE_CONFIG_DOC = """\
 #   changefeeds:   name -> topics whose watermarks are combined (the unit that gates gold);
 #                  watermarks: false when the protocol sends none (Avro without the test-only
 #                  watermark option, Canal-JSON without the extension): then gold needs a
-#                  cut-off-ts from the user.
+#                  cutoff-ts from the user (else it is not transactionally consistent).
 """
 
 
