@@ -16,11 +16,13 @@ from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.cli import decode_exports, main
 from ticdc_lake.codecs import codec_settings
 from ticdc_lake.errors import DecodeError, TicdcLakeError
-from ticdc_lake.events import INSERT, RowEvent
+from ticdc_lake.events import INSERT, Column, RowEvent
 from ticdc_lake.exports import write_export
 from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+from tests import hostile_avro
 
 
 def open_protocol_record(offset: int, **values) -> KafkaRecord:
@@ -92,6 +94,53 @@ def test_decode_reports_bad_records_and_goes_on(tmp_path, capsysbinary):
     assert f"file {bad}" in decode_errors[0] and "partition 3" in decode_errors[0]
     assert sum(f"file {bad}, line 4" in line for line in errors) == 2
     assert "decoded 5 records into 5 events; 4 could not be read or decoded" in errors[-1]
+
+
+def test_decode_prints_bytes_inside_nested_records_and_goes_on(tmp_path, capsysbinary):
+    """A nested record's bytes had no JSON form: the printer crashed, and the records after it
+    were never printed. A BIT of 4 KiB (an integer past JSON's 64 bits) is refused and skipped;
+    had it reached the printer, it would be reported the same way."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "1.avsc").write_text(json.dumps(hostile_avro.huge_bit_schema()))
+    nested = hostile_avro.nested_schema(3)
+    nested["fields"][0]["type"]["fields"][0]["type"] = "bytes"
+    (schemas / "2.avsc").write_text(json.dumps(nested))
+    values = [
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(8)),
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(4096)),
+        hostile_avro.framed(2, hostile_avro.zigzag(2) + b"\x00\xff"),
+        hostile_avro.framed(1, hostile_avro.huge_bit_record(2)),
+    ]
+    path = tmp_path / "records.jsonl"
+    write_export(path, [KafkaRecord("t", 0, i, None, v) for i, v in enumerate(values)], "jsonl")
+
+    status = main(["decode", "--protocol", "avro", "--schema-dir", str(schemas), str(path)])
+
+    captured = capsysbinary.readouterr()
+    assert status == 1
+    lines = [orjson.loads(line) for line in captured.out.splitlines()]
+    assert [line["offset"] for line in lines] == [0, 2, 3]
+    assert lines[1]["columns"] == {"x": {"x": {"base64": "AP8="}}}
+    [error, summary] = captured.err.decode().splitlines()
+    assert error.startswith("error: avro: ")
+    assert f"file {path}, topic t, partition 0, offset 1" in error
+    assert summary == "decoded 3 records into 3 events; 1 could not be read or decoded"
+
+
+def test_an_event_json_cannot_hold_is_the_records_error():
+    deep: object = 1
+    for _ in range(300):  # orjson stops at 255 levels
+        deep = {"x": deep}
+    for value in (deep, 2**70):
+        event = RowEvent(5, "s", "t", INSERT, {"c": Column(None, 0, value)}, None, "t", 2, 9)
+        with pytest.raises(cli._UNPRINTABLE) as caught:
+            cli._json_line(event)
+        error = cli._unprintable(
+            caught.value, [event], "avro", KafkaRecord("t", 2, 9, None, None), "f"
+        )
+        assert str(error).startswith("avro: its row event cannot be printed as JSON: TypeError")
+        assert str(error).endswith("(file f, topic t, partition 2, offset 9)")
 
 
 def test_decode_exports_reports_undecodable_records_with_file_and_coordinates(tmp_path):

@@ -7,6 +7,7 @@ from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
 from ticdc_lake.events import Column, RowEvent, to_json_dict
+from ticdc_lake.limits import Limits
 from ticdc_lake.mysql import FLAG_BINARY, FLAG_HANDLE_KEY, TYPE_LONG, TYPE_VARCHAR, float32
 from ticdc_lake.protocols import CodecSettings, make_decoder
 
@@ -14,7 +15,7 @@ from ticdc_lake.protocols import CodecSettings, make_decoder
 @pytest.mark.parametrize("codec", ["none", "snappy", "lz4"])
 def test_compression_round_trips(codec):
     payload = b'{"u":{"a":{"t":3,"f":11,"v":1}}}' * 20
-    assert decompress(codec, compress(codec, payload)) == payload
+    assert decompress(codec, compress(codec, payload), Limits()) == payload
 
 
 def test_lz4_magic_is_the_frame_format():
@@ -23,7 +24,7 @@ def test_lz4_magic_is_the_frame_format():
 
 def test_wrong_codec_names_the_likely_cause():
     with pytest.raises(DecodeError, match="plain JSON"):
-        decompress("snappy", b'{"not": "compressed"}' * 3)
+        decompress("snappy", b'{"not": "compressed"}' * 3, Limits())
 
 
 def test_unknown_codec_is_a_config_error():

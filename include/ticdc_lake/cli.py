@@ -33,7 +33,7 @@ from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.compression import CODECS
 from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
-from ticdc_lake.events import Event, to_json_dict
+from ticdc_lake.events import Event, json_value, to_json_dict
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
@@ -190,10 +190,14 @@ def _run_decode(args) -> int:
         errors += 1
         print(f"error: {error}", file=sys.stderr)
 
-    for _, _, decoded in decode_exports(args.files, decoder, on_error=report):
+    for path, record, decoded in decode_exports(args.files, decoder, on_error=report):
+        try:
+            lines = [_json_line(event) for event in decoded]
+        except _UNPRINTABLE as exc:
+            report(_unprintable(exc, decoded, args.protocol, record, path))
+            continue
+        chunk += lines
         records += 1
-        for event in decoded:
-            chunk.append(orjson.dumps(to_json_dict(event), option=orjson.OPT_APPEND_NEWLINE))
         events += len(decoded)
         if len(chunk) >= 1024:
             out.write(b"".join(chunk))
@@ -205,6 +209,39 @@ def _run_decode(args) -> int:
         file=sys.stderr,
     )
     return 1 if errors else 0
+
+
+# What printing an event raises when a value has no JSON form: orjson's TypeError for an
+# integer past 64 bits, nesting past 255 levels or a type it does not know.
+_UNPRINTABLE = (TypeError, ValueError, RecursionError)
+
+
+def _json_line(event: Event) -> bytes:
+    return orjson.dumps(
+        to_json_dict(event), default=_nested_json_value, option=orjson.OPT_APPEND_NEWLINE
+    )
+
+
+def _nested_json_value(value: Any) -> Any:
+    """Bytes inside a nested (Avro record) value get the same JSON form as a column's bytes."""
+    if isinstance(value, bytes):
+        return json_value(value)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _unprintable(
+    exc: Exception, events: list[Event], protocol: str, record: KafkaRecord, path: str
+) -> DecodeError:
+    """The error of a record one of whose events has no JSON form; none of them is printed."""
+    kinds = sorted({event.kind for event in events})
+    return DecodeError(
+        f"its {'/'.join(kinds)} event cannot be printed as JSON: {type(exc).__name__}: {exc}",
+        protocol=protocol,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        source_file=path,
+    )
 
 
 # --- generate ---------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ class Limits:
     max_message_bytes: int = 10 * MIB
     # Nesting of Avro schemas and JSON documents: Python's recursion would crash far above it.
     max_nesting_depth: int = 64
-    # Items of one Avro array/map, columns of a row, events of a batched message.
+    # Fields of an Avro record (Avro arrays and maps are refused: TiCDC writes none), columns
+    # of a row, events of a batched message.
     max_collection_count: int = 1_000_000
     # A claim-check object as stored (its JSON wrapping base64: about 4/3 of the message).
     max_claim_check_bytes: int = 16 * MIB

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import random
+import re
+import resource
+import signal
 import struct
+import subprocess
+import sys
+import textwrap
 from decimal import ROUND_DOWN, Decimal
+from pathlib import Path
 
 import fastavro
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from ticdc_lake import mysql as m
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
 from ticdc_lake.protocols.avro import (
     AvroDecoder,
@@ -33,6 +42,7 @@ from ticdc_lake.schema_registry import (
     SchemasTopicSource,
 )
 
+from tests import hostile_avro
 from tests.conftest import load_vector
 from tests.strategies import (
     SAFE_NAMES,
@@ -832,3 +842,218 @@ def test_fuzzed_messages_raise_only_decode_errors_with_coordinates():
     # both paths were exercised: mutations that still decode, and ones that are refused (a
     # mutated DATE or DECIMAL value that no longer fits its type is refused too)
     assert min(outcomes.values()) > 800, outcomes
+
+
+# --- hostile schemas -----------------------------------------------------------------------------
+
+
+def _hostile(schema: dict, body: bytes, limits: Limits | None = None) -> list:
+    registry = InMemorySchemaRegistry()
+    schema_id = registry.register("hostile-value", json.dumps(schema))
+    settings = dataclasses.replace(_settings(registry), limits=limits or Limits())
+    return AvroDecoder(settings).decode(_record(None, hostile_avro.framed(schema_id, body)))
+
+
+@pytest.mark.parametrize("limit", [64, 5])
+def test_types_nested_deeper_than_the_limit_are_refused(limit):
+    limits = Limits(max_nesting_depth=limit)
+    body = hostile_avro.nested_record()
+    # At the limit it decodes (copying the schema for fastavro once took 2^depth steps).
+    [event] = _hostile(hostile_avro.nested_schema(limit), body, limits)
+    assert event.columns["x"].value is not None
+    with pytest.raises(
+        LimitExceededError,
+        match=rf"nesting depth \({limit + 1}\) exceeds limits\.max-nesting-depth = {limit}",
+    ) as caught:
+        _hostile(hostile_avro.nested_schema(limit + 1), body, limits)
+    assert caught.value.limit_name == "max_nesting_depth" and caught.value.offset == 7
+
+
+def test_a_reused_named_type_counts_its_own_depth():
+    inner = hostile_avro.nested_schema(4)["fields"][0]["type"]  # level2 → level3 → long
+    schema = hostile_avro.nested_schema(2)
+    schema["fields"] = [{"name": "a", "type": inner}, {"name": "b", "type": "level2"}]
+    assert _hostile(schema, b"\x02\x04", Limits(max_nesting_depth=4))
+    schema["fields"][1]["type"] = {"type": "record", "name": "wrap", "fields": [
+        {"name": "w", "type": "level2"}
+    ]}  # fmt: skip
+    with pytest.raises(LimitExceededError, match=r"\(5\) exceeds limits\.max-nesting-depth = 4"):
+        _hostile(schema, b"\x02\x04", Limits(max_nesting_depth=4))
+
+
+@pytest.mark.parametrize("depth", [3, 10_000])
+def test_a_record_type_that_contains_itself_is_refused(depth):
+    # 10,000 levels of this crashed the process (exit 139) inside fastavro's reader.
+    with pytest.raises(DecodeError, match="the named type 't' contains itself") as caught:
+        _hostile(hostile_avro.recursive_schema(), hostile_avro.recursive_record(depth))
+    assert "limits.max-nesting-depth" in caught.value.reason
+
+
+@pytest.mark.parametrize("count", [2**40, -(2**40), 3])
+@pytest.mark.parametrize("kind", ["array", "map"])
+def test_arrays_and_maps_are_refused_before_any_count_is_read(kind, count):
+    # A block of 2^40 nulls looped and grew the process by gigabytes.
+    with pytest.raises(DecodeError, match=f"holds an Avro {kind}.* not a TiCDC schema"):
+        _hostile(hostile_avro.collection_schema(kind), hostile_avro.count_bomb(count))
+
+
+def test_a_record_of_more_fields_than_the_limit_is_refused():
+    schema = hostile_avro.nested_schema(2)
+    schema["fields"] = [{"name": f"c{i}", "type": "int"} for i in range(4)]
+    assert _hostile(schema, b"\x00" * 4, Limits(max_collection_count=4))
+    schema["fields"].append({"name": "c4", "type": "int"})
+    with pytest.raises(
+        LimitExceededError, match=r"field count \(5\) exceeds limits\.max-collection"
+    ):
+        _hostile(schema, b"\x00" * 5, Limits(max_collection_count=4))
+
+
+_HOSTILE_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    from ticdc_lake.errors import DecodeError
+    from ticdc_lake.protocols import CodecSettings
+    from ticdc_lake.protocols.avro import AvroDecoder
+    from ticdc_lake.records import KafkaRecord
+    from ticdc_lake.schema_registry import InMemorySchemaRegistry
+    from tests import hostile_avro as h
+
+    registry = InMemorySchemaRegistry()
+    schemas = {
+        "recursive": json.dumps(h.recursive_schema()), "nested": h.nested_schema_text(300),
+        "array": json.dumps(h.collection_schema("array")),
+        "map": json.dumps(h.collection_schema("map")),
+    }
+    ids = {name: registry.register(name, text) for name, text in schemas.items()}
+    records = [
+        ("recursive", h.recursive_record(20_000)), ("nested", h.nested_record()),
+        ("array", h.count_bomb(2**40)), ("array", h.count_bomb(-(2**40))),
+        ("map", h.count_bomb(2**40)),
+    ]
+    decoder = AvroDecoder(CodecSettings(schema_source=registry))
+    for offset, (name, body) in enumerate(records):
+        try:
+            decoder.decode(KafkaRecord("t", 0, offset, None, h.framed(ids[name], body)))
+            print(name, "decoded")
+        except DecodeError as error:
+            print(name, type(error).__name__)
+    """
+)
+
+
+def test_hostile_records_end_in_decode_errors_in_a_bounded_process():
+    """A fresh process limited to 2 GiB of address space: a crash (exit 139), a MemoryError or
+    a hang would show here instead of taking the test run down."""
+    result = subprocess.run(
+        [sys.executable, "-c", _HOSTILE_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)),
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.split() == [
+        "recursive", "DecodeError", "nested", "LimitExceededError", "array", "DecodeError",
+        "array", "DecodeError", "map", "DecodeError",
+    ]  # fmt: skip
+
+
+# Named types a fuzzed schema defines and refers to: a reference to an enclosing record is a
+# recursion, to an earlier one a reuse, to neither an unknown type.
+_FUZZ_NAMES = ("t", "r1", "r2", "e1")
+_COUNTS = [2**40, -(2**40), -1, 2**62, 1 << 20]
+
+
+def _fuzz_types() -> st.SearchStrategy:
+    leaves = st.sampled_from(
+        [
+            "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+            {"type": "string", "connect.parameters": {"tidb_type": "TEXT"}},
+            {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            *_FUZZ_NAMES,
+        ]
+    )  # fmt: skip
+    names = st.sampled_from(_FUZZ_NAMES)
+
+    def record(name: str, types: list) -> dict:
+        fields = [{"name": f"f{i}", "type": avro_type} for i, avro_type in enumerate(types)]
+        return {"type": "record", "name": name, "fields": fields}
+
+    def nested(children: st.SearchStrategy) -> st.SearchStrategy:
+        unions = st.lists(children, min_size=1, max_size=3)
+        records = st.builds(record, names, st.lists(children, min_size=1, max_size=3))
+        return st.one_of(
+            unions,
+            records,
+            st.builds(
+                lambda name, size: {"type": "fixed", "name": name, "size": size},
+                names,
+                st.sampled_from([0, 8, 2**40]),
+            ),
+            st.builds(lambda name: {"type": "enum", "name": name, "symbols": ["a", "b"]}, names),
+        )
+
+    return st.recursive(leaves, nested, max_leaves=10)
+
+
+@st.composite
+def hostile_schemas(draw) -> dict:
+    """A table record of fuzzed field types, one of them wrapped in up to 200 more levels, one
+    maybe the items of an array or the values of a map."""
+    types = draw(st.lists(_fuzz_types(), min_size=1, max_size=4))
+    collection = draw(st.sampled_from([None, None, None, "array", "map"]))
+    if collection is not None:  # of the last field's type
+        types[-1] = {"type": collection, "items" if collection == "array" else "values": types[-1]}
+    for level in range(draw(st.sampled_from([0, 0, 0, 0, 10, 70, 200]))):
+        wrapper = {"type": "record", "name": f"w{level}", "fields": [{"name": "x", "type": None}]}
+        wrapper["fields"][0]["type"], types[0] = types[0], wrapper
+    schema = hostile_avro.nested_schema(2)
+    schema["fields"] = [{"name": f"c{i}", "type": t} for i, t in enumerate(types)]
+    return schema
+
+
+hostile_bodies = st.lists(
+    st.sampled_from([hostile_avro.zigzag(n) for n in _COUNTS] + [b"\x02", b"\x00" * 8])
+    | st.binary(max_size=16),
+    max_size=8,
+).map(b"".join)
+
+
+class _Hang(Exception):
+    pass
+
+
+def _hang(signum, frame):
+    raise _Hang("still decoding after the time given")
+
+
+@contextlib.contextmanager
+def _bounded(memory: int, seconds: int):
+    """Past `memory` more bytes of address space is a MemoryError, past `seconds` (generous:
+    the decoder takes milliseconds) a _Hang: a test failure either way, not a stuck machine."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as status:
+        used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (used + memory, hard))
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@given(hostile_schemas(), hostile_bodies)
+def test_fuzzed_schemas_raise_only_decode_errors_within_bounded_memory(schema, body):
+    with _bounded(memory=1 << 30, seconds=30):
+        try:
+            events = _hostile(schema, body)
+        except DecodeError as error:
+            assert error.reason and error.offset == 7
+            event(type(error).__name__ + ": " + re.sub(r"\d+|'.*?'", "N", error.reason)[:70])
+        else:
+            event("decoded")
+            assert [type(event) for event in events] == [RowEvent]

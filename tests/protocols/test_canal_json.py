@@ -605,8 +605,9 @@ def test_claim_check_inside_the_roots_is_fetched(tmp_path, codec):
 
 def _lz4(value: bytes) -> bytes:
     from ticdc_lake.compression import decompress
+    from ticdc_lake.limits import Limits
 
-    return decompress("lz4", value)
+    return decompress("lz4", value, Limits())
 
 
 def test_claim_check_outside_the_roots_is_never_read(tmp_path):

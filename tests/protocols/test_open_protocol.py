@@ -27,6 +27,7 @@ from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.limits import Limits
 from ticdc_lake.protocols import (
     CodecSettings,
     KafkaMessage,
@@ -609,7 +610,7 @@ def test_compression_applies_to_each_value_never_to_keys(codec):
     (message,) = OpenProtocolEncoder(settings).encode(events)
     for key_json, value_json in split_entries(message.key, message.value):
         assert orjson.loads(key_json)["t"] == 1
-        assert "u" in orjson.loads(decompress(codec, value_json))
+        assert "u" in orjson.loads(decompress(codec, value_json, Limits()))
     decoded = OpenProtocolDecoder(settings).decode(record(message.key, message.value))
     assert model(decoded) == model(events)
 
@@ -649,7 +650,7 @@ def test_large_message_claim_check_round_trip(tmp_path):
     ((key_json, value_json),) = split_entries(message.key, message.value)
     location = orjson.loads(key_json)["ccl"]
     assert location.startswith(f"file://{tmp_path}/claims/") and "ohk" not in orjson.loads(key_json)
-    assert set(orjson.loads(decompress("lz4", value_json))["u"]) == {"id"}
+    assert set(orjson.loads(decompress("lz4", value_json, Limits()))["u"]) == {"id"}
     assert len(list((tmp_path / "claims").iterdir())) == 1
     (decoded,) = OpenProtocolDecoder(settings).decode(record(message.key, message.value))
     assert model([decoded]) == model([big])

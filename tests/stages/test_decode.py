@@ -6,8 +6,10 @@ land would write), so these tests depend only on the decoders, the generator and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import time
 from collections import Counter
@@ -23,7 +25,7 @@ from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
 from ticdc_lake.errors import DecodeError
-from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import CodecSettings, make_encoder
@@ -33,6 +35,8 @@ from ticdc_lake.stages import decode as stage
 from ticdc_lake.stages import land as land_stage
 from ticdc_lake.stages.decode import DecodeResult, DecodeStageError, decode, redecode
 from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+from tests import hostile_avro
 
 pytestmark = pytest.mark.spark
 
@@ -281,6 +285,22 @@ def _moved(record: KafkaRecord, *, topic: str | None = None, offset: int) -> Kaf
     )  # fmt: skip
 
 
+# Writer schemas a hostile registry could hold (ids far above the generated ones), and a
+# record of each: each crashed or exhausted a decode run before the checks.
+HOSTILE_SCHEMAS = {
+    900_001: json.dumps(hostile_avro.recursive_schema()),
+    900_002: json.dumps(hostile_avro.collection_schema("array")),
+    900_003: hostile_avro.nested_schema_text(100),
+    900_004: json.dumps(hostile_avro.huge_bit_schema()),
+}
+HOSTILE_VALUES = {
+    "self-containing schema": (900_001, hostile_avro.recursive_record(20_000)),
+    "count bomb": (900_002, hostile_avro.count_bomb(2**40)),
+    "deep schema": (900_003, hostile_avro.nested_record()),
+    "huge BIT": (900_004, hostile_avro.huge_bit_record()),
+}
+
+
 @pytest.fixture(scope="module")
 def bad_batch(spark, generated, tmp_path_factory):
     """One bronze batch mixing good records with every kind of bad one, and its config with
@@ -290,7 +310,11 @@ def bad_batch(spark, generated, tmp_path_factory):
     canal_topic = canal.routing.topics[0]
     open_topic = opened.routing.topics[0]
     avro_topics = avro.routing.topics
-    schema_dir = str(avro.schema_dir)
+    schema_dir = tmp_path / "schemas"
+    shutil.copytree(avro.schema_dir, schema_dir)
+    for schema_id, text in HOSTILE_SCHEMAS.items():
+        (schema_dir / f"{schema_id}.avsc").write_text(text)
+    schema_dir = str(schema_dir)
     topics = {
         canal_topic: {"protocol": "canal-json", "partitions": 3},
         open_topic: {"protocol": "craft", "partitions": 3},  # wrong: the data is open-protocol
@@ -315,6 +339,10 @@ def bad_batch(spark, generated, tmp_path_factory):
         "unknown schema id": _corrupt(
             _moved(avro_row, offset=90_003), b"\x00\x00\x0f\x42\x3f" + avro_row.value[5:]
         ),
+        **{
+            name: KafkaRecord(avro_row.topic, 0, 90_010 + i, None, hostile_avro.framed(*value))
+            for i, (name, value) in enumerate(HOSTILE_VALUES.items())
+        },
     }
     records = good + avro_records + wrong + [(source, record) for record in bad.values()]
     land(spark, config, {1: records})
@@ -346,12 +374,17 @@ def test_bad_records_are_quarantined_and_the_rest_decodes(spark, bad_batch):
     reasons = {
         "corrupt": "canal-json: ",
         "unknown topic": "topic 'orders-unconfigured' is not in the pipeline config",
-        "too large TS": "TS 9223372036854775813 exceeds 2^63-1",
+        "too large TS": r"TS 9223372036854775813 exceeds 2\^63-1",
         "unknown schema id": "schema id 999999 is not in schema directory",
+        "self-containing schema": "named type 't' contains itself.*limits.max-nesting-depth",
+        "count bomb": "schema id 900002 holds an Avro array",
+        "deep schema": r"nesting depth \(65\) exceeds limits\.max-nesting-depth = 64",
+        # Refused by the protocol's value checks, or else when its silver row is built.
+        "huge BIT": "flags|BIT|silver row|4300 digits",
     }
     for name, record in bad.items():
         row = quarantined[(record.topic, record.partition, record.offset)]
-        assert reasons[name] in row["error"], (name, row["error"])
+        assert re.search(reasons[name], row["error"]), (name, row["error"])
         assert "file bad-input.jsonl" in row["error"]
         assert row["value"] == record.value
         assert row["bronze_batch"] == 1
@@ -491,6 +524,56 @@ def test_partition_decoder_stops_with_one_fatal_row(tmp_path):
     fatal = out.column("fatal")[1].as_py()
     assert fatal["error_type"] == "SchemaRegistryUnavailableError"
     assert "127.0.0.1:9" in fatal["message"]
+
+
+def test_a_hostile_avro_record_is_quarantined_alone(tmp_path):
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "7.avsc").write_text(json.dumps(hostile_avro.huge_bit_schema()))
+    config = write_config(
+        tmp_path / "pipeline.yaml",
+        {"bits": {"protocol": "avro", "partitions": 1, "schema-dir": str(tmp_path / "schemas")}},
+    )
+    values = [hostile_avro.huge_bit_record(size) for size in (8, 4096, 2)]
+
+    def record(offset: int, value: bytes) -> dict:
+        value = hostile_avro.framed(7, value)
+        return {"topic": "bits", "partition": 0, "offset": offset, "key": None, "value": value,
+                "source_file": "f", "batch_id": 3}  # fmt: skip
+
+    batch = pa.RecordBatch.from_pylist([record(i, value) for i, value in enumerate(values)])
+    decoder = stage.PartitionDecoder.for_config(config)
+    out = pa.Table.from_batches(list(decoder(iter([batch]))), schema=stage.DECODED_SCHEMA)
+
+    assert out.column("kind").to_pylist() == ["change", "change", "quarantine", "tally"]
+    first, second = (out.column("change")[i].as_py() for i in (0, 1))
+    # The hostile record's columns built before the failure are gone from the next row.
+    assert [(c["name"], c["text"]) for c in first["columns"]] == [
+        ("id", "1"),
+        ("flags", str(2**64 - 1)),
+    ]
+    assert [(c["name"], c["text"]) for c in second["columns"]] == [("id", "1"), ("flags", "65535")]
+    quarantined = out.column("quarantine")[2].as_py()
+    assert (quarantined["offset"], quarantined["protocol"]) == (1, "avro")
+    assert "offset 1" in quarantined["error"] and "file f" in quarantined["error"]
+    assert out.column("tally")[3].as_py() == {"records": 3, "decoded": 2, "quarantined": 1}
+
+
+def test_the_rows_of_a_record_are_added_all_or_none():
+    """An event whose silver row cannot be built (a value Python will not turn into text)
+    raised out of the partition decoder and failed the task; the rows built before it stayed."""
+    out = stage.OutputBuilder()
+    image = {"id": Column(8, 0, 1), "note": Column(15, 0, "a")}
+    good = RowEvent(5, "s", "t", "insert", image, None, "t", 0, 1)
+    out.add_events([good], 3)
+    bad = dataclasses.replace(good, columns={**image, "huge": Column(8, 0, 10**5000)}, offset=2)
+
+    with pytest.raises(DecodeError, match="silver row of its row event cannot be built"):
+        out.add_events([good, ResolvedEvent(7, "t", 0, 2), bad], 3)
+
+    out.add_events([dataclasses.replace(good, offset=3)], 3)
+    changes = pa.Table.from_batches([out.batch()]).column("change").to_pylist()
+    assert [change["offset"] for change in changes] == [1, 3]
+    assert [[c["name"] for c in change["columns"]] for change in changes] == [["id", "note"]] * 2
 
 
 def test_decode_result_prints_and_serialises():

@@ -151,6 +151,16 @@ class ImageColumns:
         self.offsets.append(len(self.names))
         return identity
 
+    def truncate(self, images: int) -> None:
+        """Keep the first `images` images: undoes adds, including one that failed part way."""
+        del self.absent[images:]
+        del self.offsets[images + 1 :]
+        end = self.offsets[-1]
+        for values in (
+            self.names, self.type_codes, self.flags, self.mysql_types, self.texts, self.binaries
+        ):  # fmt: skip
+            del values[end:]
+
     def array(self) -> pa.ListArray:
         fields = [
             pa.array(self.names, pa.string()),
@@ -236,6 +246,13 @@ class ChangeRows:
         row["offset"].append(event.offset)
         row["index"].append(event.index)
         row["bronze_batch"].append(bronze_batch)
+
+    def truncate(self, changes: int) -> None:
+        """Keep the first `changes` rows: undoes adds, including one that failed part way."""
+        for values in self.scalars.values():
+            del values[changes:]
+        self.columns.truncate(changes)
+        self.old_columns.truncate(changes)
 
     def arrays(self) -> list[pa.Array]:
         """One array per CHANGES_SCHEMA field, in order."""

@@ -44,6 +44,7 @@ from ticdc_lake.events import (
     ResolvedEvent,
     RowEvent,
 )
+from ticdc_lake.limits import Limits, check_limit
 from ticdc_lake.protocols.base import (
     MALFORMED_INPUT_ERRORS,
     CodecSettings,
@@ -370,8 +371,6 @@ def _raw_decimals(schema: Any) -> Any:
     copied = {key: _raw_decimals(value) for key, value in schema.items()}
     if copied.get("logicalType") == "decimal":
         del copied["logicalType"]
-    if "fields" in copied and isinstance(copied["fields"], list):
-        copied["fields"] = [_raw_decimals(field) for field in copied["fields"]]
     return copied
 
 
@@ -387,13 +386,93 @@ def _names(definition: dict) -> tuple[str, str]:
     return (schema if dot else namespace), name
 
 
-def compile_record(writer: WriterSchema) -> RecordPlan:
+class _ShapeCheck:
+    """Refuses writer schemas a hostile registry could use to make reading a record unbounded.
+
+    fastavro reads nested and recursive types by recursion in C (a record nested a few
+    thousand levels deep crashes the process), and reads an array or map block of any count it
+    is given (2^40 items of `null` take no bytes). TiCDC writes neither: a flat record of
+    columns, at most one nested record (`_ticdc_before`), no arrays, maps or self-reference.
+    So a schema whose types nest deeper than `limits.max_nesting_depth`, that holds an array
+    or a map, or whose named type contains itself is refused when its id is first compiled,
+    and no record of it is ever read.
+    """
+
+    def __init__(self, schema_id: int, limits: Limits):
+        self.schema_id = schema_id
+        self.limits = limits
+        self.heights: dict[str, int] = {}  # named types defined so far → levels they nest
+        self.open: set[str] = set()  # records being defined: a reference to one recurses
+
+    def height(self, avro_type: Any, namespace: str, depth: int) -> int:
+        """How many levels `avro_type`, found `depth` levels down, nests (a primitive is one)."""
+        self._check_depth(depth)
+        if isinstance(avro_type, list):  # a union
+            return 1 + max((self.height(b, namespace, depth + 1) for b in avro_type), default=0)
+        kind = avro_type.get("type") if isinstance(avro_type, dict) else avro_type
+        if isinstance(kind, (dict, list)):  # a type object whose type is a type
+            return 1 + self.height(kind, namespace, depth + 1)
+        if not isinstance(kind, str) or kind in _PRIMITIVES:
+            return 1  # a primitive, or no type at all (which fastavro's parse refuses)
+        if kind in ("array", "map"):
+            raise DecodeError(
+                f"schema id {self.schema_id} holds an Avro {kind}, whose item counts the message "
+                "gives with no bound (limits.max-collection-count cannot be checked while "
+                "reading); TiCDC never writes one, so this is not a TiCDC schema"
+            )
+        if isinstance(avro_type, dict) and kind in ("record", "error", "enum", "fixed"):
+            return self._named(avro_type, namespace, depth)
+        return self._reference(kind, namespace, depth)
+
+    def _named(self, named: dict, namespace: str, depth: int) -> int:
+        name = str(named.get("name"))
+        if "." not in name and named.get("namespace", namespace):
+            name = f"{named.get('namespace', namespace)}.{name}"
+        fields = named.get("fields") if named["type"] in ("record", "error") else None
+        self.open.add(name)
+        height = 1 + max(
+            (
+                self.height(field.get("type"), name.rpartition(".")[0], depth + 1)
+                for field in (fields if isinstance(fields, list) else ())
+                if isinstance(field, dict)
+            ),
+            default=0,
+        )
+        self.open.discard(name)
+        self.heights[name] = height
+        return height
+
+    def _reference(self, name: str, namespace: str, depth: int) -> int:
+        full = name if "." in name or not namespace else f"{namespace}.{name}"
+        if full in self.open or name in self.open:
+            raise DecodeError(
+                f"schema id {self.schema_id}: the named type {name!r} contains itself, so its "
+                "records may nest without bound, past limits.max-nesting-depth; TiCDC never "
+                "writes one, so this is not a TiCDC schema"
+            )
+        height = self.heights.get(full, self.heights.get(name, 1))  # unknown: fastavro says so
+        self._check_depth(depth + height - 1)
+        return height
+
+    def _check_depth(self, depth: int) -> None:
+        what = f"schema id {self.schema_id}: type nesting depth"
+        check_limit(what, self.limits, "max_nesting_depth", depth)
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+def compile_record(writer: WriterSchema, limits: Limits) -> RecordPlan:
+    """The plan of a writer schema, once its shape is known to be safe to read (_ShapeCheck)."""
     definition = writer.definition
     if not isinstance(definition, dict) or definition.get("type") != "record":
         raise DecodeError(f"schema id {writer.schema_id} is not an Avro record schema")
     fields = definition.get("fields")
     if not isinstance(fields, list):
         raise DecodeError(f"schema id {writer.schema_id} has no field list")
+    what = f"schema id {writer.schema_id}: field count"
+    check_limit(what, limits, "max_collection_count", len(fields))
+    _ShapeCheck(writer.schema_id, limits).height(definition, "", 1)
     try:
         reader = fastavro.parse_schema(_raw_decimals(definition))
     except (fastavro.schema.SchemaParseException, fastavro.schema.UnknownType) as exc:
@@ -451,7 +530,8 @@ class AvroDecoder(Decoder):
     def _plan(self, schema_id: int) -> RecordPlan:
         plan = self._plans.get(schema_id)
         if plan is None:
-            plan = self._plans[schema_id] = compile_record(self.source.get_schema(schema_id))
+            writer = self.source.get_schema(schema_id)
+            plan = self._plans[schema_id] = compile_record(writer, self.settings.limits)
         return plan
 
     def _read(self, data: bytes, part: str) -> tuple[RecordPlan, dict]:

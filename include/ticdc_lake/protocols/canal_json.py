@@ -391,7 +391,9 @@ class CanalJsonDecoder(Decoder):
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:
             raise DecodeError("a canal-json message needs a value; this record has none")
-        message = _load_message(decompress(self.settings.compression, record.value))
+        message = _load_message(
+            decompress(self.settings.compression, record.value, self.settings.limits)
+        )
         if self._fast_row_event is not None and not self._uncompressed:  # decompressed here
             events = self._fast_row_event(
                 message, self._tables, record.topic, record.partition, record.offset
@@ -509,7 +511,7 @@ class CanalJsonDecoder(Decoder):
             value = store.read(location)
         else:
             _, value = store.fetch(location)
-        message = _load_message(decompress(self.settings.compression, value))
+        message = _load_message(decompress(self.settings.compression, value, self.settings.limits))
         if _claim_check_location(message) is not None:
             raise DecodeError(f"claim-check object {location!r} refers to another claim-check")
         return message

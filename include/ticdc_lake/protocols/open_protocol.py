@@ -152,7 +152,11 @@ class OpenProtocolDecoder(Decoder):
         super().__init__(settings)
         self.speedups = SPEEDUPS if speedups is _DEFAULT else speedups
         codec = self.settings.compression
-        self._decompress = None if codec == "none" else functools.partial(decompress, codec)
+        self._decompress = (
+            None
+            if codec == "none"
+            else functools.partial(decompress, codec, limits=self.settings.limits)
+        )
 
     def decode(self, record: KafkaRecord) -> list[Event]:
         speedups = self.speedups
@@ -219,7 +223,9 @@ class OpenProtocolDecoder(Decoder):
         if not value_json:
             raise DecodeError(f"entry {index} is a {what} event but its value is empty")
         codec = self.settings.compression
-        document = _loads(value_json if codec == "none" else decompress(codec, value_json))
+        if codec != "none":
+            value_json = decompress(codec, value_json, self.settings.limits)
+        document = _loads(value_json)
         if type(document) is not dict:
             raise DecodeError(f"value entry {index} is not a JSON object")
         return document

@@ -65,6 +65,7 @@ from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.limits import Limits
 from ticdc_lake.protocols import Decoder
+from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
@@ -551,8 +552,25 @@ class OutputBuilder:
         self.changes = silver.ChangeRows()
         self.others: list[tuple[str, int, Any]] = []
 
-    def add_change(self, event: RowEvent, batch: int) -> None:
-        self.changes.add(event, batch)
+    def add_events(self, events: list[Event], batch: int) -> None:
+        """The rows of one record's events, all or none: an event whose silver row cannot be
+        built raises DecodeError and leaves the output as it was."""
+        changes, others = len(self.changes), len(self.others)
+        try:
+            for event in events:
+                if isinstance(event, RowEvent):
+                    self.changes.add(event, batch)
+                elif isinstance(event, DdlEvent):
+                    self.add(DDL, batch, silver.ddl_row(event, batch))
+                else:
+                    self.add(RESOLVED, batch, silver.resolved_row(event, batch))
+        except MALFORMED_INPUT_ERRORS as exc:
+            self.changes.truncate(changes)
+            del self.others[others:]
+            raise DecodeError(
+                f"the silver row of its {event.kind} event cannot be built: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def add(self, kind: str, batch: int, value: Any) -> None:
         self.others.append((kind, batch, value))
@@ -641,20 +659,18 @@ class PartitionDecoder:
             record = KafkaRecord(topic, partition, offset, key, value)
             try:
                 events = decode_record(decoders, record, source_file)
+                out.add_events(events, batch_id)
             except DecodeError as error:
                 tally[2] += 1
+                error.located(
+                    protocol=decoders.get(topic)[1], topic=topic, partition=partition,
+                    offset=offset, source_file=source_file,
+                )  # fmt: skip
                 out.add(QUARANTINE, batch_id, _quarantine_row(record, source_file, batch_id, error))
                 continue
             except (SchemaRegistryUnavailableError, ConfigError) as error:
                 return batch_id, error
             tally[1] += 1
-            for event in events:
-                if isinstance(event, RowEvent):
-                    out.add_change(event, batch_id)
-                elif isinstance(event, DdlEvent):
-                    out.add(DDL, batch_id, silver.ddl_row(event, batch_id))
-                else:
-                    out.add(RESOLVED, batch_id, silver.resolved_row(event, batch_id))
         return None
 
 
