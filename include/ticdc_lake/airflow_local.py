@@ -8,8 +8,8 @@
 Airflow runs from its own ``AIRFLOW_HOME`` (SQLite, LocalExecutor, low parallelism, the API
 bound to 127.0.0.1), with the project's dags/ and plugins/ and a ``spark_default`` connection to
 ``local[*]`` or a Spark master. Each Airflow process (api-server, scheduler, dag-processor,
-triggerer) is started in a process group of its own, so stopping it reaches the task processes
-and spark-submit JVMs it forked too; their output goes to ``$AIRFLOW_HOME/logs/<name>.out``.
+triggerer) is started in a session of its own, so stopping it reaches the task processes and
+spark-submit JVMs it forked too; their output goes to ``$AIRFLOW_HOME/logs/<name>.out``.
 
 The simple auth manager's users and their passwords are written to a file before Airflow starts
 (Airflow keeps a file it finds), so the login is known and can be printed; a password is made
@@ -57,6 +57,7 @@ class LocalAirflowSettings:
     parallelism: int = 2
     configs: Path | None = None  # TICDC_LAKE_CONFIGS; None: the DAGs' demo sample
     triggerer: bool = True
+    schedules: bool = True  # False: only triggered runs (the tests' runs must not queue behind one)
     python: Path = field(default_factory=lambda: Path(sys.executable))
 
     @property
@@ -109,6 +110,7 @@ def airflow_env(settings: LocalAirflowSettings, base: Mapping[str, str]) -> dict
         "AIRFLOW__CORE__PARALLELISM": str(settings.parallelism),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(settings.schedules),
         "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(project / "plugins"),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
@@ -173,7 +175,7 @@ class AirflowClient:
 
 
 class LocalAirflow:
-    """Airflow's processes, started in their own process groups, stopped together."""
+    """Airflow's processes, started in sessions of their own, stopped with all they started."""
 
     def __init__(self, settings: LocalAirflowSettings, base_env: Mapping[str, str] | None = None):
         self.settings = settings
@@ -220,7 +222,7 @@ class LocalAirflow:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: stopped with all it forks
+                start_new_session=True,  # its own session: stopped with all it forks
             )
 
     def wait_healthy(self, within: float = HEALTHY_WITHIN) -> None:
@@ -264,47 +266,50 @@ class LocalAirflow:
         return AirflowClient.login(self.settings.url, username, password)
 
     def stop(self) -> list[str]:
-        """Stop every process group: SIGTERM, then SIGKILL what is left after STOP_WITHIN.
-        Returns the names of groups that were still alive at SIGKILL (empty: a clean stop)."""
-        groups = {name: process.pid for name, process in self.started.items()}
-        for pgid in groups.values():
-            _signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_WITHIN
-        while time.monotonic() < deadline and any(map(group_alive, groups.values())):
-            for process in self.started.values():
-                process.poll()  # reap the leaders so their group can empty
-            time.sleep(0.2)
-        killed = [name for name, pgid in groups.items() if group_alive(pgid)]
-        for name in killed:
-            _signal_group(groups[name], signal.SIGKILL)
+        """Stop every process each Airflow process started, task processes and spark-submit
+        JVMs included (Airflow puts each task in a process group of its own, but it stays in
+        the session): SIGTERM, then SIGKILL what is left after STOP_WITHIN. Returns the names
+        whose processes had to be killed (empty: a clean stop)."""
+        sessions = {name: process.pid for name, process in self.started.items()}
+        for sid in sessions.values():
+            signal_session(sid, signal.SIGTERM)
+        forced = [name for name, sid in sessions.items() if not self._ended(sid, STOP_WITHIN)]
+        for name in forced:
+            signal_session(sessions[name], signal.SIGKILL)
+            self._ended(sessions[name], STOP_WITHIN)
         for process in self.started.values():
             process.wait()
         self.started = {}
-        return killed
+        return forced
 
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signum)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left (zombies of reaped leaders aside)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    def _ended(self, sid: int, within: float) -> bool:
+        deadline = time.monotonic() + within
+        while session_processes(sid):
+            if time.monotonic() > deadline:
+                return False
+            for process in self.started.values():
+                process.poll()  # reap the leaders
+            time.sleep(0.2)
         return True
-    # killpg(0) succeeds on zombies too: look for a live member.
-    for status in Path("/proc").glob("[0-9]*/stat"):
+
+
+def session_processes(sid: int) -> list[int]:
+    """The live (not zombie) processes of session ``sid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def signal_session(sid: int, signum: int) -> None:
+    for pid in session_processes(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def serve(settings: LocalAirflowSettings, out=print) -> int:
