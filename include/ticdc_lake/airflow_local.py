@@ -312,9 +312,13 @@ def signal_session(sid: int, signum: int) -> None:
             os.kill(pid, signum)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops Airflow the way Ctrl-C does
+
+
 def serve(settings: LocalAirflowSettings, out=print) -> int:
     """Run Airflow in the foreground until Ctrl-C (or SIGTERM), then stop all of it."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     out(f"Starting Airflow in {settings.home} (logs in {settings.home / 'logs'}) ...")
     airflow = LocalAirflow(settings)
     try:
