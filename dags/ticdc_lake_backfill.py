@@ -19,11 +19,13 @@ whole bronze batch.
 
 From the UI: *Trigger DAG* and fill in the form. From the CLI:
 `airflow dags trigger ticdc_lake_backfill -c '{"start_ts": "...", "end_ts": "..."}'`, or with
-Airflow's own backfill, one run per hourly data interval mapped to its TSO range
-(TSO = unix ms << 18): `airflow backfill create --dag-id ticdc_lake_backfill --from-date
-2026-01-02T00:00:00+00:00 --to-date 2026-01-02T06:00:00+00:00`. The DAG is not scheduled on its
-own: its scheduled runs (after unpausing it) skip. The Spark job takes the pool `ticdc_lake`'s
-one slot, so it never runs while a stage of `ticdc_lake` does.
+Airflow's own backfill, one run per hourly data interval [start, end) mapped to the TSOs
+`start_ms << 18` .. `(end_ms << 18) - 1` (the interval holding the watermark ends at it):
+`airflow backfill create --dag-id ticdc_lake_backfill --from-date 2026-01-02T00:00:00+00:00
+--to-date 2026-01-02T05:00:00+00:00` (six runs: the dates are the first and last intervals'
+starts). The DAG is not scheduled on its own: its scheduled runs (after unpausing it) skip.
+The Spark job takes the pool `ticdc_lake`'s one slot, so it never runs while a stage of
+`ticdc_lake` does.
 """
 
 from __future__ import annotations
@@ -89,7 +91,12 @@ def plan_task(source: PipelineSource):
                         "airflow backfill create"
                     )
                 raise BackfillParamError("give start_ts and end_ts (a TSO or a zoned time)")
-            planned = plan_backfill(load_config(source.config), *wanted, params["tables"])
+            planned = plan_backfill(
+                load_config(source.config),
+                *wanted,
+                params["tables"],
+                up_to_watermark=interval is not None and not params["start_ts"],
+            )
         except (BackfillParamError, ConfigError) as exc:
             raise AirflowFailException(str(exc)) from None  # no retry: the input is wrong
         for line in planned.lines():

@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None):
     args = parser.parse_args(argv)
     try:
         args.start_ts = parse_ts(args.start_ts, "start_ts")
-        args.end_ts = parse_ts(args.end_ts, "end_ts")
+        args.end_ts = parse_ts(args.end_ts, "end_ts", end=True)
     except BackfillParamError as exc:
         parser.error(str(exc))
     args.tables = [name for name in args.tables.split(",") if name.strip()]

@@ -72,6 +72,11 @@ def test_parse_ts_says_what_is_wrong(text, message):
         parse_ts(text, "start_ts")
 
 
+def test_an_end_time_takes_its_whole_millisecond():
+    assert parse_ts("2026-01-02T12:00:00Z", "end_ts", end=True) == NOON_TSO + (1 << 18) - 1
+    assert parse_ts(str(NOON_TSO), "end_ts", end=True) == NOON_TSO  # a TSO is taken as given
+
+
 def test_a_data_interval_maps_to_its_tsos_end_excluded():
     start, end = interval_range(NOON, NOON + dt.timedelta(hours=1))
     assert start == NOON_TSO
@@ -79,9 +84,21 @@ def test_a_data_interval_maps_to_its_tsos_end_excluded():
     assert moment_of(end) < NOON + dt.timedelta(hours=1)
 
 
+def test_airflows_pendulum_intervals_map_too():
+    import pendulum
+
+    start = pendulum.datetime(2026, 1, 2, 12, tz="UTC")
+    assert interval_range(start, start.add(hours=1)) == interval_range(
+        NOON, NOON + dt.timedelta(hours=1)
+    )
+    assert tso_of(pendulum.datetime(2026, 1, 2, 20, tz="Asia/Shanghai")) == NOON_TSO
+
+
 def test_requested_range_prefers_params_then_the_interval():
     interval = (NOON, NOON + dt.timedelta(hours=1))
     assert requested_range("5", "9", interval) == (5, 9)
+    noon = "2026-01-02T12:00:00Z"
+    assert requested_range(noon, noon, None) == (NOON_TSO, NOON_TSO + (1 << 18) - 1)
     assert requested_range("", "", interval) == interval_range(*interval)
     assert requested_range("", None, None) is None
     with pytest.raises(BackfillParamError, match="end_ts is empty"):

@@ -12,6 +12,7 @@ it, so it must not start a JVM, read a Delta table or open a config.
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import os
 import re
@@ -57,7 +58,9 @@ def tso_of(moment: dt.datetime) -> int:
     """The first TSO of a moment's millisecond (TSO = unix ms << 18)."""
     if moment.tzinfo is None:
         raise ValueError(f"{moment.isoformat()} has no time zone")
-    millis = (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+    # By the calendar, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose
+    # difference is no timedelta.
+    millis = calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
     return millis << TSO_LOGICAL_BITS
 
 
@@ -73,9 +76,10 @@ def describe_ts(tso: int) -> str:
     return f"{tso} ({moment_of(tso).isoformat(timespec='milliseconds')})"
 
 
-def parse_ts(text: object, name: str) -> int:
-    """A TSO from a whole number, or from an ISO-8601 time with a zone (its millisecond's first
-    TSO). ``name`` (the parameter) goes into the message when the text is neither."""
+def parse_ts(text: object, name: str, *, end: bool = False) -> int:
+    """A TSO from a whole number, or from an ISO-8601 time with a zone: its millisecond's first
+    TSO, or with ``end`` (a range's inclusive end) its last. ``name`` (the parameter) goes into
+    the message when the text is neither."""
     value = str(text).strip() if text is not None else ""
     if re.fullmatch(r"\d+", value):
         tso = int(value)
@@ -98,6 +102,8 @@ def parse_ts(text: object, name: str) -> int:
         )
     if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
         raise BackfillParamError(f"{name}: {value!r} is before 1970, before any TSO")
+    if end:
+        return tso_of(moment + dt.timedelta(milliseconds=1)) - 1
     return tso_of(moment)
 
 
@@ -116,7 +122,7 @@ def requested_range(
         if not all(given):
             missing = "end_ts" if given[0] else "start_ts"
             raise BackfillParamError(f"{missing} is empty: give start_ts and end_ts together")
-        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts")
+        return parse_ts(start_text, "start_ts"), parse_ts(end_text, "end_ts", end=True)
     if interval is not None:
         return interval_range(*interval)
     return None

@@ -85,6 +85,19 @@ def _in_range(path: Path, columns: list[str], column: str, start: int, end: int)
     return found if found is not None else pa.table({c: [] for c in columns})
 
 
+_COORDINATES = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                          ("offset", pa.int64()), ("bronze_batch", pa.int64())])  # fmt: skip
+
+
+def _coordinates(table: pa.Table) -> pa.Table:
+    """The table with its join keys in one type on both sides (an int64 partition would not
+    join an int32 one)."""
+    for field in _COORDINATES:
+        index = table.schema.get_field_index(field.name)
+        table = table.set_column(index, field, pc.cast(table.column(index), field.type))
+    return table
+
+
 def _quarantined_batches(layout: LakeLayout, start_ts: int) -> set[int]:
     """Batches of records quarantined and produced at or after (about) start_ts's time."""
     quarantined = _read(layout.quarantine, ["topic", "partition", "offset", "bronze_batch"])
@@ -98,8 +111,10 @@ def _quarantined_batches(layout: LakeLayout, start_ts: int) -> set[int]:
     )
     since = dt.datetime.fromtimestamp(((start_ts >> 18) - CLOCK_SKEW_MS) / 1000, dt.UTC)
     stamped = bronze.rename_columns(["topic", "partition", "offset", "bronze_batch", "timestamp"])
-    joined = quarantined.join(stamped, ["topic", "partition", "offset", "bronze_batch"])
+    joined = _coordinates(quarantined).join(_coordinates(stamped), list(_COORDINATES.names))
     stamps = joined.column("timestamp")
+    if getattr(stamps.type, "tz", None) is None:  # a bronze written without a zone holds UTC
+        since = since.replace(tzinfo=None)
     late = joined.filter(pc.or_kleene(pc.is_null(stamps), pc.greater_equal(stamps, since)))
     return set(late.column("bronze_batch").to_pylist())
 
@@ -110,9 +125,17 @@ def _state(layout: LakeLayout) -> list[dict]:
 
 
 def plan_backfill(
-    config: PipelineConfig, start_ts: int, end_ts: int, tables: Iterable[str] = ()
+    config: PipelineConfig,
+    start_ts: int,
+    end_ts: int,
+    tables: Iterable[str] = (),
+    *,
+    up_to_watermark: bool = False,
 ) -> BackfillPlan:
-    """Check the range and tables, and say what a backfill would re-derive and rebuild."""
+    """Check the range and tables, and say what a backfill would re-derive and rebuild.
+
+    ``up_to_watermark`` ends a range reaching past the watermark at it (a data interval of
+    ``airflow backfill create`` holding the watermark); a range given by hand must end below."""
     layout = LakeLayout(config.lake)
     state = _state(layout)
     owners = {f"{row['schema']}.{row['table']}": row["changefeed"] for row in state}
@@ -126,6 +149,8 @@ def plan_backfill(
     feeds = {owners[name] for name in wanted} if wanted else set(config.changefeeds)
     marks = [row["watermark"] for row in state if row["changefeed"] in feeds]
     marks = [mark for mark in marks if mark is not None]
+    if up_to_watermark and marks and start_ts <= max(marks) < end_ts:
+        end_ts = max(marks)
     check_range(start_ts, end_ts, max(marks) if marks else None)
 
     batches: set[int] = set()
@@ -140,7 +165,8 @@ def plan_backfill(
 
     # Every change of a re-derived batch may come out otherwise (after a config fix), not only
     # those in the range: the changefeeds of every topic in those batches are rebuilt.
-    rebuild = {config.changefeed_of(topic).name for topic in _topics(layout, batches)}
+    feed_of = {topic: feed.name for feed in config.changefeeds.values() for topic in feed.topics}
+    rebuild = {feed_of[topic] for topic in _topics(layout, batches) if topic in feed_of}
     if wanted:
         touched &= set(wanted)
         rebuild &= feeds
@@ -196,7 +222,7 @@ def lake_versions(layout: LakeLayout) -> dict[str, int]:
     versions = {}
     for name, path in sorted(paths.items()):
         try:
-            versions[name] = DeltaTable(str(path), without_files=True).version()
+            versions[name] = DeltaTable(str(path)).version()
         except Exception:
             versions[name] = -1
     return versions
