@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo test lint bench bench-decode bench-pipeline bench-compact clean
+.PHONY: setup demo airflow test lint bench bench-decode bench-pipeline bench-compact clean
 
 setup: $(VENV)/.installed
 
@@ -18,6 +18,10 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 
 demo: setup
 	$(VENV)/bin/ticdc-lake demo
+
+# A local Airflow with the project's DAGs (AIRFLOW_HOME .airflow/); Ctrl-C stops it.
+airflow: setup
+	$(VENV)/bin/ticdc-lake airflow
 
 lint: setup
 	$(VENV)/bin/ruff check .

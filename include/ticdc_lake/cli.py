@@ -9,6 +9,7 @@
                       FILE...
     ticdc-lake generate --out DIR --protocol P [--partitions N] [--seed S] [--transactions T]
                         [--format F] [--compression C] [--file-compression Z] ...
+    ticdc-lake airflow [--home .airflow] [--port 8080] [--spark-master local[*]] [--configs P]
 
 The work happens in the library (pipeline, demo, exports, protocols, workload); this module
 parses arguments and prints. ``main(argv, spark=session)`` runs `run` and `demo` on a given
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_decode(commands)
     _add_generate(commands)
+    _add_airflow(commands)
     return parser
 
 
@@ -377,6 +379,49 @@ def _run_pipeline(args) -> int:
     )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0
+
+
+def _add_airflow(commands) -> None:
+    airflow = commands.add_parser(
+        "airflow",
+        help="run a local Airflow with the project's DAGs until Ctrl-C",
+        description="Start Airflow (api-server, scheduler, dag-processor, triggerer) from its "
+        "own AIRFLOW_HOME with SQLite and the LocalExecutor, the API on 127.0.0.1, the "
+        "project's dags/ and plugins/, and spark_default pointing at --spark-master. Prints the "
+        "UI's URL and the admin login; Ctrl-C stops everything it started.",
+    )
+    airflow.add_argument("--home", type=Path, default=Path(".airflow"), help="AIRFLOW_HOME")
+    airflow.add_argument("--port", type=int, default=8080)
+    airflow.add_argument(
+        "--spark-master",
+        default="local[*]",
+        help="spark_default's master: local[N], or spark://HOST:PORT of a standalone cluster",
+    )
+    airflow.add_argument("--parallelism", type=int, default=2, help="tasks at once")
+    airflow.add_argument(
+        "--configs", type=Path, help="a pipeline config or a folder of them (default: the demo)"
+    )
+    airflow.add_argument(
+        "--project", type=Path, default=Path("."), help="the folder holding dags/ and spark_jobs/"
+    )
+    airflow.set_defaults(run=_run_airflow)
+
+
+def _run_airflow(args) -> int:
+    from ticdc_lake.airflow_local import LocalAirflowSettings, serve
+
+    project = args.project.resolve()
+    if not (project / "dags").is_dir():
+        raise ConfigError(f"{project} has no dags/ folder: run from the project or give --project")
+    settings = LocalAirflowSettings(
+        home=args.home.resolve(),
+        project=project,
+        port=args.port,
+        spark_master=args.spark_master,
+        parallelism=args.parallelism,
+        configs=args.configs,
+    )
+    return serve(settings)
 
 
 def _add_demo(commands) -> None:

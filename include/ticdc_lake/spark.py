@@ -39,6 +39,9 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+# What the pipeline's Python workers import: the data sources and Arrow functions run there.
+WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
+
 # The Python data sources each session has registered, by name.
 _REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
 
@@ -75,7 +78,8 @@ def build_session(
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow,
-    deltalake and this package on the workers, which a system Python lacks.
+    deltalake and this package on the workers, which a system Python lacks. On a cluster the
+    executors' Python is checked once (``check_executor_python``).
     """
     # Settings spark-submit was given (--conf, spark-defaults.conf) win over these defaults;
     # ``conf`` wins over both.
@@ -96,4 +100,44 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    if not master.startswith("local"):
+        check_executor_python(session)
     return session
+
+
+def check_executor_python(session: SparkSession) -> None:
+    """Raise a ConfigError naming the fix when the executors' Python cannot import what the
+    pipeline's workers need. Without this check every task of the first stage fails, is retried,
+    and the job dies minutes later of a bare ``ModuleNotFoundError: pyarrow``."""
+    from ticdc_lake.errors import ConfigError
+
+    modules = WORKER_MODULES
+
+    def probe(_rows):  # nested, so it is pickled by value: it runs without this package
+        import importlib
+        import sys
+
+        missing = []
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                missing.append(name)
+        yield sys.executable, missing
+
+    fix = (
+        "point spark.pyspark.python (or PYSPARK_PYTHON on the workers) at a Python with the "
+        "project installed, on every worker host, e.g. --conf spark.pyspark.python="
+        f"{sys.executable} when the workers share this machine or image"
+    )
+    try:
+        job = session.sparkContext.parallelize([0], 1).mapPartitions(probe)
+        ((python, missing),) = job.collect()
+    except Exception as error:  # no worker started (no such Python, another Python version)
+        lines = str(error).strip().splitlines() or [repr(error)]
+        cause = next((line for line in lines if "Error" in line), lines[0]).strip()
+        raise ConfigError(f"the executors cannot run Python ({cause[:300]}): {fix}") from error
+    if missing:
+        raise ConfigError(
+            f"the executors' Python ({python}) cannot import {', '.join(missing)}: {fix}"
+        )

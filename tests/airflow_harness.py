@@ -1,0 +1,107 @@
+"""A real Airflow for tests (via ``pytest_plugins``): the launcher of ``ticdc-lake airflow``
+started on a free localhost port from a temporary AIRFLOW_HOME, with the project's DAGs over a
+small generated sample, and stopped at the end whatever happened.
+
+    def test_something(local_airflow):          # one Airflow for the whole session
+        admin = local_airflow.client("admin")   # REST API v2 with a token from /auth/token
+        admin.get("/api/v2/dags")
+        local_airflow.client(None)               # no token: expect 401
+
+``start_airflow(home, configs=..., ...)`` is the context manager behind it, for a test that needs
+an Airflow of its own. Leaving it stops every process Airflow started and fails if one is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ticdc_lake.airflow_local import LocalAirflow, LocalAirflowSettings, session_processes
+from ticdc_lake.demo import sample_options
+from ticdc_lake.workload.output import write_generated
+
+REPO = Path(__file__).resolve().parent.parent
+FINISHED = {"success", "failed"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def start_airflow(
+    home: Path, *, configs: Path | None, spark_master: str = "local[2]"
+) -> Iterator[LocalAirflow]:
+    """Airflow (api-server, scheduler, dag-processor; no triggerer: nothing defers) until the
+    block ends; then every process they started is stopped and checked gone."""
+    settings = LocalAirflowSettings(
+        home=home,
+        project=REPO,
+        port=free_port(),
+        spark_master=spark_master,
+        configs=configs,
+        triggerer=False,
+        schedules=False,  # unpausing must not start a scheduled run ahead of the test's
+        python=Path(sys.executable),
+    )
+    airflow = LocalAirflow(settings)
+    try:
+        airflow.start()
+        yield airflow
+    finally:
+        sessions = {name: process.pid for name, process in airflow.started.items()}
+        airflow.stop()
+        left = {name: session_processes(sid) for name, sid in sessions.items()}
+        assert not any(left.values()), f"processes outlived the stop: {left}"
+
+
+@pytest.fixture(scope="session")
+def airflow_sample(tmp_path_factory) -> Path:
+    """A small generated sample (30 transactions, 2 partitions): its folder, with pipeline.yaml."""
+    sample = tmp_path_factory.mktemp("airflow-sample")
+    write_generated(sample, sample_options("open-protocol", seed=3, transactions=30, partitions=2))
+    return sample
+
+
+@pytest.fixture(scope="session")
+def local_airflow(tmp_path_factory, airflow_sample) -> Iterator[LocalAirflow]:
+    with start_airflow(
+        tmp_path_factory.mktemp("airflow-home"), configs=airflow_sample / "pipeline.yaml"
+    ) as airflow:
+        yield airflow
+
+
+def wait_for_run(airflow: LocalAirflow, dag_id: str, run_id: str, within: float) -> dict:
+    """The run once it has finished (or whatever it is at after ``within`` seconds)."""
+    admin = airflow.client("admin")
+    deadline = time.monotonic() + within
+    while True:
+        run = admin.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        if run["state"] in FINISHED or time.monotonic() > deadline:
+            return run
+        airflow.check_running()
+        time.sleep(3)
+
+
+def run_report(airflow: LocalAirflow, dag_id: str, run_id: str) -> str:
+    """Each task's state and the scheduler's last lines: what a failing assert should show."""
+    admin = airflow.client("admin")
+    tasks = admin.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    states = {task["task_id"]: task["state"] for task in tasks["task_instances"]}
+    scheduler = (airflow.logs / "scheduler.out").read_text(errors="replace")[-3000:]
+    failed = [task for task, state in states.items() if state not in ("success", "skipped")]
+    task_logs = [
+        f"--- {log}:\n{log.read_text(errors='replace')[-3000:]}"
+        for task in failed
+        for log in sorted(
+            (airflow.logs / f"dag_id={dag_id}" / f"run_id={run_id}").glob(f"task_id={task}/*.log")
+        )
+    ]
+    return "\n".join([f"tasks: {states}", *task_logs, f"scheduler log:\n{scheduler}"])

@@ -1,0 +1,84 @@
+"""The local Airflow launcher's parts that need no Airflow running: its environment, the kept
+passwords, and stopping (the real Airflow runs in tests/airflow/test_local_airflow.py)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ticdc_lake.airflow_local import (
+    PASSWORDS_FILE,
+    LocalAirflow,
+    LocalAirflowSettings,
+    airflow_env,
+    passwords,
+    session_processes,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def settings(tmp_path: Path, **changes) -> LocalAirflowSettings:
+    return LocalAirflowSettings(home=tmp_path / "home", project=REPO, port=18123, **changes)
+
+
+def test_the_environment_binds_to_loopback_and_keeps_the_ports_in_step(tmp_path):
+    base = {"PATH": "/usr/bin", "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor", "TICDC_LAKE_X": "1"}
+    env = airflow_env(settings(tmp_path, spark_master="spark://127.0.0.1:7077"), base)
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__API__PORT"] == "18123"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18123/execution/"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert "TICDC_LAKE_X" not in env
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite:////")
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(REPO / "dags")
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == {
+        "conn_type": "spark",
+        "host": "spark://127.0.0.1:7077",
+    }
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    # One signing secret for every process, the same on the next start.
+    assert (
+        env["AIRFLOW__API_AUTH__JWT_SECRET"]
+        == airflow_env(settings(tmp_path), base)["AIRFLOW__API_AUTH__JWT_SECRET"]
+    )
+
+
+def test_passwords_are_made_once_kept_and_private(tmp_path):
+    home = tmp_path / "home"
+    first = passwords(home)
+    assert set(first) == {"admin", "viewer"} and all(len(p) >= 12 for p in first.values())
+    assert passwords(home) == first
+    assert stat.S_IMODE((home / PASSWORDS_FILE).stat().st_mode) == 0o600
+
+
+# Like an Airflow task: a child that moves to a process group of its own, then a grandchild.
+TASK_LIKE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setpgid(0, 0)
+    if os.fork() == 0:
+        time.sleep(600)
+    time.sleep(600)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_reaches_processes_that_left_the_process_group(tmp_path):
+    airflow = LocalAirflow(settings(tmp_path))
+    leader = subprocess.Popen(
+        [sys.executable, "-c", TASK_LIKE], stdout=subprocess.PIPE, start_new_session=True
+    )
+    airflow.started["scheduler"] = leader
+    assert leader.stdout.readline().strip() == b"started"
+    deadline = time.monotonic() + 10
+    while len(session_processes(leader.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(session_processes(leader.pid)) == 3
+    assert airflow.stop() == []  # SIGTERM was enough
+    assert session_processes(leader.pid) == []
