@@ -28,7 +28,8 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_pyproject_declares_every_library_the_package_imports():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    extras = [r for group in project.get("optional-dependencies", {}).values() for r in group]
+    declared = {canonicalize_name(Requirement(r).name) for r in [*project["dependencies"], *extras]}
     distributions = importlib.metadata.packages_distributions()
     tops = {
         module.split(".")[0] for path in PACKAGE.rglob("*.py") for module in imported_modules(path)

@@ -152,10 +152,10 @@ def random_value(column_type: ColumnType, rng: random.Random):
     if code == m.TYPE_DURATION:
         hours = rng.choice((838, 0)) if edge else rng.randint(0, 838)
         sign = "-" if rng.random() < 0.3 else ""
-        micros = 0 if hours == 838 else rng.randint(0, 999999)  # TIME stops at 838:59:59
-        return f"{sign}{hours:02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}" + fraction(
-            parsed.length, micros
-        )
+        minutes, seconds, micros = rng.randint(0, 59), rng.randint(0, 59), rng.randint(0, 999999)
+        if hours == 838:  # TIME stops at 838:59:59 (drawn anyway: a seed keeps its workload)
+            micros = 0
+        return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}" + fraction(parsed.length, micros)
     if code == m.TYPE_ENUM:
         return rng.randint(1, len(parsed.elements))
     if code == m.TYPE_SET:
