@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 from ticdc_lake.delta import (
     MergeSourceError,
     SchemaMismatchError,
+    TableFileMissingError,
     TableNotFoundError,
     UnsupportedTableError,
     delta_table_exists,
@@ -301,6 +302,30 @@ def test_empty_and_missing_tables(spark, tmp_path):
     # An empty append with nothing to record adds no version.
     assert not write_delta(empty, tmp_path / "t").committed
     assert DeltaTable(str(tmp_path / "t")).version() == 0
+
+
+def test_tables_under_paths_with_spaces_non_ascii_and_glob_characters(spark, tmp_path):
+    """delta-rs reports percent-encoded URIs; Spark is given the paths on disk."""
+    path = tmp_path / "lake dir" / "数据 ü [1] {a,b}" / "t"
+    df = spark.createDataFrame([(1, "x y"), (2, "ü/%"), (3, None)], "id long, p string")
+    write_delta(df, path, partition_by=["p"])
+    back = read_delta(spark, path)
+    assert sorted(back.collect()) == sorted(df.collect())
+    merge_delta(pa.table({"id": [2], "p": ["ü/%"]}), path, keys=["id"], delete_column=None)
+    assert read_delta(spark, path).count() == 3
+
+
+def test_a_data_file_missing_from_disk_is_named_before_spark_reads(spark, tmp_path):
+    path = tmp_path / "t"
+    write_delta(spark.createDataFrame([(1, "a"), (2, "b")], "id long, p string"), path,
+                partition_by=["p"])  # fmt: skip
+    gone = sorted(path.glob("p=b/*.parquet"))[0]
+    gone.unlink()
+    with pytest.raises(TableFileMissingError) as caught:
+        read_delta(spark, path)
+    message = str(caught.value)
+    assert f"Delta table {path} (version 0): data file {gone} is missing" in message
+    assert "restore it from a backup" in message and "--rebuild" in message
 
 
 def test_replayed_write_adds_nothing(spark, tmp_path):

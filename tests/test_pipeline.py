@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake import pipeline
+from ticdc_lake.cli import main as cli_main
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
@@ -229,3 +230,80 @@ def test_expected_gold_from_the_files_equals_the_one_from_memory(tmp_path):
     for event in added:
         column = event.query.split("ADD COLUMN `")[1].split("`")[0]
         assert column in from_files.types[f"{event.schema}.{event.table}"], event.query
+
+
+# --- a lake under a folder named with spaces and non-ASCII characters ---------------------------
+
+
+@pytest.mark.slow
+def test_every_stage_and_the_demo_work_under_a_path_with_spaces_and_non_ascii(spark, tmp_path):
+    """Delta's file URIs percent-encode such names; Spark must be given paths it can open."""
+    out = tmp_path / "lake dir" / "数据 ü"
+    options = GenerateOptions("open-protocol", partitions=2, transactions=20, seed=5)
+    generated = write_generated(out / "run", options)
+    config = load_config(generated.config_path)
+    assert " " in str(config.lake) and "数据" in str(config.lake)
+    first = run_stages(spark, config)
+    assert not first.failed, render_summary(first)
+    (feed,) = first.result("compact").changefeeds
+    assert feed.target == generated.workload.resolved_ts[-1]
+    assert ExpectedGold.from_sample(generated.out_dir).compare(config.lake, feed.target) == []
+    # A second run reads every table back (decode of nothing new, compact's no-op).
+    again = run_stages(spark, config)
+    assert not again.failed and again.result("compact").changefeeds[0].noop
+    demo = out / "demo"
+    code = cli_main(
+        ["demo", "--out", str(demo), "--protocol", "canal-json", "--transactions", "20"],
+        spark=spark,
+    )
+    assert code == 0
+
+
+# --- a data file deleted from under a table -----------------------------------------------------
+
+
+@pytest.fixture
+def small_lake(spark, tmp_path):
+    options = GenerateOptions("open-protocol", partitions=2, transactions=20, seed=4)
+    generated = write_generated(tmp_path / "sample", options)
+    config = load_config(generated.config_path)
+    assert not run_stages(spark, config).failed
+    return config
+
+
+def test_a_deleted_table_file_fails_the_stage_naming_table_file_and_remedy(
+    spark, small_lake, monkeypatch, capsys
+):
+    layout = LakeLayout(small_lake.lake)
+    gone = sorted(layout.ddl.rglob("*.parquet"))[0]
+    gone.unlink()
+    result = run_stages(spark, small_lake, ["compact"], rebuild=True)
+    assert result.failed and result.result("compact") is None
+    message = result.runs[0].failures["compact"]
+    assert f"Delta table {layout.ddl}" in message and f"data file {gone} is missing" in message
+    assert "restore it from a backup" in message and "--rebuild" in message
+    assert "! compact: Delta table" in render_summary(result)
+    # The spark-submit entry point: the message on stderr, exit status 1.
+    job = _job("compact")
+    monkeypatch.setattr(job, "build_session", lambda name: spark)
+    assert job.main(["--config", str(small_lake.source), "--rebuild"]) == 1
+    assert f"compact: compact: Delta table {layout.ddl}" in capsys.readouterr().err
+
+
+def test_a_file_deleted_where_delta_rs_reads_it_is_found_by_the_stage_runner(spark, small_lake):
+    """delta-rs fails without naming the table; the runner looks at the lake's tables."""
+    layout = LakeLayout(small_lake.lake)
+    gone = sorted(layout.landed_files.rglob("*.parquet"))[0]
+    gone.unlink()
+    result = run_stages(spark, small_lake, ["land"])
+    message = result.runs[0].failures["land"]
+    assert f"Delta table {layout.landed_files}" in message and str(gone) in message
+
+
+def test_an_unreadable_table_file_fails_the_stage_naming_it(spark, small_lake):
+    layout = LakeLayout(small_lake.lake)
+    broken = sorted(layout.ddl.rglob("*.parquet"))[0]
+    broken.write_bytes(broken.read_bytes()[:40])  # truncated, as a half-copied restore
+    result = run_stages(spark, small_lake, ["compact"], rebuild=True)
+    message = result.runs[0].failures["compact"]
+    assert f"Delta table {layout.ddl}: data file {broken} cannot be read" in message

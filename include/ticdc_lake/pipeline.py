@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, open_table
+from ticdc_lake.delta.read import file_problem
 from ticdc_lake.errors import ConfigError, TicdcLakeError
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.lake.layout import LakeLayout
@@ -110,8 +111,13 @@ class PipelineResult:
         }
 
 
-def timed_stage(stage: str, work: Callable[[], Any]) -> StageRun:
-    """Run one stage's work, timing it and turning its failures into a StageRun."""
+def timed_stage(stage: str, work: Callable[[], Any], lake: Path | None = None) -> StageRun:
+    """Run one stage's work, timing it and turning its failures into a StageRun.
+
+    Any other exception is looked into (``file_problem``): a table of ``lake`` missing a data
+    file, or an unreadable file the error names, fails the stage with a message saying which
+    and what to do; anything else is raised.
+    """
     started = time.perf_counter()
     try:
         result, failures = work(), {}
@@ -121,13 +127,18 @@ def timed_stage(stage: str, work: Callable[[], Any]) -> StageRun:
         raise
     except TicdcLakeError as exc:
         result, failures = None, {stage: str(exc)}
+    except Exception as exc:
+        problem = file_problem(lake, exc) if lake is not None else None
+        if problem is None:
+            raise
+        result, failures = None, {stage: str(problem)}
     return StageRun(stage, result, time.perf_counter() - started, failures)
 
 
 def run_stage(spark: SparkSession, config: PipelineConfig, stage: str, **options) -> StageRun:
     """One stage; ``options`` go to its function (compact: changefeeds, until_ts, rebuild)."""
     function = _STAGE_FUNCTIONS[pipeline_order([stage])[0]]
-    return timed_stage(stage, lambda: function(spark, config, **options))
+    return timed_stage(stage, lambda: function(spark, config, **options), config.lake)
 
 
 def run_stages(
@@ -375,7 +386,7 @@ def job_main(
     try:
         config = load_config(args.config)
         spark = build_session(f"ticdc-lake-{name}")
-        run = timed_stage(name, lambda: work(spark, config))
+        run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
         print(f"{name}: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,8 @@ from ticdc_lake.delta.exceptions import (
     DeltaIOError,
     MergeSourceError,
     SchemaMismatchError,
+    TableFileMissingError,
+    TableFileUnreadableError,
     TableNotFoundError,
     UnsupportedTableError,
 )
@@ -23,6 +25,8 @@ __all__ = [
     "MergeResult",
     "MergeSourceError",
     "SchemaMismatchError",
+    "TableFileMissingError",
+    "TableFileUnreadableError",
     "TableNotFoundError",
     "UnsupportedTableError",
     "WriteResult",

@@ -36,3 +36,33 @@ class SchemaMismatchError(DeltaIOError):
 
 class MergeSourceError(DeltaIOError):
     """A merge's change set is invalid (null or duplicate keys, missing columns)."""
+
+
+class TableFileMissingError(DeltaIOError):
+    """Data files the table's snapshot references are not on disk (deleted or moved)."""
+
+    def __init__(self, path: str, files: list[str], version: int | None = None):
+        self.path = path
+        self.files = files
+        at = f" (version {version})" if version is not None else ""
+        more = f" and {len(files) - 1} more" if len(files) > 1 else ""
+        super().__init__(
+            f"Delta table {path}{at}: data file {files[0]}{more} is missing (deleted or moved "
+            "from under the table): restore it from a backup, or rebuild the table: gold "
+            "from silver with `--rebuild` (ticdc-lake run --stages compact --rebuild), silver "
+            "and bronze by emptying the lake and landing the exports again"
+        )
+
+
+class TableFileUnreadableError(DeltaIOError):
+    """A data file of a table could not be read (truncated, corrupt, not Parquet)."""
+
+    def __init__(self, path: str, file: str, cause: str):
+        self.path = path
+        self.files = [file]
+        super().__init__(
+            f"Delta table {path}: data file {file} cannot be read ({cause}): restore it from "
+            "a backup, or rebuild the table: gold from silver with `--rebuild` (ticdc-lake run "
+            "--stages compact --rebuild), silver and bronze by emptying the lake and landing "
+            "the exports again"
+        )

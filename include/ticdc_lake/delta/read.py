@@ -4,11 +4,17 @@ Spark cannot read Delta logs without the delta-spark jars, so delta-rs lists the
 files and Spark reads exactly those: correct after overwrites, deletes and merges, with
 partition columns from the directory names (``basePath``) and the Delta schema given
 explicitly (files written before a column was added lack it; Spark fills in null).
+
+Spark is given plain local paths, never the percent-encoded URIs delta-rs reports (a lake under
+``lake dir/数据`` would not be found), with Hadoop's glob characters escaped. A file of the
+snapshot missing from disk is a TableFileMissingError naming it, before Spark gets to fail.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -16,7 +22,13 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from ticdc_lake.delta import partitions
-from ticdc_lake.delta.exceptions import DeltaIOError, TableNotFoundError, UnsupportedTableError
+from ticdc_lake.delta.exceptions import (
+    DeltaIOError,
+    TableFileMissingError,
+    TableFileUnreadableError,
+    TableNotFoundError,
+    UnsupportedTableError,
+)
 from ticdc_lake.delta.schema import TableSchema
 
 
@@ -66,6 +78,70 @@ def table_schema(table: DeltaTable) -> TableSchema:
     return TableSchema.from_delta(table.schema(), table.metadata().partition_columns)
 
 
+def snapshot_files(table: DeltaTable) -> list[str]:
+    """The local paths of the snapshot's data files.
+
+    The log holds each path percent-encoded (RFC 3986), relative to the table; decoding it
+    once gives the name on disk (partition directories keep their own ``%xx`` escapes).
+    """
+    location = table_path(unquote(table.table_uri))
+    relative = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return [
+        table_path(unquote(path)) if "://" in path else os.path.join(location, unquote(path))
+        for path in relative
+    ]
+
+
+def missing_files(table: DeltaTable) -> list[str]:
+    """The snapshot's data files that are not on disk (deleted or moved from under it)."""
+    return [path for path in snapshot_files(table) if not os.path.isfile(path)]
+
+
+def check_files_present(table: DeltaTable) -> list[str]:
+    """The snapshot's local file paths; TableFileMissingError when some are not on disk."""
+    files = snapshot_files(table)
+    missing = [path for path in files if not os.path.isfile(path)]
+    if missing:
+        raise TableFileMissingError(table_path(unquote(table.table_uri)), missing, table.version())
+    return files
+
+
+_FILE_IN_MESSAGE = re.compile(r"(?:file:)?/+([^\s'\"]+?\.parquet)")
+
+
+def file_problem(root: str | os.PathLike, error: BaseException) -> DeltaIOError | None:
+    """What an unexpected failure of a stage says about the Delta tables under ``root``: a
+    table missing data files, or the table of an unreadable file the error names; else None.
+
+    A stage reads tables through Spark and delta-rs, which fail deep inside (an
+    AnalysisException, an OSError) without naming the table or what to do.
+    """
+    tables = [log.parent for log in Path(table_path(root)).rglob("_delta_log")]
+    for location in sorted(tables):
+        try:
+            table = DeltaTable(str(location))
+        except Exception:  # a table whose log is unreadable: not this diagnosis
+            continue
+        missing = missing_files(table)
+        if missing:
+            return TableFileMissingError(str(location), missing, table.version())
+    for match in _FILE_IN_MESSAGE.finditer(str(error)):
+        file = Path("/" + unquote(match.group(1)))
+        owner = next((t for t in tables if t in file.parents), None)
+        if owner is not None:
+            cause = str(error).strip().splitlines()[0][:300]
+            return TableFileUnreadableError(str(owner), str(file), cause)
+    return None
+
+
+_GLOB = re.compile(r"([\\{}\[\]*?])")
+
+
+def spark_path(path: str) -> str:
+    """A local path as Spark's reader takes it: Hadoop reads ``{}[]*?\\`` as a glob."""
+    return _GLOB.sub(r"\\\1", path)
+
+
 def _check_partition_paths(table: DeltaTable, schema: TableSchema) -> None:
     """Spark takes partition values from directory names; make sure they are the log's.
 
@@ -90,14 +166,15 @@ def read_delta(
 ) -> DataFrame:
     """The table's rows at ``version`` (default: latest) as a DataFrame in the Delta schema.
 
-    Raises TableNotFoundError for a missing table (see ``delta_table_exists``) and
+    Raises TableNotFoundError for a missing table (see ``delta_table_exists``),
+    TableFileMissingError when a data file of the snapshot is gone, and
     UnsupportedTableError for deletion vectors, column mapping or type widening.
     """
     table = open_table(path, version)
     check_plain_files(table)
     schema = table_schema(table)
     spark_schema = schema.to_spark()
-    files = table.file_uris()
+    files = check_files_present(table)
     if not files:
         return spark.createDataFrame([], spark_schema)
     reader = spark.read.schema(spark_schema)
@@ -105,4 +182,4 @@ def read_delta(
         _check_partition_paths(table, schema)
         reader = reader.option("basePath", table_path(path))
     # Spark puts partition columns last; give the table's column order back.
-    return reader.parquet(*files).select(*schema.names)
+    return reader.parquet(*map(spark_path, files)).select(*schema.names)
