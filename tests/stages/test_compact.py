@@ -607,3 +607,74 @@ def test_a_gold_table_belongs_to_one_changefeed(spark, tmp_path):
     compact(spark, renamed, changefeeds=["uno"], rebuild=True)
     assert owners() == {("uno", "s.x"), ("uno", "s.a"), ("two", "s.b")}
     assert gold_rows(layout, "s.x") == [{"id": 1, "v": 7, "_commit_ts": 110}]
+
+
+# --- Avro tombstones (no commit TS) followed by a replay -----------------------------------------
+
+
+def _tombstone_then_replay() -> _Log:
+    """Row 1 is deleted (at a TS in (110, 130]) right before TiCDC replays from an older
+    checkpoint; row 2 is deleted and inserted again, and that stretch is replayed too."""
+    log = _Log()
+    log.ddl(90, "CREATE TABLE s.x (id int PRIMARY KEY, v int)")
+    log.row(100, "x", "insert", _row(1, v=("c_int", 1)))
+    log.row(100, "x", "insert", _row(2, v=("c_int", 2)))
+    log.row(110, "x", "update", _row(1, v=("c_int", 5)))
+    log.row(None, "x", "delete", old=_row(1))
+    log.row(100, "x", "insert", _row(1, v=("c_int", 1)))  # the replay: TSs below 110
+    log.row(110, "x", "update", _row(1, v=("c_int", 5)))
+    log.row(130, "x", "insert", _row(3, v=("c_int", 3)))
+    log.row(None, "x", "delete", old=_row(2))  # deleted in (130, 160]
+    log.row(160, "x", "insert", _row(2, v=("c_int", 9)))
+    log.row(None, "x", "delete", old=_row(2))  # a replay of the delete and the insert
+    log.row(160, "x", "insert", _row(2, v=("c_int", 9)))
+    log.row(170, "x", "insert", _row(4, v=("c_int", 4)))
+    return log
+
+
+def _avro_cutoff_lake(tmp_path, log: _Log, cutoff: int):
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(
+        tmp_path, streams, "avro", partitions=1, watermarks=False, cutoff_ts=cutoff
+    )
+    return streams, config, LakeLayout(config.lake)
+
+
+def _ids(layout: LakeLayout) -> dict[int, int]:
+    return {row["id"]: row["v"] for row in gold_rows(layout, "s.x")}
+
+
+def test_a_tombstone_followed_by_a_replay_is_placed_after_the_rows_before_it(spark, tmp_path):
+    streams, config, layout = _avro_cutoff_lake(tmp_path, _tombstone_then_replay(), 200)
+    si.land(spark, layout, streams, 1.0)
+    result = compact(spark, config)
+    assert _ids(layout) == {2: 9, 3: 3, 4: 4}
+    (feed,) = result.changefeeds
+    assert feed.pending == 0 and not any(t.reason for t in feed.tables)
+
+
+def test_a_tombstone_before_a_replay_that_may_follow_the_cutoff_is_held_back(spark, tmp_path):
+    # The delete of row 1 is at a TS in (110, 130]: a cut-off of 120 cannot say if it is in.
+    streams, config, layout = _avro_cutoff_lake(tmp_path, _tombstone_then_replay(), 120)
+    si.land(spark, layout, streams, 1.0)
+    (feed,) = compact(spark, config).changefeeds
+    assert _ids(layout) == {1: 5, 2: 2}
+    assert feed.pending == 3  # every delete is after the cut-off's last TS, 110
+    (table,) = feed.tables
+    assert (table.mode, table.watermark) == ("cutoff", 120)
+    assert "held back: 3 changes without a commit TS" in table.reason
+
+
+def test_a_replay_after_a_tombstone_in_a_later_batch_is_told_from_a_bound(spark, tmp_path):
+    """The TSs before the tombstone are in a settled batch, which a later run does not read."""
+    streams, config, layout = _avro_cutoff_lake(tmp_path, _tombstone_then_replay(), 110)
+    si.land(spark, layout, streams, 4 / 13)  # up to the update at 110
+    compact(spark, config)
+    assert _ids(layout) == {1: 5, 2: 2}
+    si.land(spark, layout, streams, 1.0)
+    raised = si.write_config(
+        tmp_path, streams, "avro", partitions=1, watermarks=False, cutoff_ts=200
+    )
+    assert raised.lake == config.lake
+    compact(spark, raised)
+    assert _ids(layout) == {2: 9, 3: 3, 4: 4}

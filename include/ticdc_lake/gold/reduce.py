@@ -4,8 +4,10 @@ In order (stages/compact.py strings them together):
 
 1. ``with_order_ts``: the TS a change sorts by. Its commit TS; for a change the protocol sent
    without one (Avro deletes, Canal-JSON without the TiDB extension) the next known TS in its
-   Kafka partition (a later change's commit TS or a resolved TS): changes of a partition are in
-   commit order, so that TS bounds the change's own from above. None when nothing follows yet.
+   Kafka partition (a later change's commit TS or a resolved TS) that is not a replay: changes
+   of a partition are in commit order, so that TS bounds the change's own from above, and a TS
+   below one already seen (TiCDC replaying from an older checkpoint) bounds nothing. None when
+   nothing follows yet.
 2. ``with_selection``: which changes this run applies (per table: above the TS already applied,
    up to the target TS; or, without TSs, the bronze batches not applied yet).
 3. ``with_segment``: DDL barriers cut a table's changes into segments applied in turn.
@@ -30,23 +32,49 @@ NO_SEGMENT_TS = None
 
 
 def with_order_ts(changes: DataFrame, resolved: DataFrame | None) -> DataFrame:
-    """Add ``order_ts``; ``resolved`` (topic, partition, ts, offset, index) fills gaps."""
+    """Add ``order_ts``; ``resolved`` (topic, partition, ts, offset, index) fills gaps.
+
+    A change without a commit TS is placed by the known TSs around it in its partition (its
+    changes, resolved events and DDLs). A known TS below the largest one before it is a replay
+    (TiCDC restarted from an older checkpoint) and bounds nothing. So a change followed by a
+    replay takes the first TS after it above everything seen (the next TS it is truly
+    before), unless it is itself the copy of an earlier change that the same next TS followed:
+    then it takes that TS, and is recognised as the replay it is (``last_per_key``).
+    """
     if resolved is None:
         return changes.withColumn("order_ts", F.col("commit_ts"))
     markers = resolved.select(
         "topic", "partition", "offset", "index", F.col("ts").alias("commit_ts")
     ).withColumn("_marker", F.lit(True))
     rows = changes.withColumn("_marker", F.lit(False))
-    following = (
-        Window.partitionBy("topic", "partition")
-        .orderBy("offset", "index", "_marker")
-        .rowsBetween(Window.currentRow, Window.unboundedFollowing)
-    )
-    return (
+    in_order = Window.partitionBy("topic", "partition").orderBy("offset", "index", "_marker")
+    before = in_order.rowsBetween(Window.unboundedPreceding, -1)
+    after = in_order.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    known = F.col("commit_ts")
+    # The largest TS before each row; a known TS above it is new (not a replay).
+    seen = F.max(known).over(before)
+    placed = (
         rows.unionByName(markers, allowMissingColumns=True)
-        .withColumn("order_ts", F.first("commit_ts", ignorenulls=True).over(following))
+        .withColumn("_seen", seen)
+        .withColumn("_new", F.when(F.col("_seen").isNull() | (known > F.col("_seen")), known))
+        .withColumn("_next", F.first(known, ignorenulls=True).over(after))
+        .withColumn("_next_new", F.first("_new", ignorenulls=True).over(after))
         .where(~F.col("_marker"))
-        .drop("_marker")
+    )
+    # Followed by a replay: the copy of an earlier change placed at the same next TS keeps it.
+    replayed = F.col("_next") < F.col("_seen")
+    copies = Window.partitionBy("topic", "partition", "event_id").orderBy("offset", "index")
+    earlier = F.collect_set(F.when(known.isNull(), F.col("_next"))).over(
+        copies.rowsBetween(Window.unboundedPreceding, -1)
+    )
+    copy = F.array_contains(earlier, F.col("_next"))
+    order_ts = (
+        F.when(known.isNotNull(), known)
+        .when(replayed & ~copy, F.col("_next_new"))
+        .otherwise(F.col("_next"))
+    )
+    return placed.withColumn("order_ts", order_ts).drop(
+        "_marker", "_seen", "_new", "_next", "_next_new"
     )
 
 

@@ -47,6 +47,7 @@ leaves it alone, and the table fails there with what to change (``_ChangefeedRun
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 from collections.abc import Sequence
@@ -437,18 +438,39 @@ class _ChangefeedRun:
         return unsettled.where(F.col("commit_ts") > self.low_ts)
 
     def _markers(self) -> DataFrame | None:
-        """Resolved events and DDLs of the unsettled batches: known TSs in the partitions."""
-        frames = []
-        for path, ts in ((self.layout.resolved, "ts"), (self.layout.ddl, "commit_ts")):
-            if delta_table_exists(path):
+        """Known TSs in the partitions: resolved events and DDLs of the unsettled batches, and
+        per partition the largest TS of the settled ones (before them: replays below it are
+        told from bounds, ``reduce.with_order_ts``)."""
+        frames, settled = [], []
+        tables = (
+            (self.layout.resolved, "ts"),
+            (self.layout.ddl, "commit_ts"),
+            (self.layout.changes, "commit_ts"),
+        )
+        for path, ts in tables:
+            if not delta_table_exists(path):
+                continue
+            rows = read_delta(self.spark, path).where(self._topics())
+            if path != self.layout.changes:
                 frames.append(
-                    read_delta(self.spark, path)
-                    .where(self._topics() & (F.col("bronze_batch") > self.low_batch))
-                    .select("topic", "partition", F.col(ts).alias("ts"), "offset", "index")
+                    rows.where(F.col("bronze_batch") > self.low_batch).select(
+                        "topic", "partition", F.col(ts).alias("ts"), "offset", "index"
+                    )
                 )
-        if not frames:
-            return None
-        return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+            settled.append(
+                rows.where(F.col("bronze_batch") <= self.low_batch).select(
+                    "topic", "partition", F.col(ts).alias("ts")
+                )
+            )
+        if settled and self.low_batch >= 0:
+            floor = functools.reduce(DataFrame.unionByName, settled).groupBy("topic", "partition")
+            frames.append(
+                floor.agg(F.max("ts").alias("ts"))
+                .where(F.col("ts").isNotNull())
+                .withColumn("offset", F.lit(-1).cast("long"))
+                .withColumn("index", F.lit(-1).cast("int"))
+            )
+        return functools.reduce(DataFrame.unionByName, frames) if frames else None
 
     def _reduce(self, timeline: Timeline) -> tuple[_Reduced, dict, dict[str, int | None]]:
         """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
