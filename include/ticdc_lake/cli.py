@@ -35,6 +35,7 @@ from ticdc_lake.compression import CODECS
 from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
+from ticdc_lake.lake.lock import add_lock_wait
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
@@ -360,6 +361,7 @@ def _add_run(commands) -> None:
         help="compact: empty the changefeeds' gold tables and apply silver again",
     )
     run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
+    add_lock_wait(run)
     run.set_defaults(run=_run_pipeline)
 
 
@@ -376,6 +378,7 @@ def _run_pipeline(args) -> int:
         changefeeds=args.changefeeds,
         until_ts=args.until_ts,
         rebuild=args.rebuild,
+        lock_wait=args.lock_wait,
     )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0

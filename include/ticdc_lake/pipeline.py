@@ -37,6 +37,7 @@ from ticdc_lake.delta.read import file_problem
 from ticdc_lake.errors import ConfigError, TicdcLakeError
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
 from ticdc_lake.stages.land import land
@@ -149,9 +150,11 @@ def run_stages(
     changefeeds: Sequence[str] | None = None,
     until_ts: int | None = None,
     rebuild: bool = False,
+    lock_wait: float | None = None,
 ) -> PipelineResult:
     """Run the chosen stages in pipeline order; compact gets ``changefeeds``, ``until_ts`` and
-    ``rebuild`` (empty the changefeeds' gold tables and apply silver again)."""
+    ``rebuild`` (empty the changefeeds' gold tables and apply silver again). The lake's lock is
+    held throughout, waited for up to ``lock_wait`` seconds (lake/lock.py's default)."""
     order = pipeline_order(stages)
     if changefeeds is not None:
         unknown = sorted(set(changefeeds) - set(config.changefeeds))
@@ -161,14 +164,15 @@ def run_stages(
                 f"{', '.join(sorted(config.changefeeds))}"
             )
     runs: list[StageRun] = []
-    for position, stage in enumerate(order):
-        options = {}
-        if stage == "compact":
-            options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
-        run = run_stage(spark, config, stage, **options)
-        runs.append(run)
-        if run.result is None:
-            return PipelineResult(config, tuple(runs), order[position + 1 :])
+    with lake_lock(LakeLayout(config.lake), lock_wait):
+        for position, stage in enumerate(order):
+            options = {}
+            if stage == "compact":
+                options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
+            run = run_stage(spark, config, stage, **options)
+            runs.append(run)
+            if run.result is None:
+                return PipelineResult(config, tuple(runs), order[position + 1 :])
     return PipelineResult(config, tuple(runs))
 
 
@@ -358,6 +362,7 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
     ``--config``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
+    add_lock_wait(parser)
     parser.add_argument(
         "--result-file",
         type=Path,
@@ -385,11 +390,15 @@ def job_main(
     failures on stderr. Exit status 0, 1 when something failed, 2 on a bad config."""
     try:
         config = load_config(args.config)
-        spark = build_session(f"ticdc-lake-{name}")
-        run = timed_stage(name, lambda: work(spark, config), config.lake)
+        with lake_lock(LakeLayout(config.lake), getattr(args, "lock_wait", None)):
+            spark = build_session(f"ticdc-lake-{name}")
+            run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
         print(f"{name}: configuration error: {exc}", file=sys.stderr)
         return 2
+    except LakeLockedError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
     if run.result is not None:
         print(json.dumps(run.result.to_dict()))
     if getattr(args, "result_file", None) is not None:

@@ -43,6 +43,11 @@ class LakeLayout:
         return self.root / "bronze" / "offset_ranges"
 
     @property
+    def lock(self) -> Path:
+        """Held by the run working on the lake (lake/lock.py): one run per lake at a time."""
+        return self.root / "_lock.json"
+
+    @property
     def land_plan(self) -> Path:
         """The plan of a land batch not finished yet (a JSON file, not a table)."""
         return self.root / "bronze" / "_land_plan.json"
