@@ -26,6 +26,7 @@
         watermarks: true             # false: the protocol sends none (Avro, canal-json w/o ext.)
         cutoff-ts: 0                 # only with watermarks false: gold up to this TS; without
                                      # it gold is marked not transactionally consistent
+    quality: {}                      # data-quality checks: see ticdc_lake.quality.settings
 
 Without a ``changefeeds`` section each topic is a changefeed of its own (with watermarks unless
 its protocol sends none: Avro, canal-json without the TiDB extension). With one, every topic
@@ -51,7 +52,9 @@ from ticdc_lake.compression import CODECS
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings
 
-_TOP_KEYS = {"version", "lake", "reports", "inputs", "time-zone", "topics", "changefeeds"}
+_TOP_KEYS = {
+    "version", "lake", "reports", "inputs", "time-zone", "topics", "changefeeds", "quality",
+}  # fmt: skip
 _TOPIC_KEYS = {
     "protocol", "partitions", "compression", "enable-tidb-extension", "time-zone", "schema-dir",
     "schemas-topic", "schema-registry", "claim-check-roots", "options",
@@ -99,6 +102,8 @@ class PipelineConfig:
     time_zone: str
     topics: dict[str, TopicConfig]
     changefeeds: dict[str, ChangefeedConfig]
+    # The raw `quality:` section; ticdc_lake.quality.settings validates it (policies, limits).
+    quality: dict = field(default_factory=dict)
     _schema_sources: dict = field(default_factory=dict, compare=False, repr=False)
 
     def changefeed_of(self, topic: str) -> ChangefeedConfig:
@@ -329,4 +334,7 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         time_zone=zone,
         topics=topics,
         changefeeds=changefeeds,
+        quality=_check_keys(
+            f"{source}: quality", raw.get("quality") or {}, set(raw.get("quality") or {})
+        ),
     )
