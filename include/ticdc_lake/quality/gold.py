@@ -36,8 +36,10 @@ def state_version(ctx: QualityContext) -> int | None:
 
 def changed_tables(ctx: QualityContext, since: int | None) -> tuple[list[dict], dict]:
     """State rows whose gold version moved since state version ``since`` (all when None), and
-    the state rows at ``since`` by table."""
+    the state rows at ``since`` by table. ``path`` is the layout's (a moved lake still checks)."""
     now = open_table(ctx.layout.gold_state).to_pyarrow_table().to_pylist()
+    for row in now:
+        row["path"] = str(ctx.layout.gold(row["schema"], row["table"]))
     before = {}
     if since is not None:
         old = open_table(ctx.layout.gold_state, since).to_pyarrow_table().to_pylist()

@@ -149,16 +149,6 @@ def previous_validation(layout: LakeLayout, stage: str, started: dt.datetime) ->
     return validation
 
 
-def quarantined_coordinates(spark: SparkSession, layout: LakeLayout) -> DataFrame | None:
-    """Kafka coordinates of silver rows a check quarantined: compaction leaves them out."""
-    if not delta_table_exists(layout.quality_quarantine):
-        return None
-    table = open_table(layout.quality_quarantine).to_pyarrow_table(
-        columns=["topic", "partition", "offset", "index"]
-    )
-    return spark.createDataFrame(table)
-
-
 def job_main(config_path: str, stage: str, build_session) -> int:
     """The DQ job of a stage: print the validation as one JSON object on stdout, each failed
     check on stderr; exit 1 when a `fail` check failed (naming it), 2 on a bad config."""
