@@ -97,5 +97,15 @@ class LakeLayout:
                  "watermarks", "gold_state")  # fmt: skip
         return {name: getattr(self, name) for name in names}
 
+    @property
+    def quality_results(self) -> Path:
+        """One row per data-quality check of every validation (quality.results.RESULTS_SCHEMA)."""
+        return self.root / "quality" / "results"
+
+    @property
+    def quality_quarantine(self) -> Path:
+        """Silver rows a check with the quarantine policy took out (compaction skips them)."""
+        return self.root / "quality" / "quarantine"
+
     def gold(self, schema: str, table: str) -> Path:
         return self.root / "gold" / schema / table

@@ -72,6 +72,7 @@ from ticdc_lake.gold.exceptions import CompactError, GoldError
 from ticdc_lake.gold.plan import Barrier, Timeline, build_timeline, parse_record, unique_records
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.quality.quarantine import COORDINATES, quarantined_coordinates
 from ticdc_lake.stages.watermark import (
     ChangefeedWatermark,
     changefeed_watermarks,
@@ -428,6 +429,10 @@ class _ChangefeedRun:
         if not delta_table_exists(self.layout.changes):
             return None
         changes = read_delta(self.spark, self.layout.changes).where(self._topics())
+        # Rows a data-quality check quarantined stay out of gold.
+        quarantined = quarantined_coordinates(self.spark, self.layout)
+        if quarantined is not None:
+            changes = changes.join(F.broadcast(quarantined), COORDINATES, "left_anti")
         # Bronze batches up to low_batch are settled: every change in them is applied (or was
         # a replay). Silver is partitioned by bronze batch, so Spark reads only later files.
         unsettled = changes.where(F.col("bronze_batch") > self.low_batch)

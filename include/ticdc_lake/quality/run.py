@@ -1,0 +1,169 @@
+"""Validate one stage's new data, apply each check's policy, record the results.
+
+    validation = validate_stage(spark, config, "bronze" | "silver" | "gold", validator=None)
+
+What is new: bronze, the land batches above the last one validated; silver, the decoded bronze
+batches above it; gold, the state table's versions since the last one validated (the tables
+whose gold version moved). The last one validated is the version recorded with the stage's
+commits to quality/results (Delta app id ``quality-<stage>``), so a rerun with nothing new
+validates nothing and appends nothing: it reports the stage's last recorded validation instead,
+so that a job rerun after a failed `fail` check fails again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ticdc_lake.config import PipelineConfig, load_config
+from ticdc_lake.delta import delta_table_exists, open_table, write_delta
+from ticdc_lake.errors import ConfigError
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.quality import bronze, gold, lakeview, silver
+from ticdc_lake.quality.context import QualityContext
+from ticdc_lake.quality.results import CheckOutcome, StageValidation, results_table
+from ticdc_lake.quality.settings import CHECKS, QUARANTINE, QualitySettings, quality_settings
+from ticdc_lake.quality.validator import Validator
+
+STAGES = ("bronze", "silver", "gold")
+
+
+def app_id(stage: str) -> str:
+    return f"quality-{stage}"
+
+
+def last_validated(layout: LakeLayout, stage: str) -> int | None:
+    if not delta_table_exists(layout.quality_results):
+        return None
+    return open_table(layout.quality_results).transaction_version(app_id(stage))
+
+
+def _pending(ctx: QualityContext, stage: str) -> tuple[int | None, list[int]]:
+    """(the batch key to record, the batches to validate); (None, []) when nothing is new."""
+    last = last_validated(ctx.layout, stage)
+    if stage == "gold":
+        version = gold.state_version(ctx)
+        if version is None or (last is not None and version <= last):
+            return None, []
+        return version, [] if last is None else [last]
+    found = bronze.landed_batches(ctx) if stage == "bronze" else silver.decoded_batches(ctx)
+    new = [batch for batch in found if last is None or batch > last]
+    return (max(new), new) if new else (None, [])
+
+
+def validate_stage(
+    spark: SparkSession,
+    config: PipelineConfig,
+    stage: str,
+    *,
+    validator: Validator | None = None,
+    settings: QualitySettings | None = None,
+) -> StageValidation:
+    """Validate what the stage added since its last validation and record the results."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
+    settings = settings or quality_settings(config.quality, str(config.source))
+    started = dt.datetime.now(dt.UTC)
+    validation = StageValidation(uuid.uuid4().hex, stage, None, started)
+    layout = LakeLayout(config.lake)
+    now = lakeview.clock(config, settings)
+    # GE is built lazily: a stage with nothing new does not pay for importing it.
+    ctx = QualityContext(spark, config, settings, validator, now)  # type: ignore[arg-type]
+    key, batches = _pending(ctx, stage)
+    if key is None:
+        return previous_validation(layout, stage, started)
+    ctx.validator = validator or Validator(settings.sample_rows)
+    validation.batch = key
+    quarantine: DataFrame | None = None
+    if stage == "bronze":
+        outcomes = bronze.validate_bronze(ctx, batches)
+    elif stage == "silver":
+        outcomes, changes = silver.validate_silver(ctx, batches)
+        quarantine = _quarantine_rows(ctx, outcomes, changes, validation)
+    else:
+        outcomes = gold.validate_gold(ctx, batches[0] if batches else None)
+    validation.outcomes = [(o, settings.policy(o.check)) for o in outcomes]
+    validation.finished_at = dt.datetime.now(dt.UTC)
+    if quarantine is not None:
+        result = write_delta(quarantine, layout.quality_quarantine, app_id=app_id(stage),
+                             version=key)  # fmt: skip
+        validation.quarantined = result.num_records
+    table = results_table(validation)
+    written = write_delta(
+        spark.createDataFrame(table), layout.quality_results, app_id=app_id(stage), version=key
+    )
+    validation.written = written.committed
+    return validation
+
+
+def _quarantine_rows(
+    ctx: QualityContext,
+    outcomes: Sequence[CheckOutcome],
+    changes: DataFrame | None,
+    validation: StageValidation,
+) -> DataFrame | None:
+    failing = [
+        o.check
+        for o in outcomes
+        if not o.success and CHECKS[o.check].rows and ctx.settings.policy(o.check) == QUARANTINE
+    ]
+    if changes is None or not failing:
+        return None
+    rows = silver.failing_rows(ctx, changes, list(dict.fromkeys(failing)))
+    return rows.withColumns(
+        {
+            "run_id": F.lit(validation.run_id),
+            "quarantined_at": F.lit(validation.started_at).cast("timestamp"),
+        }
+    )
+
+
+def previous_validation(layout: LakeLayout, stage: str, started: dt.datetime) -> StageValidation:
+    """Nothing new: the stage's last recorded validation (its policies decide the exit)."""
+    rows = [r for r in lakeview.result_rows(layout) if r["stage"] == stage]
+    if not rows:
+        return StageValidation("", stage, None, started)
+    last = max(rows, key=lambda r: (r["batch"], r["finished_at"]))["run_id"]
+    mine = [r for r in rows if r["run_id"] == last]
+    validation = StageValidation(last, stage, None, started, started)
+    validation.outcomes = [
+        (
+            CheckOutcome(
+                check=r["check"],
+                success=r["success"],
+                unexpected_count=r["unexpected_count"],
+                message=r["message"] or "",
+                changefeed=r["changefeed"],
+                table=r["table"],
+            ),
+            r["policy"],
+        )
+        for r in mine
+    ]
+    return validation
+
+
+def job_main(config_path: str, stage: str, build_session) -> int:
+    """The DQ job of a stage: print the validation as one JSON object on stdout, each failed
+    check on stderr; exit 1 when a `fail` check failed (naming it), 2 on a bad config."""
+    try:
+        config = load_config(config_path)
+        settings = quality_settings(config.quality, str(config.source))
+    except ConfigError as exc:
+        print(f"quality {stage}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(f"ticdc-lake-quality-{stage}")
+    validation = validate_stage(spark, config, stage, settings=settings)
+    print(json.dumps(validation.to_dict()))
+    print(validation.summary(), file=sys.stderr)
+    if validation.failed:
+        names = ", ".join(o.check for o in validation.failures("fail"))
+        print(f"quality {stage}: FAILED check(s) with policy fail: {names}", file=sys.stderr)
+        return 1
+    return 0

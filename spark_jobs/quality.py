@@ -1,0 +1,31 @@
+"""spark-submit entry point of a stage's data-quality checks (ticdc_lake.quality.run).
+
+    spark-submit spark_jobs/quality.py --config pipeline.yaml --stage bronze|silver|gold
+
+Validates what the stage added since its last validation, appends the results to
+quality/results, quarantines failing rows where the policy says so, prints the validation as one
+JSON object, and exits 1 naming the checks when a check with policy `fail` failed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ticdc_lake.pipeline import job_parser
+from ticdc_lake.quality.run import STAGES, job_main
+from ticdc_lake.spark import build_session
+
+
+def parse_args(argv: list[str] | None):
+    parser = job_parser(__doc__)
+    parser.add_argument("--stage", required=True, choices=STAGES)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return job_main(args.config, args.stage, build_session)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Each check fails on data built to break it, with its policy's outcome; the clean lake passes
+and a rerun appends nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from deltalake import DeltaTable
+from ticdc_lake.config import load_config
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.quality.run import job_main, validate_stage
+from ticdc_lake.quality.settings import quality_settings
+from ticdc_lake.quality.validator import Validator
+from ticdc_lake.stages.compact import compact
+from ticdc_lake.stages.decode import decode
+from ticdc_lake.stages.land import land
+
+from tests.quality.conftest import append, rows
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def validator():
+    return Validator()  # one GE context for the module, as a job has one
+
+
+def _outcomes(validation) -> dict:
+    return {outcome.check: (outcome, policy) for outcome, policy in validation.outcomes}
+
+
+def _job(spark, sample, stage, capsys) -> tuple[int, str]:
+    code = job_main(str(sample / "pipeline.yaml"), stage, lambda name: spark)
+    return code, capsys.readouterr().err
+
+
+def test_clean_lake_passes_every_stage_and_a_rerun_appends_nothing(spark, sample, validator):
+    config = load_config(sample / "pipeline.yaml")
+    settings = quality_settings(config.quality).replace(clock="kafka")  # a replay of 2024 data
+    results = LakeLayout(config.lake).quality_results
+    for stage in ("bronze", "silver", "gold"):
+        validation = validate_stage(spark, config, stage, validator=validator, settings=settings)
+        failed = [o.describe() for o, _ in validation.outcomes if not o.success]
+        assert validation.batch is not None and validation.written
+        assert not failed, failed
+    recorded = rows(results)
+    assert {row["stage"] for row in recorded} == {"bronze", "silver", "gold"}
+    assert len(recorded) == 21  # seven checks per stage, one row each
+    assert all(row["ge_result"] and row["started_at"] for row in recorded)
+    version = DeltaTable(str(results)).version()
+
+    for stage in ("bronze", "silver", "gold"):
+        again = validate_stage(spark, config, stage, validator=validator, settings=settings)
+        assert again.batch is None and not again.written and not again.failed
+    assert DeltaTable(str(results)).version() == version
+
+
+def test_duplicate_offset_fails_the_bronze_job_naming_the_check(spark, sample, capsys):
+    layout = LakeLayout(load_config(sample / "pipeline.yaml").lake)
+    copy = rows(layout.bronze)[0] | {"batch_id": 2, "source_file": "re-export.jsonl"}
+    append(layout.bronze, [copy])
+    landed = rows(layout.landed_files)[0]
+    append(
+        layout.landed_files,
+        [landed | {"path": "re-export.jsonl", "batch_id": 2, "records_read": 1,
+                   "records_added": 1, "duplicates": 0, "conflicts": 0, "errors": 0}],
+    )  # fmt: skip
+
+    code, log = _job(spark, sample, "bronze", capsys)
+
+    assert code == 1
+    assert "bronze_offset_unique" in log
+    (result,) = [r for r in rows(layout.quality_results) if r["check"] == "bronze_offset_unique"]
+    assert not result["success"] and result["policy"] == "fail" and result["batch"] == 2
+    (failing,) = json.loads(result["sample"])
+    assert (failing["topic"], failing["partition"], failing["offset"]) == (
+        copy["topic"], copy["partition"], copy["offset"],
+    )  # fmt: skip
+
+
+def _export(path, topic: str, partition: int, offsets: range) -> None:
+    lines = [
+        json.dumps({"topic": topic, "partition": partition, "offset": offset,
+                    "timestamp": 1_717_200_000_000, "key_b64": None,
+                    "value_b64": base64.b64encode(b"not a ticdc message").decode()})
+        for offset in offsets
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_offset_gap_warns_and_low_decode_rate_fails(spark, sample, validator, capsys):
+    config = load_config(sample / "pipeline.yaml")
+    layout = LakeLayout(config.lake)
+    for stage in ("bronze", "silver"):  # the clean batch, validated
+        assert not validate_stage(spark, config, stage, validator=validator).failed
+    topic = next(iter(config.topics))
+    last = max(r["offset"] for r in rows(layout.bronze) if r["partition"] == 0)
+    export = sample / "exports" / "late.jsonl"
+    _export(export, topic, 0, range(last + 6, last + 66))  # 5 offsets missing, 60 garbage
+    assert land(spark, config).records_added == 60
+
+    gaps = validate_stage(spark, config, "bronze", validator=validator)
+
+    outcome, policy = _outcomes(gaps)["bronze_offset_gaps"]
+    assert policy == "warn" and not outcome.success and not gaps.failed  # recorded, goes on
+    (gap,) = outcome.sample
+    assert (gap["partition"], gap["from_offset"], gap["to_offset"]) == (0, last + 1, last + 5)
+    assert str(export) in gap["files"]  # the export file just after the gap
+
+    decode(spark, config)  # 60 records quarantined: the rate drops below 0.99
+    code, log = _job(spark, sample, "silver", capsys)
+    assert code == 1 and "decode_rate" in log
+    (rate,) = [r for r in rows(layout.quality_results) if r["check"] == "decode_rate"][-1:]
+    assert json.loads(rate["observed"])["quarantined"] == 60
+
+
+def test_quarantine_moves_exactly_the_failing_rows_and_gold_leaves_them_out(
+    spark, sample, validator
+):
+    config = load_config(sample / "pipeline.yaml")
+    layout = LakeLayout(config.lake)
+    (state,) = {r["watermark"] for r in rows(layout.gold_state)}
+    changes = rows(layout.changes)
+    broken = [
+        change | {"event_id": f"broken-{i}", "handle_key": ["no_such_column"], "offset": 10**6 + i,
+                  "commit_ts": state + 1, "bronze_batch": 9}
+        for i, change in enumerate(changes[:2])
+    ]  # fmt: skip
+    append(layout.changes, broken)
+    log = rows(layout.decode_log)[0]
+    append(layout.decode_log, [log | {"bronze_batch": 9, "records": 2, "decoded": 2}])
+    # The watermark moves past the broken rows: without the quarantine compaction applies them.
+    marks = rows(layout.watermarks)
+    DeltaTable(str(layout.watermarks)).update({"resolved_ts": str(state + 10)})
+
+    validation = validate_stage(spark, config, "silver", validator=validator)
+
+    outcome, policy = _outcomes(validation)["handle_key_present"]
+    assert policy == "quarantine" and not outcome.success and outcome.unexpected_count == 2
+    quarantined = rows(layout.quality_quarantine)
+    assert sorted(r["event_id"] for r in quarantined) == ["broken-0", "broken-1"]
+    assert {r["check"] for r in quarantined} == {"handle_key_present"}
+    assert validation.quarantined == 2
+
+    result = compact(spark, config)
+    assert len(marks) == 2
+    assert sum(t.changes for t in result.tables.values()) == 0  # nothing of them reached gold
+    assert {t.watermark for t in result.tables.values()} == {state + 10}
+
+
+def test_gold_breakages_fail_the_gold_job_and_a_stuck_partition_is_named(spark, sample, capsys):
+    config = load_config(sample / "pipeline.yaml")
+    layout = LakeLayout(config.lake)
+    (state,) = {r["watermark"] for r in rows(layout.gold_state)}
+    orders = layout.gold("shop", "orders")
+    append(orders, rows(orders)[:1])  # a second row with the same key
+    accounts = DeltaTable(str(layout.gold("shop", "accounts")))
+    code = accounts.to_pyarrow_table(columns=["code"]).column("code")[0].as_py()
+    accounts.update({"_commit_ts": str(state + 1)}, predicate=f"code = '{code}'")
+    strings = DeltaTable(str(layout.gold("shop", "strings")))
+    strings.delete(f"id = {strings.to_pyarrow_table(columns=['id']).column('id')[0].as_py()}")
+    hour = 3600 * 1000 << 18
+    DeltaTable(str(layout.watermarks)).update(
+        {"resolved_ts": f"resolved_ts - {hour}"}, predicate="partition = 1"
+    )
+
+    code, log = _job(spark, sample, "gold", capsys)
+
+    assert code == 1
+    for check in ("gold_key_unique", "gold_ts_bound", "gold_row_count"):
+        assert check in log
+    found = {r["check"]: r for r in rows(layout.quality_results)}
+    assert found["gold_key_unique"]["unexpected_count"] == 2
+    assert json.loads(found["gold_ts_bound"]["sample"])[0]["table"] == "shop.accounts"
+    assert "shop.strings" in found["gold_row_count"]["sample"]
+    stuck = found["stuck_partition"]
+    assert stuck["policy"] == "warn" and not stuck["success"]
+    (partition,) = json.loads(stuck["sample"])
+    assert partition["partition"] == 1 and partition["resolved_ts"] == state - hour
