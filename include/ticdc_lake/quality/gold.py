@@ -79,6 +79,9 @@ def key_frame(ctx: QualityContext, states: Sequence[dict]) -> DataFrame | None:
 
 def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
     gxe = expectations()
+    # GE returns the query's rows only in its COMPLETE format: take the sample here.
+    late = keys.where("commit_ts > ts_bound").select("table", "key", "commit_ts", "ts_bound")
+    late_sample = tuple(row.asDict() for row in late.limit(ctx.validator.sample_rows).collect())
     return ctx.validator.run(
         keys,
         [
@@ -95,6 +98,7 @@ def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
                         "WHERE commit_ts > ts_bound"
                     )
                 ),
+                sample=late_sample,
                 message="gold rows whose commit TS is above the TS the state says they reflect",
             ),
         ],
@@ -152,6 +156,12 @@ def count_rows(states: Sequence[dict], before: dict, counted: dict[str, int]) ->
     return pd.DataFrame(rows, columns=["table", "rows", "state_rows", "expected", "change"])
 
 
+def _mismatches(counts: pd.DataFrame, found: str, wanted: str) -> tuple[dict, ...]:
+    """The tables whose ``found`` count is not the ``wanted`` one, named (GE gives bare pairs)."""
+    rows = counts[counts[found] != counts[wanted]][["table", found, wanted]]
+    return tuple(rows.to_dict("records"))
+
+
 def type_rows(states: Sequence[dict]) -> pd.DataFrame:
     """Per gold column: the type the state declares (from the DDL log) and the table's."""
     rows = []
@@ -182,11 +192,13 @@ def table_checks(ctx, states, before, counted) -> list[CheckOutcome]:
                 "gold_row_count",
                 gxe.ExpectColumnPairValuesToBeEqual(column_A="rows", column_B="expected"),
                 observed={"tables": len(counts), "row_change": int(counts["change"].sum())},
+                sample=_mismatches(counts, "rows", "expected"),
                 message="gold rows != rows before + inserts - deletes of the compaction's commits",
             ),
             Expectation(
                 "gold_row_count",
                 gxe.ExpectColumnPairValuesToBeEqual(column_A="rows", column_B="state_rows"),
+                sample=_mismatches(counts, "rows", "state_rows"),
                 message="gold rows != rows the state table records",
             ),
         ],
