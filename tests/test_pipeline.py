@@ -145,7 +145,7 @@ def test_the_summary_names_counts_watermarks_gold_tables_and_paths(sample):
     assert f"{decoded.events['delete']:,} delete" in text
     assert f"holds {records:,} bronze records" in text
     assert f"Lake: {config.lake}" in text and f"config:  {config.source}" in text
-    assert f"reports: {config.reports} (none yet" in text  # a path that exists is not promised
+    assert f"reports: {config.reports} (no HTML report yet" in text  # no missing path promised
     assert len(generated.export_files) == 1
     assert f"batch 1: 1 file, {records:,} records read" in render_summary(landed)
 

@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_decode(commands)
     _add_generate(commands)
     _add_airflow(commands)
+    _add_dq_report(commands)
     return parser
 
 
@@ -425,6 +426,33 @@ def _run_airflow(args) -> int:
         configs=args.configs,
     )
     return serve(settings)
+
+
+def _add_dq_report(commands) -> None:
+    report = commands.add_parser(
+        "dq-report",
+        help="the lake's data-quality summary: watermarks, lag, gold, the last checks",
+        description="Read the lake (no Spark): each changefeed's watermark, lag and stuck "
+        "partitions, the gold tables with the TS each reflects and its mode, quarantine "
+        "counts, and the last data-quality validation of every stage, failures first. Exit "
+        "status 1 when the last validation of a stage failed a check whose policy is fail.",
+    )
+    report.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.set_defaults(run=_run_dq_report)
+
+
+def _run_dq_report(args) -> int:
+    from ticdc_lake.config import load_config
+    from ticdc_lake.quality.lakeview import lake_view
+    from ticdc_lake.quality.summary import render_summary
+
+    view = lake_view(load_config(args.config))
+    if args.json:
+        print(json.dumps(view.to_dict(), default=str))
+    else:
+        print(render_summary(view))
+    return 1 if view.failed_stages else 0
 
 
 def _add_demo(commands) -> None:

@@ -340,7 +340,7 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
         f"  holds {totals}",
         f"  config:  {config.source}",
         f"  reports: {config.reports}"
-        + ("" if config.reports.exists() else " (none yet: data-quality checks are not built)"),
+        + ("" if config.reports.exists() else " (no HTML report yet: see ticdc-lake dq-report)"),
     ]
     return "\n".join(lines)
 

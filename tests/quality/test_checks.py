@@ -8,6 +8,7 @@ import json
 
 import pytest
 from deltalake import DeltaTable
+from ticdc_lake import cli
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.run import job_main, validate_stage
@@ -79,6 +80,16 @@ def test_duplicate_offset_fails_the_bronze_job_naming_the_check(spark, sample, c
         (copy["topic"], copy["partition"], copy["offset"])
     }
     assert len(failing) == 2
+
+    # The terminal summary reads the same results, with no Spark, and fails with the stage.
+    assert cli.main(["dq-report", "--config", str(sample / "pipeline.yaml")]) == 1
+    assert "FAIL bronze_offset_unique" in capsys.readouterr().out
+    assert cli.main(["dq-report", "--config", str(sample / "pipeline.yaml"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["failed_stages"] == ["bronze"]
+    assert {row["check"] for row in report["latest"]["bronze"] if not row["success"]} >= {
+        "bronze_offset_unique"
+    }
 
 
 def _export(path, topic: str, partition: int, offsets: range) -> None:
