@@ -3,6 +3,7 @@ Chromium (no network: every host maps to nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -52,7 +53,7 @@ def test_report_escapes_what_the_lake_holds(tmp_path):
     config = write_config(tmp_path)
     fill_lake(config)
     view = lake_view(config, now=NOW.timestamp())
-    view.gold[0] = type(view.gold[0])(**(vars(view.gold[0]) | {"reason": "<script>x</script>"}))
+    view.gold[0] = dataclasses.replace(view.gold[0], reason="<script>x</script>")
     html = render_report(view)
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
 

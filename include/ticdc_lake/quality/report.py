@@ -78,8 +78,11 @@ def write_report(config: PipelineConfig, view: LakeView | None = None) -> Path:
     path = report_file(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(render_report(view or lake_view(config)), encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        partial.write_text(render_report(view or lake_view(config)), encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 
