@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint bench bench-decode bench-pipeline bench-compact clean
+.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-compact clean
 
 setup: $(VENV)/.installed
 
@@ -27,8 +27,16 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+test: lint browser
 	$(VENV)/bin/pytest
+
+# The report's browser test needs Chromium: installed from Debian's packages when missing, only
+# where apt-get exists and we are root (elsewhere the test is skipped and says why).
+browser:
+	@if ! command -v chromium >/dev/null && command -v apt-get >/dev/null \
+		&& [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
 
 bench: bench-decode bench-pipeline bench-compact
 
