@@ -1,7 +1,7 @@
 """`ticdc-lake`: run the pipeline, run the demo, decode Kafka exports, generate a sample.
 
     ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
-                   [--until-ts TSO] [--rebuild] [--json]
+                   [--until-ts TSO] [--rebuild] [--json] [--lock-wait SECONDS]
     ticdc-lake demo [--out DIR] [--seed S] [--transactions T] [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
@@ -35,6 +35,7 @@ from ticdc_lake.compression import CODECS
 from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
+from ticdc_lake.lake.lock import add_lock_wait, lake_lock
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
@@ -360,6 +361,7 @@ def _add_run(commands) -> None:
         help="compact: empty the changefeeds' gold tables and apply silver again",
     )
     run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
+    add_lock_wait(run)
     run.set_defaults(run=_run_pipeline)
 
 
@@ -369,14 +371,16 @@ def _run_pipeline(args) -> int:
 
     config = load_config(args.config)
     stages = pipeline_order(args.stages.split(",") if args.stages else STAGES)
-    result = run_stages(
-        _session(args, "ticdc-lake-run"),
-        config,
-        stages,
-        changefeeds=args.changefeeds,
-        until_ts=args.until_ts,
-        rebuild=args.rebuild,
-    )
+    # The lock before the session: a run waiting for the lake holds no Spark resources.
+    with lake_lock(config.lake, args.lock_wait):
+        result = run_stages(
+            _session(args, "ticdc-lake-run"),
+            config,
+            stages,
+            changefeeds=args.changefeeds,
+            until_ts=args.until_ts,
+            rebuild=args.rebuild,
+        )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0
 

@@ -43,6 +43,11 @@ class LakeLayout:
         return self.root / "bronze" / "offset_ranges"
 
     @property
+    def lock(self) -> Path:
+        """Who is running stages on this lake now (lake/lock.py; a JSON file, not a table)."""
+        return self.root / "_lock.json"
+
+    @property
     def land_plan(self) -> Path:
         """The plan of a land batch not finished yet (a JSON file, not a table)."""
         return self.root / "bronze" / "_land_plan.json"
