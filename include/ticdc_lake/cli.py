@@ -339,7 +339,7 @@ def _add_run(commands) -> None:
         "in pipeline order: land (export files -> bronze), decode (bronze -> silver), "
         "watermark (resolved events -> watermarks), compact (silver -> gold up to each "
         "changefeed's watermark). Prints a summary; exit status 1 when a stage reports "
-        "failures, 2 on a configuration error.",
+        "failures or another run holds the lake past --lock-wait, 2 on a configuration error.",
     )
     run.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
     run.add_argument(
