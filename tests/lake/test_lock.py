@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from ticdc_lake.lake.lock import (
     LockHolder,
     default_lock_wait,
     lake_lock,
+    process_start,
     read_holder,
 )
 
@@ -66,7 +68,7 @@ def write_lock(lake: Path, **fields) -> LockHolder:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "command": "ticdc-lake run --config other.yaml",
-            "started": "2026-01-02T03:04:05+00:00",
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
             "token": "t0",
             **fields,
         }
@@ -90,13 +92,14 @@ def test_the_lock_names_this_process_while_held_and_is_gone_after(tmp_path):
 
 def test_a_held_lake_is_waited_for_then_refused_naming_the_holder(tmp_path):
     lake = tmp_path / "lake"
-    other = write_lock(lake, pid=os.getppid())  # a live process, not this one
+    other = write_lock(lake, pid=os.getppid(), started="2099-01-02T03:04:05+00:00")
     started = time.monotonic()
+    # A live process, not this one (a start time after the process's: not a reused pid).
     with pytest.raises(LakeLockedError) as raised, lake_lock(lake, 0.3, poll=0.05):
         pytest.fail("took a lock another live process holds")
     assert time.monotonic() - started >= 0.3
     message = str(raised.value)
-    assert f"pid {other.pid} on {other.host}, since 2026-01-02T03:04:05+00:00" in message
+    assert f"pid {other.pid} on {other.host}, since 2099-01-02T03:04:05+00:00" in message
     assert "ticdc-lake run --config other.yaml" in message and "waited 0.3 s" in message
     assert "--lock-wait" in message and str(lake / "_lock.json") in message
     assert read_holder(LakeLayout(lake).lock) == other
@@ -108,6 +111,15 @@ def test_the_lock_of_a_dead_process_of_this_host_is_recovered(tmp_path):
     with lake_lock(lake, 0):
         assert read_holder(LakeLayout(lake).lock).pid == os.getpid()
     assert list(lake.iterdir()) == []  # no marker or stale file left behind
+
+
+def test_a_lock_whose_pid_now_belongs_to_a_newer_process_is_recovered(tmp_path):
+    """After a reboot or pid wrap-around the dead holder's pid may run something else."""
+    lake = tmp_path / "lake"
+    assert process_start(os.getppid()) > datetime(2000, 1, 1, tzinfo=UTC).timestamp()
+    write_lock(lake, pid=os.getppid(), started="2000-01-01T00:00:00+00:00")
+    with lake_lock(lake, 0):
+        assert read_holder(LakeLayout(lake).lock).pid == os.getpid()
 
 
 @pytest.mark.parametrize(

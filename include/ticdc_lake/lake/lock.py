@@ -7,7 +7,8 @@ The lock is a JSON file (host, pid, command, started, token) that appears whole:
 to a file of its own and hard-linked into place, which fails when a lock exists (atomic on a
 local or POSIX file system), so no reader ever sees it half-written. A second run waits up to
 ``wait_seconds`` for it, then raises LakeLockedError naming the holder. A lock whose holder is a
-process of this host that is gone (killed, crashed) is stale and is broken; one held from
+process of this host that is gone (killed, crashed; its pid unused, or reused by a newer process)
+is stale and is broken; one held from
 another host is never broken (its process cannot be checked from here). A process holds the
 lock once: taking it again inside (a run of several stages, a job running the pipeline) is free.
 """
@@ -66,7 +67,8 @@ class LockHolder:
         return f"{self.command or '?'!r} (pid {self.pid} on {self.host}, since {self.started})"
 
     def is_dead(self) -> bool:
-        """True only when the holder is surely gone: a process of this host that does not exist."""
+        """True only when the holder is surely gone: a process of this host that does not exist,
+        or whose pid now belongs to a process started after the lock was taken."""
         if self.host != socket.gethostname():
             return False
         try:
@@ -74,8 +76,28 @@ class LockHolder:
         except ProcessLookupError:
             return True
         except PermissionError:  # alive, another user's
+            pass
+        began = process_start(self.pid)
+        try:
+            taken = datetime.fromisoformat(self.started).timestamp()
+        except ValueError:
             return False
-        return False
+        # The lock's time is whole seconds and the clock ticks are coarse: a margin.
+        return began is not None and began > taken + 2
+
+
+def process_start(pid: int) -> float | None:
+    """When a process of this host started (Unix time), where /proc tells; else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def default_lock_wait() -> float:
