@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake import pipeline
+from ticdc_lake.backfill.run import run_backfill
 from ticdc_lake.cli import main as cli_main
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ConfigError
@@ -247,6 +248,8 @@ def test_a_locked_lake_fails_the_run_and_every_job_with_exit_1_naming_the_holder
         monkeypatch.setenv(LOCK_WAIT_ENV, "0")  # the default of --lock-wait
         assert land.main(["--config", str(config_path)]) == 1
         assert "the lake is locked" in capsys.readouterr().err
+        with pytest.raises(LakeLockedError):  # called as a library, not only as a job
+            run_backfill(None, config, 1, 2)
     finally:
         holder.kill()
         holder.wait()
