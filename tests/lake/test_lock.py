@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +89,24 @@ def test_the_lock_names_this_process_while_held_and_is_gone_after(tmp_path):
             pass
         assert (lake / "_lock.json").exists()
     assert list(lake.iterdir()) == []
+
+
+def test_another_thread_of_the_holding_process_waits_like_any_run(tmp_path):
+    lake = tmp_path / "lake"
+    refused = []
+
+    def second_run():
+        try:
+            with lake_lock(lake, 0.1, poll=0.02):
+                pass
+        except LakeLockedError as exc:
+            refused.append(str(exc))
+
+    with lake_lock(lake, 0):
+        thread = threading.Thread(target=second_run)
+        thread.start()
+        thread.join()
+    assert len(refused) == 1 and f"pid {os.getpid()} " in refused[0]
 
 
 def test_a_held_lake_is_waited_for_then_refused_naming_the_holder(tmp_path):

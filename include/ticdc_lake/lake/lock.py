@@ -8,9 +8,9 @@ to a file of its own and hard-linked into place, which fails when a lock exists 
 local or POSIX file system), so no reader ever sees it half-written. A second run waits up to
 ``wait_seconds`` for it, then raises LakeLockedError naming the holder. A lock whose holder is a
 process of this host that is gone (killed, crashed; its pid unused, or reused by a newer process)
-is stale and is broken; one held from
-another host is never broken (its process cannot be checked from here). A process holds the
-lock once: taking it again inside (a run of several stages, a job running the pipeline) is free.
+is stale and is broken; one held from another host is never broken (its process cannot be
+checked from here). A process holds the lock once: taking it again inside (a run of several
+stages, a job running the pipeline) is free; another thread of the process waits like any run.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,8 +38,8 @@ from ticdc_lake.lake.layout import LakeLayout
 DEFAULT_LOCK_WAIT = 600.0
 LOCK_WAIT_ENV = "TICDC_LAKE_LOCK_WAIT"
 
-# Lock paths this process holds (taken once per process, whatever nests inside).
-_held: dict[Path, int] = {}
+# (lock path, pid, thread) of the locks this process holds: taken once, whatever nests inside.
+_held: set[tuple[Path, int, int]] = set()
 
 
 class LakeLockedError(TicdcLakeError):
@@ -151,16 +152,17 @@ def lake_lock(
     """Hold the lake's lock for the block; wait at most ``wait_seconds`` (None: the default)."""
     path = (lake if isinstance(lake, LakeLayout) else LakeLayout(Path(lake))).lock
     path = path.absolute()
-    if _held.get(path) == os.getpid():
+    mine = (path, os.getpid(), threading.get_ident())
+    if mine in _held:
         yield
         return
     wait = default_lock_wait() if wait_seconds is None else wait_seconds
     holder = _acquire(path, wait, poll)
-    _held[path] = os.getpid()
+    _held.add(mine)
     try:
         yield
     finally:
-        del _held[path]
+        _held.discard(mine)
         _release(path, holder)
 
 
