@@ -3,6 +3,7 @@ holder's lock recovered and a live one's never touched; two real processes on on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -209,3 +210,27 @@ def test_a_killed_holder_does_not_block_the_next_run(tmp_path):
     assert read_holder(LakeLayout(lake).lock).pid == killed.pid
     with lake_lock(lake, 0):
         assert read_holder(LakeLayout(lake).lock).pid == os.getpid()
+
+
+_RECORD = """
+import sys, time
+from ticdc_lake.lake.lock import lake_lock
+with lake_lock(sys.argv[1], 60, poll=0.01):
+    began = time.time()
+    time.sleep(0.2)
+    ended = time.time()
+open(sys.argv[2], "w").write(f"{began} {ended}")
+"""
+
+
+def test_processes_racing_for_a_stale_lock_hold_it_one_at_a_time(tmp_path):
+    lake = tmp_path / "lake"
+    write_lock(lake, pid=dead_pid())
+    runs = [
+        subprocess.Popen([sys.executable, "-c", _RECORD, str(lake), str(tmp_path / f"{n}.txt")])
+        for n in range(4)
+    ]
+    assert [run.wait(timeout=60) for run in runs] == [0] * 4
+    spans = sorted(tuple(map(float, (tmp_path / f"{n}.txt").read_text().split())) for n in range(4))
+    assert all(ended <= began for (_, ended), (began, _) in itertools.pairwise(spans))
+    assert list(lake.iterdir()) == []
