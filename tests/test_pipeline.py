@@ -10,16 +10,20 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake import pipeline
+from ticdc_lake.backfill.run import run_backfill
 from ticdc_lake.cli import main as cli_main
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.lake.lock import LOCK_WAIT_ENV, LakeLockedError
 from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
 from ticdc_lake.stages.land import LandError
 from ticdc_lake.stages.watermark import ChangefeedWatermark
 from ticdc_lake.workload import generate_workload
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import GenerateOptions, write_generated
+
+from tests.lake.test_lock import hold_lock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -212,6 +216,47 @@ def test_spark_jobs_keep_their_arguments_and_print_one_json_object(
     assert printed["batch_id"] is None and printed["files_seen"] >= 1
     assert land.main(["--config", str(config.source.parent / "missing.yaml")]) == 2
     assert "land: configuration error: cannot read pipeline config" in capsys.readouterr().err
+
+
+def test_a_locked_lake_fails_the_run_and_every_job_with_exit_1_naming_the_holder(
+    tmp_path, monkeypatch, capsys
+):
+    """Two runs on one lake both added the same records; the second now waits, then refuses
+    before any stage runs or any Spark session is built (no Spark needed here)."""
+    config_path = tmp_path / "pipeline.yaml"
+    config_path.write_text("topics: {t: {protocol: craft, partitions: 1}}\n")
+    config = load_config(config_path)
+    holder = hold_lock(config.lake, 60)
+    try:
+        with pytest.raises(LakeLockedError, match=f"pid {holder.pid} "):
+            run_stages(None, config, lock_wait=0)
+        argv = ["run", "--config", str(config_path), "--lock-wait", "0"]
+        assert cli_main(argv, spark=object()) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("ticdc-lake: the lake is locked by another run: ")
+        assert f"pid {holder.pid} " in err and "Traceback" not in err
+
+        land = _job("land")
+        monkeypatch.setattr(land, "build_session", lambda name: pytest.fail("session built"))
+        result_file = tmp_path / "result.json"
+        argv = ["--config", str(config_path), "--lock-wait", "0", "--result-file", str(result_file)]
+        assert land.main(argv) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("land: lake lock: the lake is locked by another run")
+        failures = json.loads(result_file.read_text())["failures"]
+        assert f"pid {holder.pid} " in failures["lake lock"]
+        monkeypatch.setenv(LOCK_WAIT_ENV, "0")  # the default of --lock-wait
+        assert land.main(["--config", str(config_path)]) == 1
+        assert "the lake is locked" in capsys.readouterr().err
+        with pytest.raises(LakeLockedError):  # called as a library, not only as a job
+            run_backfill(None, config, 1, 2)
+    finally:
+        holder.kill()
+        holder.wait()
+    backfill_args = ["--config", "c", "--start-ts", "1", "--end-ts", "2", "--lock-wait", "5"]
+    assert _job("backfill").parse_args(backfill_args).lock_wait == 5
+    with pytest.raises(SystemExit):
+        _job("compact").parse_args(["--config", "c", "--lock-wait", "-1"])
 
 
 # --- expected gold ------------------------------------------------------------------------------

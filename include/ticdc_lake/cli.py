@@ -1,7 +1,7 @@
 """`ticdc-lake`: run the pipeline, run the demo, decode Kafka exports, generate a sample.
 
     ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
-                   [--until-ts TSO] [--rebuild] [--json]
+                   [--until-ts TSO] [--rebuild] [--json] [--lock-wait SECONDS]
     ticdc-lake demo [--out DIR] [--seed S] [--transactions T] [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
@@ -35,7 +35,7 @@ from ticdc_lake.compression import CODECS
 from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
-from ticdc_lake.lake.lock import add_lock_wait
+from ticdc_lake.lake.lock import add_lock_wait, lake_lock
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
@@ -340,7 +340,7 @@ def _add_run(commands) -> None:
         "in pipeline order: land (export files -> bronze), decode (bronze -> silver), "
         "watermark (resolved events -> watermarks), compact (silver -> gold up to each "
         "changefeed's watermark). Prints a summary; exit status 1 when a stage reports "
-        "failures, 2 on a configuration error.",
+        "failures or another run holds the lake past --lock-wait, 2 on a configuration error.",
     )
     run.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
     run.add_argument(
@@ -372,15 +372,16 @@ def _run_pipeline(args) -> int:
 
     config = load_config(args.config)
     stages = pipeline_order(args.stages.split(",") if args.stages else STAGES)
-    result = run_stages(
-        _session(args, "ticdc-lake-run"),
-        config,
-        stages,
-        changefeeds=args.changefeeds,
-        until_ts=args.until_ts,
-        rebuild=args.rebuild,
-        lock_wait=args.lock_wait,
-    )
+    # The lock before the session: a run waiting for the lake holds no Spark resources.
+    with lake_lock(config.lake, args.lock_wait):
+        result = run_stages(
+            _session(args, "ticdc-lake-run"),
+            config,
+            stages,
+            changefeeds=args.changefeeds,
+            until_ts=args.until_ts,
+            rebuild=args.rebuild,
+        )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0
 

@@ -12,8 +12,8 @@ would work from stale input. Compaction failing for some gold tables (CompactErr
 with the tables that were compacted. A ConfigError is raised: nothing ran on a bad config.
 
 The spark-submit entry points (spark_jobs/) share ``job_parser`` and ``job_main``: parse
-``--config``, build the session, run one stage, print its result as one JSON object, exit 1 on
-failures and 2 on a bad config.
+``--config``, take the lake's lock (lake/lock.py: one run per lake at a time), build the session,
+run one stage, print its result as one JSON object, exit 1 on failures and 2 on a bad config.
 """
 
 from __future__ import annotations
@@ -153,8 +153,10 @@ def run_stages(
     lock_wait: float | None = None,
 ) -> PipelineResult:
     """Run the chosen stages in pipeline order; compact gets ``changefeeds``, ``until_ts`` and
-    ``rebuild`` (empty the changefeeds' gold tables and apply silver again). The lake's lock is
-    held throughout, waited for up to ``lock_wait`` seconds (lake/lock.py's default)."""
+    ``rebuild`` (empty the changefeeds' gold tables and apply silver again).
+
+    The lake's lock is held for the whole run; another run's lock is waited for ``lock_wait``
+    seconds (None: $TICDC_LAKE_LOCK_WAIT or 600), then LakeLockedError is raised."""
     order = pipeline_order(stages)
     if changefeeds is not None:
         unknown = sorted(set(changefeeds) - set(config.changefeeds))
@@ -163,16 +165,20 @@ def run_stages(
                 f"{config.source}: unknown changefeed(s) {', '.join(unknown)}; known: "
                 f"{', '.join(sorted(config.changefeeds))}"
             )
+    with lake_lock(config.lake, lock_wait):
+        return _run_in_order(spark, config, order, changefeeds, until_ts, rebuild)
+
+
+def _run_in_order(spark, config, order, changefeeds, until_ts, rebuild) -> PipelineResult:
     runs: list[StageRun] = []
-    with lake_lock(LakeLayout(config.lake), lock_wait):
-        for position, stage in enumerate(order):
-            options = {}
-            if stage == "compact":
-                options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
-            run = run_stage(spark, config, stage, **options)
-            runs.append(run)
-            if run.result is None:
-                return PipelineResult(config, tuple(runs), order[position + 1 :])
+    for position, stage in enumerate(order):
+        options = {}
+        if stage == "compact":
+            options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
+        run = run_stage(spark, config, stage, **options)
+        runs.append(run)
+        if run.result is None:
+            return PipelineResult(config, tuple(runs), order[position + 1 :])
     return PipelineResult(config, tuple(runs))
 
 
@@ -362,12 +368,12 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
     ``--config``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--config", required=True, help="the pipeline config (YAML)")
-    add_lock_wait(parser)
     parser.add_argument(
         "--result-file",
         type=Path,
         help="also write the result JSON here (for a scheduler task to read; replaced whole)",
     )
+    add_lock_wait(parser)
     return parser
 
 
@@ -387,18 +393,19 @@ def job_main(
 ) -> int:
     """Load ``args.config``, build the session (the job's own ``build_session``, so a test can
     hand in its session), run ``work``, print its result as one JSON object on stdout and any
-    failures on stderr. Exit status 0, 1 when something failed, 2 on a bad config."""
+    failures on stderr. Exit status 0, 1 when something failed (another run holding the lake
+    past ``args.lock_wait`` too), 2 on a bad config."""
     try:
         config = load_config(args.config)
-        with lake_lock(LakeLayout(config.lake), getattr(args, "lock_wait", None)):
+        # The lock before the session: a job waiting for the lake holds no Spark resources.
+        with lake_lock(config.lake, getattr(args, "lock_wait", None)):
             spark = build_session(f"ticdc-lake-{name}")
             run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
         print(f"{name}: configuration error: {exc}", file=sys.stderr)
         return 2
     except LakeLockedError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 1
+        run = StageRun(name, None, 0.0, {"lake lock": str(exc)})
     if run.result is not None:
         print(json.dumps(run.result.to_dict()))
     if getattr(args, "result_file", None) is not None:

@@ -7,7 +7,7 @@ Gold is rebuilt per changefeed (``compact(..., rebuild=True)``): every gold tabl
 whose topics had records in a re-derived batch is emptied and the change log applied again up to
 the watermark, so gold ends exactly as a full run from the same silver would leave it. A
 changefeed with nothing in the range is left alone. The record is written last: a backfill
-killed before it runs again in full.
+killed before it runs again in full. The lake's lock is held throughout (one run per lake).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ticdc_lake.backfill.plan import (
 )
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.lake.lock import lake_lock
 from ticdc_lake.stages.compact import CompactResult, compact
 from ticdc_lake.stages.decode import DecodeResult, redecode
 
@@ -67,15 +68,17 @@ def run_backfill(
     *,
     dry_run: bool = False,
 ) -> BackfillResult:
-    plan = plan_backfill(config, start_ts, end_ts, tables)
-    if dry_run or plan.done:
-        return BackfillResult(plan, dry_run=dry_run)
-    redecoded = redecode(spark, config, batches=plan.batches) if plan.batches else None
-    compacted = None
-    if plan.changefeeds:
-        compacted = compact(spark, config, changefeeds=list(plan.changefeeds), rebuild=True)
-    record_backfill(config, plan)
-    return BackfillResult(plan, redecoded, compacted)
+    # Planned under the lock too: a run finishing meanwhile would change what needs doing.
+    with lake_lock(config.lake):
+        plan = plan_backfill(config, start_ts, end_ts, tables)
+        if dry_run or plan.done:
+            return BackfillResult(plan, dry_run=dry_run)
+        redecoded = redecode(spark, config, batches=plan.batches) if plan.batches else None
+        compacted = None
+        if plan.changefeeds:
+            compacted = compact(spark, config, changefeeds=list(plan.changefeeds), rebuild=True)
+        record_backfill(config, plan)
+        return BackfillResult(plan, redecoded, compacted)
 
 
 def record_backfill(config: PipelineConfig, plan: BackfillPlan) -> None:

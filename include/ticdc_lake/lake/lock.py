@@ -1,147 +1,231 @@
-"""One run per lake at a time: a lock file created atomically, naming its holder.
+"""One run per lake at a time: a lock file at ``LakeLayout.lock`` naming who holds it.
 
-Two runs on one lake came out correct (every write is idempotent) but both reported the same
-work; the lock makes the guarantee explicit. A lock whose holder died on this host is taken
-over; one held by a live process, or by another host, is waited for and then refused.
+    with lake_lock(layout_or_root, wait_seconds, poll=1.0):
+        ...  # run stages
+
+The lock is a JSON file (host, pid, command, started, token) that appears whole: it is written
+to a file of its own and hard-linked into place, which fails when a lock exists (atomic on a
+local or POSIX file system), so no reader ever sees it half-written. A second run waits up to
+``wait_seconds`` for it, then raises LakeLockedError naming the holder. A lock whose holder is a
+process of this host that is gone (killed, crashed; its pid unused, or reused by a newer process)
+is stale and is broken; one held from another host is never broken (its process cannot be
+checked from here). A process holds the lock once: taking it again inside (a run of several
+stages, a job running the pipeline) is free; another thread of the process waits like any run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as dt
 import json
 import os
 import socket
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ticdc_lake.errors import TicdcLakeError
+from ticdc_lake.errors import ConfigError, TicdcLakeError
 from ticdc_lake.lake.layout import LakeLayout
 
-# A scheduler retries a task that fails; a lake busy with the previous run is better waited
-# for a while than failed at once. Ten minutes covers a scheduled run on a small lake.
-DEFAULT_WAIT_SECONDS = 600.0
-WAIT_ENV = "TICDC_LAKE_LOCK_WAIT"
+# A scheduler retrying a task that found the lake busy would otherwise fail fast and burn its
+# retries while the other run finishes; ten minutes covers an ordinary incremental run, and a
+# run that takes longer is better refused (with who holds the lake) than queued behind forever.
+DEFAULT_LOCK_WAIT = 600.0
+LOCK_WAIT_ENV = "TICDC_LAKE_LOCK_WAIT"
+
+# (lock path, pid, thread) of the locks this process holds: taken once, whatever nests inside.
+_held: set[tuple[Path, int, int]] = set()
 
 
 class LakeLockedError(TicdcLakeError):
-    """Another run holds the lake's lock."""
+    """Another run holds the lake's lock and did not let go within the wait."""
 
 
-def default_wait() -> float:
-    text = os.environ.get(WAIT_ENV)
-    return DEFAULT_WAIT_SECONDS if text is None else float(text)
+@dataclass(frozen=True)
+class LockHolder:
+    host: str
+    pid: int
+    command: str
+    started: str  # ISO-8601, UTC
+    token: str  # tells this holding apart from any other by the same pid
+
+    @classmethod
+    def of_this_process(cls) -> LockHolder:
+        return cls(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            command=" ".join(sys.argv)[:500],
+            started=datetime.now(UTC).isoformat(timespec="seconds"),
+            token=uuid.uuid4().hex,
+        )
+
+    def describe(self) -> str:
+        return f"{self.command or '?'!r} (pid {self.pid} on {self.host}, since {self.started})"
+
+    def is_dead(self) -> bool:
+        """True only when the holder is surely gone: a process of this host that does not exist,
+        or whose pid now belongs to a process started after the lock was taken."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's
+            pass
+        began = process_start(self.pid)
+        try:
+            taken = datetime.fromisoformat(self.started).timestamp()
+        except ValueError:
+            return False
+        # The lock's time is whole seconds and the clock ticks are coarse: a margin.
+        return began is not None and began > taken + 2
+
+
+def process_start(pid: int) -> float | None:
+    """When a process of this host started (Unix time), where /proc tells; else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def default_lock_wait() -> float:
+    """Seconds to wait for a busy lake: $TICDC_LAKE_LOCK_WAIT, else DEFAULT_LOCK_WAIT."""
+    text = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_LOCK_WAIT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also refuses nan
+        raise ConfigError(f"${LOCK_WAIT_ENV} is {text!r}: expected a number of seconds >= 0")
+    return seconds
+
+
+def _seconds(text: str) -> float:
+    seconds = float(text)
+    if not seconds >= 0:
+        raise ValueError(text)
+    return seconds
 
 
 def add_lock_wait(parser: argparse.ArgumentParser) -> None:
-    """The ``--lock-wait`` option of every command that runs stages."""
+    """``--lock-wait SECONDS`` (None when not given: lake_lock then takes the default)."""
     parser.add_argument(
         "--lock-wait",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
-        help="wait this long for another run on the same lake to end, then fail "
-        f"(default ${WAIT_ENV} or {DEFAULT_WAIT_SECONDS:g})",
+        help="while another run holds the lake, wait this long for it, then fail "
+        f"(default: ${LOCK_WAIT_ENV}, else {DEFAULT_LOCK_WAIT:g})",
     )
 
 
-def _holder() -> dict:
-    return {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "command": " ".join(sys.argv)[:500],
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-
-
-def _read_holder(path: Path) -> dict | None:
+def read_holder(path: Path) -> LockHolder | None:
+    """Who holds the lock at ``path``; None when there is no lock (any more)."""
     try:
-        return json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        return {}  # being written, or garbage: treated as held
-
-
-def _is_dead(holder: dict) -> bool:
-    """The holder ran on this host and its process is gone."""
-    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-        return False
     try:
-        os.kill(holder["pid"], 0)
-    except ProcessLookupError:
+        return LockHolder(**json.loads(text))
+    except (ValueError, TypeError):  # not ours: never broken, never overwritten
+        return LockHolder("?", -1, f"unreadable lock file {path}", "?", "")
+
+
+@contextmanager
+def lake_lock(
+    lake: LakeLayout | Path | str, wait_seconds: float | None = None, *, poll: float = 1.0
+) -> Iterator[None]:
+    """Hold the lake's lock for the block; wait at most ``wait_seconds`` (None: the default)."""
+    path = (lake if isinstance(lake, LakeLayout) else LakeLayout(Path(lake))).lock
+    path = path.absolute()
+    mine = (path, os.getpid(), threading.get_ident())
+    if mine in _held:
+        yield
+        return
+    wait = default_lock_wait() if wait_seconds is None else wait_seconds
+    holder = _acquire(path, wait, poll)
+    _held.add(mine)
+    try:
+        yield
+    finally:
+        _held.discard(mine)
+        _release(path, holder)
+
+
+def _acquire(path: Path, wait_seconds: float, poll: float) -> LockHolder:
+    me = LockHolder.of_this_process()
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        if _try_create(path, me):
+            return me
+        holder = read_holder(path)
+        if holder is None:
+            continue  # let go between our try and our look: try again at once
+        if holder.is_dead():
+            _break_stale(path, holder)
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LakeLockedError(_locked_message(path, holder, wait_seconds))
+        time.sleep(min(poll, remaining))
+
+
+def _try_create(path: Path, holder: LockHolder) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = path.with_name(f"{path.name}.{holder.token}.new")
+    written.write_text(json.dumps(asdict(holder)))
+    try:
+        os.link(written, path)  # fails when a lock exists, never replaces it
         return True
-    except PermissionError:
-        return False
-    return False
-
-
-def _try_create(path: Path) -> bool:
-    try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(descriptor, "w") as out:
-        json.dump(_holder(), out)
-    return True
-
-
-def _recover_stale(path: Path, holder: dict) -> None:
-    """Move a dead holder's lock aside; a live lock moved by a race is put back unless a
-    newer one is there already (link fails on an existing name)."""
-    aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return
-    if _read_holder(aside) != holder:
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-    aside.unlink()
-
-
-def _describe(holder: dict | None) -> str:
-    if not holder:
-        return "another run"
-    return (
-        f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')} "
-        f"({holder.get('command', '?')})"
-    )
-
-
-@contextlib.contextmanager
-def lake_lock(
-    layout: LakeLayout, wait_seconds: float | None = None, poll_seconds: float = 0.5
-) -> Iterator[Path]:
-    """Hold ``layout``'s lock for the block; wait up to ``wait_seconds`` for a live holder."""
-    wait = default_wait() if wait_seconds is None else wait_seconds
-    path = layout.lock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if _is_mine(_read_holder(path)):  # a run inside a run of this process: already held
-        yield path
-        return
-    deadline = time.monotonic() + wait
-    while not _try_create(path):
-        holder = _read_holder(path)
-        if holder and _is_dead(holder):
-            _recover_stale(path, holder)
-            continue
-        if time.monotonic() >= deadline:
-            raise LakeLockedError(
-                f"lake {layout.root} is in use by {_describe(holder)}; waited {wait:g} s. "
-                f"Run again when it ends, or wait longer (--lock-wait, {WAIT_ENV}); if that "
-                f"run is gone from another host, delete {path}"
-            )
-        time.sleep(poll_seconds)
-    try:
-        yield path
     finally:
-        if _is_mine(_read_holder(path)):
-            path.unlink(missing_ok=True)
+        written.unlink()
 
 
-def _is_mine(holder: dict | None) -> bool:
-    holder = holder or {}
-    return (holder.get("host"), holder.get("pid")) == (socket.gethostname(), os.getpid())
+def _break_stale(path: Path, stale: LockHolder) -> None:
+    """Remove the lock of a dead holder, unless someone else already did (then do nothing).
+
+    Several waiters may find the same stale lock: only the one that creates the stale holding's
+    marker file may remove it, and only after checking the lock is still that holding, so a lock
+    taken meanwhile is never removed.
+    """
+    marker = path.with_name(f"{path.name}.{stale.token}.breaking")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        time.sleep(0.05)  # another waiter is breaking it
+        return
+    try:
+        if read_holder(path) == stale:
+            path.unlink()
+    finally:
+        marker.unlink()
+
+
+def _release(path: Path, holder: LockHolder) -> None:
+    if read_holder(path) == holder:  # else broken as stale: never remove another's lock
+        path.unlink()
+
+
+def _locked_message(path: Path, holder: LockHolder, wait_seconds: float) -> str:
+    return (
+        f"the lake is locked by another run: {holder.describe()}; waited {wait_seconds:g} s. "
+        f"Only one run at a time works on a lake. Let it finish and run again, or wait longer "
+        f"(--lock-wait SECONDS or ${LOCK_WAIT_ENV}); if no run is going on the lake "
+        f"(e.g. its host is gone), remove {path}"
+    )
