@@ -43,16 +43,23 @@ class Validator:
     """Runs suites in one ephemeral GE context (one per job: building one costs seconds)."""
 
     def __init__(self, sample_rows: int = 5):
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
-        self._gx = gx
         self.sample_rows = sample_rows
-        self.context = gx.get_context(mode="ephemeral")
-        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self._context = None
         self._sources: dict[str, Any] = {}
         self._names = itertools.count()
+
+    @property
+    def context(self):
+        """The ephemeral context, built on first use: a job with nothing new to validate does
+        not pay for GE's import."""
+        if self._context is None:
+            logging.getLogger("great_expectations").setLevel(logging.WARNING)
+            import great_expectations as gx
+            from great_expectations.data_context.types.base import ProgressBarsConfig
+
+            self._context = gx.get_context(mode="ephemeral")
+            self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        return self._context
 
     def _batch_definition(self, kind: str):
         if kind not in self._sources:
@@ -67,15 +74,17 @@ class Validator:
         check name (and changefeed/table), in the order first given."""
         if not checks:
             return []
-        gx = self._gx
+        context = self.context
+        import great_expectations as gx
+
         kind = "pandas" if type(frame).__module__.startswith("pandas") else "spark"
         number = next(self._names)
         suite = gx.ExpectationSuite(f"suite_{number}")
         for index, item in enumerate(checks):
             item.expectation.meta = {"index": index}
             suite.add_expectation(item.expectation)
-        suite = self.context.suites.add(suite)
-        definition = self.context.validation_definitions.add(
+        suite = context.suites.add(suite)
+        definition = context.validation_definitions.add(
             gx.ValidationDefinition(
                 name=f"validation_{number}", data=self._batch_definition(kind), suite=suite
             )
