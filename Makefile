@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-compact clean
+.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-compact bench-quality clean
 
 setup: $(VENV)/.installed
 
@@ -38,7 +38,7 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-bench: bench-decode bench-pipeline bench-compact
+bench: bench-decode bench-pipeline bench-compact bench-quality
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -51,3 +51,7 @@ bench-pipeline: setup
 
 bench-compact: setup
 	$(PY) -m bench.compact
+
+# What the data-quality checks cost beside the stages (target: all checks <= 15% of the pipeline).
+bench-quality: setup
+	$(PY) -m bench.quality

@@ -38,6 +38,7 @@ from ticdc_lake.errors import ConfigError, StageFailed, TicdcLakeError
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
+from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.quality.lakeview import report_file
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
@@ -52,9 +53,6 @@ _STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "compact": compact,
 }
 STAGES = tuple(_STAGE_FUNCTIONS)
-# The data-quality checks that follow a stage (ticdc_lake.quality), run before the next stage so
-# that data failing a `fail` check stops the run before it spreads.
-QUALITY_AFTER = {"land": "bronze", "decode": "silver", "compact": "gold"}
 
 
 def pipeline_order(names: Iterable[str]) -> tuple[str, ...]:
@@ -205,6 +203,7 @@ class _QualityChecks:
 
         self.spark, self.config = spark, config
         self.validator = Validator(quality_settings(config.quality, str(config.source)).sample_rows)
+        self.validator.warm_up()
 
     def run(self, stage: str) -> StageRun:
         from ticdc_lake.quality.run import check_stage

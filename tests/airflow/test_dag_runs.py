@@ -26,6 +26,8 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import TIME_ZONE, write_generated
 
+from tests.quality.conftest import append, rows
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,6 +124,10 @@ def test_scheduled_pipeline_gold_equals_the_generators_tables(airflow, full_run)
     assert set(summary["gold_rows"]) == {name.removeprefix("gold:") for name in full_run
                                          if name.startswith("gold:")}  # fmt: skip
     assert summary["changed_changefeeds"] == [changefeed]
+    for checked in ("bronze", "silver", "gold"):  # each stage's checks ran and passed
+        assert summary["stages"][f"quality_{checked}"]["checks"] == 7, summary
+        assert summary["stages"][f"quality_{checked}"]["failed"] == [], summary
+    assert (load_config(airflow.sample / "pipeline.yaml").reports / "quality.html").is_file()
     expected = ExpectedGold.from_sample(airflow.sample)
     assert expected.compare(airflow.layout.root, watermark, TIME_ZONE) == []
 
@@ -186,3 +192,33 @@ def test_bad_params_fail_before_any_spark_job(airflow, full_run, conf, message):
     assert message in output
     assert SPARK_STARTED not in output
     assert lake_versions(airflow.layout) == versions
+
+
+def _task_states(airflow: Airflow, dag_id: str) -> dict[str, str]:
+    """The latest run's task states."""
+    with sqlite3.connect(airflow.home / "airflow.db") as db:
+        (run_id,) = db.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+        ).fetchone()
+        found = db.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
+            (dag_id, run_id),
+        ).fetchall()
+    return dict(found)
+
+
+def test_a_failed_check_is_a_red_task_naming_it_and_stops_the_run(airflow, full_run):
+    """Last in the file: it leaves a duplicated Kafka offset in bronze."""
+    layout = airflow.layout
+    copy = rows(layout.bronze)[0] | {"batch_id": 99, "source_file": "re-export.jsonl"}
+    append(layout.bronze, [copy])
+    landed = rows(layout.landed_files)[0]
+    append(layout.landed_files, [landed | {"path": "re-export.jsonl", "batch_id": 99}])
+
+    output = airflow.dags_test("ticdc_lake")
+
+    assert not succeeded(output, "ticdc_lake")
+    assert "bronze_offset_unique" in output  # the check's name in the task's log
+    states = _task_states(airflow, "ticdc_lake")
+    assert states["land"] == "success" and states["quality_bronze"] == "failed", states
+    assert states.get("decode") in (None, "upstream_failed"), states  # stopped before decode

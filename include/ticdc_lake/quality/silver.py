@@ -22,7 +22,9 @@ from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
 EARLIEST_MS = 1_420_070_400_000  # 2015-01-01: TiDB's first release is later
-_SHOWN = "topic, partition, offset, `index`, `schema`, `table`, op, commit_ts, handle_key"
+_SHOWN_COLUMNS = ("topic", "partition", "offset", "index", "schema", "table", "op", "commit_ts",
+                  "handle_key")  # fmt: skip
+_SHOWN = ", ".join(f"`{name}`" for name in _SHOWN_COLUMNS)
 
 
 def decoded_batches(ctx: QualityContext) -> list[int]:
@@ -65,18 +67,30 @@ def batch_changes(ctx: QualityContext, batches: Sequence[int]) -> DataFrame | No
 
 
 def change_checks(ctx: QualityContext, changes: DataFrame) -> list[CheckOutcome]:
+    """Each row check one query over the batches' changes, read once: the shown columns and a
+    flag per check are cached (the nested column values are read for the flags alone)."""
     gxe = expectations()
+    predicates = row_predicates(ctx)
+    flags = [_failing(predicate).alias(f"fails_{name}") for name, predicate in predicates.items()]
+    flagged = changes.select(*_SHOWN_COLUMNS, *flags).cache()
     checks = [
         Expectation(
             name,
             gxe.UnexpectedRowsExpectation(
-                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE {predicate}"
+                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE fails_{name}"
             ),
             message=f"row events failing: {predicate}",
         )
-        for name, predicate in row_predicates(ctx).items()
+        for name, predicate in predicates.items()
     ]
-    return ctx.validator.run(changes, checks)
+    try:
+        return ctx.validator.run(flagged, checks)
+    finally:
+        flagged.unpersist()
+
+
+def _failing(predicate: str):
+    return F.coalesce(F.expr(predicate), F.lit(False))
 
 
 def failing_rows(ctx: QualityContext, changes: DataFrame, names: Sequence[str]) -> DataFrame:
@@ -84,7 +98,7 @@ def failing_rows(ctx: QualityContext, changes: DataFrame, names: Sequence[str]) 
     predicates = row_predicates(ctx)
     which = None
     for name in names:
-        condition = F.coalesce(F.expr(predicates[name]), F.lit(False))
+        condition = _failing(predicates[name])
         which = F.when(condition, name) if which is None else which.when(condition, name)
     return changes.withColumn("check", which).where(F.col("check").isNotNull())
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,29 +46,43 @@ class Validator:
     def __init__(self, sample_rows: int = 5):
         self.sample_rows = sample_rows
         self._context = None
+        self._building = threading.Lock()
         self._sources: dict[str, Any] = {}
         self._names = itertools.count()
+
+    def warm_up(self) -> None:
+        """Build the context on a background thread: GE's import costs seconds of Python that a
+        pipeline run can spend while its first stage waits on Spark."""
+        threading.Thread(target=self._sources_ready, name="ge-warm-up", daemon=True).start()
 
     @property
     def context(self):
         """The ephemeral context, built on first use: a job with nothing new to validate does
         not pay for GE's import."""
-        if self._context is None:
-            logging.getLogger("great_expectations").setLevel(logging.WARNING)
-            import great_expectations as gx
-            from great_expectations.data_context.types.base import ProgressBarsConfig
+        with self._building:
+            if self._context is None:
+                logging.getLogger("great_expectations").setLevel(logging.WARNING)
+                import great_expectations as gx
+                from great_expectations.data_context.types.base import ProgressBarsConfig
 
-            self._context = gx.get_context(mode="ephemeral")
-            self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        return self._context
+                context = gx.get_context(mode="ephemeral")
+                context.variables.progress_bars = ProgressBarsConfig(globally=False)
+                self._context = context
+            return self._context
+
+    def _sources_ready(self) -> None:
+        for kind in ("spark", "pandas"):
+            self._batch_definition(kind)
 
     def _batch_definition(self, kind: str):
-        if kind not in self._sources:
-            add = self.context.data_sources.add_spark if kind == "spark" else None
-            add = add or self.context.data_sources.add_pandas
-            asset = add(kind).add_dataframe_asset(f"{kind}_frames")
-            self._sources[kind] = asset.add_batch_definition_whole_dataframe("whole")
-        return self._sources[kind]
+        context = self.context
+        with self._building:
+            if kind not in self._sources:
+                add = context.data_sources.add_spark if kind == "spark" else None
+                add = add or context.data_sources.add_pandas
+                asset = add(kind).add_dataframe_asset(f"{kind}_frames")
+                self._sources[kind] = asset.add_batch_definition_whole_dataframe("whole")
+            return self._sources[kind]
 
     def run(self, frame: Any, checks: Sequence[Expectation]) -> list[CheckOutcome]:
         """Validate ``frame`` (Spark or pandas DataFrame) against ``checks``: one outcome per
