@@ -400,7 +400,7 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
         + (
             f" (data quality: {report_file(config)})"
             if report_file(config).exists()
-            else " (no data-quality report yet: ticdc-lake dq-report writes it)"
+            else " (no HTML report yet: see ticdc-lake dq-report)"
         ),
     ]
     return "\n".join(lines)

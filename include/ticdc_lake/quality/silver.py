@@ -42,9 +42,15 @@ def row_predicates(ctx: QualityContext) -> dict[str, str]:
         if topic.protocol not in ("avro", "canal-json") or topic.enable_tidb_extension
     ]
     carrying = [name for name in carrying if ctx.config.topic(name).protocol != "avro"]
-    names = ", ".join("'" + name.replace("'", "''") + "'" for name in carrying)
+    names = _quoted(carrying)
     missing = f"(commit_ts IS NULL AND topic IN ({names}))" if carrying else "false"
     latest_ms = int((ctx.now + ctx.settings.clock_skew_seconds) * 1000)
+    # Canal-JSON names only primary-key columns (pkNames): a table keyed by a unique index has
+    # none, and compaction takes its key from the DDL log instead.
+    no_handle = "(handle_key IS NULL OR size(handle_key) = 0)"
+    keyless = _quoted(name for name, t in ctx.config.topics.items() if t.protocol == "canal-json")
+    if keyless:
+        no_handle = f"({no_handle} AND topic NOT IN ({keyless}))"
     return {
         "op_allowed": "op IS NULL OR op NOT IN ('insert', 'update', 'delete')",
         "commit_ts_plausible": (
@@ -52,11 +58,16 @@ def row_predicates(ctx: QualityContext) -> dict[str, str]:
             f"OR shiftright(commit_ts, 18) > {latest_ms}"
         ),
         "handle_key_present": (
-            "handle_key IS NULL OR size(handle_key) = 0 OR NOT forall(handle_key, k -> "
+            f"{no_handle} OR NOT forall(handle_key, k -> "
             "exists(coalesce(columns, array()), c -> c.name = k) "
             "OR exists(coalesce(old_columns, array()), c -> c.name = k))"
         ),
     }
+
+
+def _quoted(names) -> str:
+    """SQL string literals, comma-separated."""
+    return ", ".join("'" + name.replace("'", "''") + "'" for name in names)
 
 
 def batch_changes(ctx: QualityContext, batches: Sequence[int]) -> DataFrame | None:

@@ -20,11 +20,16 @@ from typing import Any
 
 from ticdc_lake.quality.results import CheckOutcome
 
+# GE's package imports itself in cycles: two threads importing it at once (a validator warming
+# up, a suite being built) can see it half-initialised, so it is imported under one lock.
+_IMPORTING = threading.RLock()
+
 
 def expectations():
     """``great_expectations.expectations``, imported quietly on first use."""
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    import great_expectations.expectations as gxe
+    with _IMPORTING:
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        import great_expectations.expectations as gxe
 
     return gxe
 
@@ -59,7 +64,7 @@ class Validator:
     def context(self):
         """The ephemeral context, built on first use: a job with nothing new to validate does
         not pay for GE's import."""
-        with self._building:
+        with self._building, _IMPORTING:
             if self._context is None:
                 logging.getLogger("great_expectations").setLevel(logging.WARNING)
                 import great_expectations as gx
