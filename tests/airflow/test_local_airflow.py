@@ -18,7 +18,7 @@ from tests.airflow_harness import run_report, wait_for_run
 pytestmark = pytest.mark.slow
 
 PIPELINE, BACKFILL = "ticdc_lake", "ticdc_lake_backfill"
-# Four spark-submit jobs take 2-3 minutes on an idle 2-core machine; far more when it is busy.
+# Seven spark-submit jobs take 4-5 minutes on an idle 2-core machine; far more when it is busy.
 RUN_WITHIN = 1500.0
 
 
@@ -83,6 +83,12 @@ def test_triggered_pipeline_and_backfill_succeed_with_gold_right(local_airflow, 
     )["value"]
     ((changefeed, watermark),) = summary["watermarks"].items()
     assert watermark > 0 and summary["modes"] == {changefeed: "watermark"}, summary
+    assert summary["stages"]["land"]["records_added"] > 0
+    assert summary["changed_changefeeds"] == [changefeed]
+    for checked in ("bronze", "silver", "gold"):  # each stage's checks ran as a task and passed
+        assert summary["stages"][f"quality_{checked}"]["checks"] == 7, summary
+        assert summary["stages"][f"quality_{checked}"]["failed"] == [], summary
+    assert (load_config(airflow_sample / "pipeline.yaml").reports / "quality.html").is_file()
     check_gold(airflow_sample, watermark)
 
     # Re-derive everything up to the watermark from bronze: gold is exactly as before.
