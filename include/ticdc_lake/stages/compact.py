@@ -47,6 +47,7 @@ leaves it alone, and the table fails there with what to change (``_ChangefeedRun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import shutil
@@ -69,7 +70,14 @@ from ticdc_lake.gold import reduce as r
 from ticdc_lake.gold import state as s
 from ticdc_lake.gold import tables as g
 from ticdc_lake.gold.exceptions import CompactError, GoldError
-from ticdc_lake.gold.plan import Barrier, Timeline, build_timeline, parse_record, unique_records
+from ticdc_lake.gold.plan import (
+    Barrier,
+    Segment,
+    Timeline,
+    build_timeline,
+    parse_record,
+    unique_records,
+)
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.quarantine import COORDINATES, quarantined_coordinates
@@ -186,12 +194,15 @@ def compact(
     changefeeds: Sequence[str] | None = None,
     until_ts: int | None = None,
     rebuild: bool = False,
+    fold_ddl: bool = True,
 ) -> CompactResult:
     """Bring every gold table of the chosen changefeeds (default: all) up to its target.
 
     ``until_ts`` caps the target TS (backfills, tests). ``rebuild`` empties the changefeed's
-    gold tables and applies the change log again from the start. Raises CompactError (with
-    ``.result``) when some tables failed; the others are compacted and recorded.
+    gold tables and applies the change log again from the start. ``fold_ddl`` False makes
+    every DDL a barrier with a step of its own (the slow reference path the fold is tested
+    against). Raises CompactError (with ``.result``) when some tables failed; the others are
+    compacted and recorded.
     """
     layout = LakeLayout(config.lake)
     names = list(changefeeds) if changefeeds is not None else list(config.changefeeds)
@@ -215,6 +226,7 @@ def compact(
             owners,
             until_ts=until_ts,
             rebuild=rebuild,
+            fold_ddl=fold_ddl,
         )
         results.append(run.run())
         failures.update(run.failures)
@@ -284,8 +296,10 @@ class _ChangefeedRun:
         *,
         until_ts: int | None,
         rebuild: bool,
+        fold_ddl: bool = True,
     ):
         self.spark = spark
+        self.fold_ddl = fold_ddl
         self.config = config
         self.layout = layout
         self.feed = feed
@@ -328,6 +342,7 @@ class _ChangefeedRun:
             applied_ts=self.low_ts,
             applied_batch=self.low_batch,
             target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            fold=self.fold_ddl,
         )
         reduced, counts, batches = self._reduce(timeline)
         try:
@@ -508,12 +523,16 @@ class _ChangefeedRun:
         # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
         # the images of a large run would not fit a small driver.
         counts, batches = self._counts(selected)
-        barriers = {
-            (name.schema, name.name): [b.ts for b in timeline.barriers_of(name)]
-            for name in {n for b in timeline.barriers for n in b.tables}
-        }
+        splits, points = {}, {}
+        for name in {n for b in timeline.barriers for n in b.tables}:
+            segments = timeline.segments_of(name)
+            splits[(name.schema, name.name)] = [segment.end for segment in segments[:-1]]
+            for segment in segments:
+                if segment.folds:
+                    points[(name.schema, name.name, segment.number)] = segment.points(name)
         handles = self._fallback_handles(timeline)
-        applying = r.with_segment(selected.where(F.col("selected")), barriers)
+        applying = r.with_segment(selected.where(F.col("selected")), splits)
+        applying = r.with_folds(applying, points)
         reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
         if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
             return _Reduced(reduced.toArrow()), counts, batches
@@ -597,47 +616,45 @@ class _ChangefeedRun:
         batches: dict[str, int | None],
     ) -> None:
         versions = self._versions(batches)
-        steps: list[tuple[tuple, Any]] = []
+        steps: list[tuple[tuple, _SegmentStep | Barrier]] = []
         for name, item in work.items():
-            known = [b for b in timeline.barriers_of(name) if b.ts is not None]
-            for number in range(len(known) + 1):
-                segment = (name.schema, name.name, number)
-                if segment not in reduced.keys:
+            for segment in timeline.segments_of(name):
+                key = (name.schema, name.name, segment.number)
+                if key not in reduced.keys and not segment.folds:
                     continue
-                end = known[number].ts if number < len(known) else None
-                key = (end if end is not None else _INFINITY, 0, str(name))
-                steps.append((key, ("merge", item, number, segment, end)))
+                end = segment.end if segment.end is not None else _INFINITY
+                steps.append(((end, 0, str(name)), _SegmentStep(item, segment, key)))
         for position, barrier in enumerate(timeline.barriers):
             ts = barrier.ts if barrier.ts is not None else _INFINITY
-            steps.append(((ts, 1, position), ("ddl", barrier)))
+            steps.append(((ts, 1, position), barrier))
         steps.sort(key=lambda step: step[0])
         for number, (_, step) in enumerate(steps):
-            if step[0] == "merge":
-                _, item, segment, key, end = step
-                version = versions.merge(end, number)
-                self._merge(timeline, item, segment, reduced, key, version)
+            if isinstance(step, _SegmentStep):
+                self._segment(step, reduced, versions, number)
             else:
-                self._ddl(step[1], work, versions, number)
+                self._ddl(timeline, step, work, versions, number)
 
-    def _merge(
-        self,
-        timeline: Timeline,
-        item: _TableWork,
-        segment: int,
-        reduced: _Reduced,
-        key: tuple[str, str, int],
-        version: int,
+    def _segment(
+        self, step: _SegmentStep, reduced: _Reduced, versions: _Versions, number: int
     ) -> None:
+        """A segment's folded DDLs and changes: at most a reshape of gold's columns, then one
+        merge (after a TRUNCATE: one commit replacing the rows)."""
+        item, segment = step.item, step.segment
         if item.failed:
             return
-        info = timeline.catalog_for_segment(item.name, segment).info(item.name)
+        info = segment.catalog.info(item.name)
+        version = versions.merge(segment.end, number)
         try:
-            if reduced.size(key) > COLLECT_LIMIT and item.gold.rows() == 0:
-                stats = self._append(item, info, reduced.frame(key), version)
-            else:
-                typed = g.type_segment(reduced.rows(key), info, item.gold.schema(), self.zones)
-                item.commits += item.gold.merge(typed, version)
-                item.keys, stats = typed.keys, typed.stats
+            shape = self._shape(item, segment)
+            if shape.changed and not shape.reset:
+                last = segment.folds[-1].ts
+                reshape = versions.ddl(last, EFFECTS_PER_DDL - 1, number)
+                item.commits += item.ddl_gold().reshape(shape.schema, reshape)
+            if step.key not in reduced.keys:
+                if shape.reset:
+                    item.commits += self._emptied(item, shape.schema, version)
+                return
+            stats = self._apply(item, info, shape, reduced, step.key, version)
         except (GoldError, ValueError, pa.ArrowException) as exc:
             item.fail(str(exc))
             self.failures[str(item.name)] = str(exc)
@@ -651,11 +668,75 @@ class _ChangefeedRun:
                 "handle-key-only option): their other columns are NULL in gold"
             )
 
-    def _append(self, item: _TableWork, info: c.TableInfo, frame: DataFrame, version: int):
-        """A large segment into an empty gold table (an initial load): typed on the executors
-        and appended by write_delta, never collected to the driver."""
+    def _shape(self, item: _TableWork, segment: Segment) -> _Shape:
+        """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
+        CREATE TABLE's columns, added ones appended (after _commit_ts), dropped ones gone."""
+        present = item.gold.schema()
+        schema, reset = present, False
+        for barrier in segment.folds:
+            for effect in _combined(barrier.effects_on(item.name)):
+                if isinstance(effect, c.Inconsistent):
+                    item.reasons.append(effect.reason)
+                    continue
+                item.ddl += 1
+                if isinstance(effect, c.Create):
+                    item.dropped, reset = False, True
+                    if effect.columns:
+                        schema = _create_schema(effect.columns)
+                elif isinstance(effect, c.Truncate):
+                    reset = True
+                elif schema is None:
+                    continue  # no gold table: nothing to change
+                elif isinstance(effect, c.AddColumns):
+                    new = [(n, spec) for n, spec in effect.columns if n not in schema.names]
+                    for name, spec in new:
+                        schema = schema.append(pa.field(name, _gold_arrow(spec)))
+                elif isinstance(effect, c.DropColumns):
+                    for name in effect.names:
+                        if name in schema.names:
+                            schema = schema.remove(schema.get_field_index(name))
+        changed = schema is not None and (present is None or schema.names != present.names)
+        return _Shape(schema, reset, changed)
+
+    def _emptied(self, item: _TableWork, schema: pa.Schema | None, version: int) -> int:
+        """A reset without changes after it: gold empty, with ``schema``."""
+        return 0 if schema is None else item.gold.create(schema, version)
+
+    def _apply(
+        self,
+        item: _TableWork,
+        info: c.TableInfo,
+        shape: _Shape,
+        reduced: _Reduced,
+        key: tuple[str, str, int],
+        version: int,
+    ) -> g.SegmentStats:
+        """The segment's reduced changes into gold: merged, or replacing its rows after a
+        reset; a large one into an empty table typed and written by the executors."""
+        if reduced.size(key) > COLLECT_LIMIT and (shape.reset or item.gold.rows() == 0):
+            return self._append(item, info, reduced.frame(key), version, shape)
+        typed = g.type_segment(reduced.rows(key), info, shape.schema, self.zones)
+        if shape.schema is not None:
+            typed = _in_order(typed, shape.schema)
+        if shape.reset:
+            item.commits += item.gold.replace_rows(typed, version)
+        else:
+            item.commits += item.gold.merge(typed, version)
+        item.keys = typed.keys
+        return typed.stats
+
+    def _append(
+        self,
+        item: _TableWork,
+        info: c.TableInfo,
+        frame: DataFrame,
+        version: int,
+        shape: _Shape,
+    ):
+        """A large segment into an empty gold table (an initial load, or after a reset): typed
+        on the executors and written by write_delta, never collected to the driver."""
         handles, specs = g.frame_specs(frame)
-        plan = g.plan_segment(info, handles, specs, item.gold.schema())
+        plan = g.plan_segment(info, handles, specs, shape.schema)
         totals = frame.agg(
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
@@ -668,7 +749,10 @@ class _ChangefeedRun:
         typed = g.typed_frame(frame, plan, self.zones)
         keys = [F.col(f"`{key}`") for key in plan.keys]
         clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
-        item.commits += item.gold.append(clustered, version)
+        if item.gold.exists() and (shape.reset or shape.changed):
+            item.commits += item.gold.load(clustered, version)
+        else:
+            item.commits += item.gold.append(clustered, version)
         item.keys = plan.keys
         # Zero dates are not counted on this path (the executors type the values).
         return g.SegmentStats(
@@ -679,15 +763,17 @@ class _ChangefeedRun:
 
     def _ddl(
         self,
+        timeline: Timeline,
         barrier: Barrier,
         work: dict[c.TableName, _TableWork],
         versions: _Versions,
         number: int,
     ) -> None:
+        """A barrier's effects on the tables it splits (folded ones: ``_segment``)."""
         per_table: dict[c.TableName, int] = {}
         for effect in _combined(barrier.effects):
             item = work.get(effect.table)
-            if item is None or item.failed:
+            if item is None or item.failed or not timeline.splits(barrier, effect.table):
                 continue
             sub = per_table.get(effect.table, 0)
             per_table[effect.table] = sub + 1
@@ -729,11 +815,7 @@ class _ChangefeedRun:
                 fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
                 item.commits += gold.add_columns(fields, version)
             elif effect.columns:
-                schema = pa.schema(
-                    [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
-                    + [pa.field(g.COMMIT_TS, pa.int64())]
-                )
-                item.commits += gold.create(schema, version)
+                item.commits += gold.create(_create_schema(effect.columns), version)
             else:
                 item.commits += gold.empty(version)
         elif isinstance(effect, c.AddColumns):
@@ -918,6 +1000,24 @@ class _TableWork:
 
 
 _INFINITY = float("inf")
+
+
+@dataclass(frozen=True)
+class _SegmentStep:
+    """A step of a run: one table's segment (its folded DDLs and its changes) into gold."""
+
+    item: _TableWork
+    segment: Segment
+    key: tuple[str, str, int]  # the segment's key in the reduced change set
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A gold table's columns after a segment's folded DDLs, before its changes."""
+
+    schema: pa.Schema | None  # None: no gold table yet
+    reset: bool  # emptied (TRUNCATE, CREATE TABLE): the changes replace its rows
+    changed: bool  # columns differ from gold's
 
 
 @dataclass(frozen=True)
@@ -1137,6 +1237,20 @@ def _combined(effects: list[c.Effect]) -> list[c.Effect]:
 
 def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
     return gold_type(spec).arrow
+
+
+def _in_order(typed: g.TypedSegment, schema: pa.Schema) -> g.TypedSegment:
+    """The segment's columns in ``schema``'s order, then any others: a table it creates
+    (after a CREATE TABLE folded in) has the columns in the order the barrier path gives."""
+    names = typed.data.column_names
+    order = [n for n in schema.names if n in names] + [n for n in names if n not in schema.names]
+    return dataclasses.replace(typed, data=typed.data.select(order))
+
+
+def _create_schema(columns: tuple[tuple[str, ColumnSpec], ...]) -> pa.Schema:
+    """The gold columns of a CREATE TABLE."""
+    fields = [pa.field(n, _gold_arrow(spec)) for n, spec in columns]
+    return pa.schema([*fields, pa.field(g.COMMIT_TS, pa.int64())])
 
 
 __all__ = [
