@@ -3,7 +3,7 @@
 Random change/DDL logs on two tables are compacted twice, once with ``fold_ddl=False`` (every
 DDL a barrier with its own Delta commits) and once folded, in two runs each; gold must be the
 same row for row and column for column, and the folded path must take at most two gold commits
-per table per run.
+per table per run (MODIFY COLUMN, still a barrier, adds its own).
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def _gold(layout: LakeLayout) -> dict[str, tuple[list[str], list[dict]]]:
 
 def _compacted(spark, root: Path, log: _Log, mid: int, *, fold: bool):
     """Gold after a run to ``mid`` and after a run to the end; the commits per table per run."""
+    root.mkdir()
     streams = si.Streams(routing=None, events={("t", 0): log.events})
     config = si.write_config(root, streams, "open-protocol", partitions=1)
     layout = LakeLayout(config.lake)
@@ -137,8 +138,10 @@ def assert_fold_equals_barriers(spark, operations):
         reference, _ = _compacted(spark, root / "barriers", log, mid, fold=False)
         folded, commits = _compacted(spark, root / "folded", log, mid, fold=True)
     assert folded == reference
+    # MODIFY COLUMN still splits its table's run (a rewrite, and the merge before it).
+    modified = {f"s.{name}" for kind, name, *_ in operations if kind == "modify"}
     for run in commits:
-        assert all(count <= 2 for count in run.values()), run
+        assert all(count <= (4 if n in modified else 2) for n, count in run.items()), run
 
 
 ADD_BEFORE = [("insert", "a", 1, False), ("add", "a", 1, False), ("update", "a", 2, False)]

@@ -647,8 +647,9 @@ class _ChangefeedRun:
         try:
             shape = self._shape(item, segment)
             if shape.changed and not shape.reset:
-                last = segment.folds[-1].ts
-                reshape = versions.ddl(last, EFFECTS_PER_DDL - 1, number)
+                reshape = versions.ddl(item.name, segment.folds[-1].ts, number)
+                if reshape is None:
+                    raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
                 item.commits += item.ddl_gold().reshape(shape.schema, reshape)
             if step.key not in reduced.keys:
                 if shape.reset:
@@ -770,19 +771,16 @@ class _ChangefeedRun:
         number: int,
     ) -> None:
         """A barrier's effects on the tables it splits (folded ones: ``_segment``)."""
-        per_table: dict[c.TableName, int] = {}
         for effect in _combined(barrier.effects):
             item = work.get(effect.table)
             if item is None or item.failed or not timeline.splits(barrier, effect.table):
                 continue
-            sub = per_table.get(effect.table, 0)
-            per_table[effect.table] = sub + 1
-            if sub >= EFFECTS_PER_DDL:
+            version = versions.ddl(effect.table, barrier.ts, number)
+            if version is None:
                 item.fail(f"{barrier.ddl.record.describe()} has more than {EFFECTS_PER_DDL} "
                           "effects on the table")  # fmt: skip
                 self.failures[str(item.name)] = item.reasons[-1]
                 continue
-            version = versions.ddl(barrier.ts, sub, number)
             try:
                 self._effect(effect, item, work, barrier, version)
             except (GoldError, ValueError, pa.ArrowException) as exc:
@@ -1020,12 +1018,15 @@ class _Shape:
     changed: bool  # columns differ from gold's
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Versions:
     """App-transaction versions of a run's steps; they only grow along the change log."""
 
     target: int | None  # the TS of a consistent run
     base: int | None  # inconsistent runs: steps numbered from here
+    # DDL effects given a version per (table, TS or step): two DDLs at one TS (or a DDL and a
+    # segment's reshape) take successive versions, so neither is taken for the other's rerun.
+    used: dict[tuple, int] = field(default_factory=dict)
 
     def merge(self, end_ts: int | None, step: int) -> int:
         if self.base is not None:
@@ -1033,8 +1034,16 @@ class _Versions:
         # Changes before a DDL at TS t all have TS < t; the last segment ends at the target.
         return (end_ts - 1) if end_ts is not None else self.target
 
-    def ddl(self, ts: int | None, sub: int, step: int) -> int:
-        if self.base is not None or ts is None:
+    def ddl(self, table: c.TableName, ts: int | None, step: int) -> int | None:
+        """The next version of a DDL effect on ``table`` at ``ts`` (None: more effects than
+        EFFECTS_PER_DDL at one TS)."""
+        numbered = self.base is not None or ts is None
+        point = (table, step) if numbered else (table, ts)
+        sub = self.used.get(point, 0)
+        self.used[point] = sub + 1
+        if sub >= EFFECTS_PER_DDL:
+            return None
+        if numbered:
             return (self.base or 0) + step * EFFECTS_PER_DDL + sub
         return ts * EFFECTS_PER_DDL + sub
 
