@@ -212,3 +212,25 @@ def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of
     rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist()
     assert rows == [{"id": 2, "v": 8, "_commit_ts": 1210, "c1": 9}]
     assert second.commits == 1  # TRUNCATE and the merge after it: one commit
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_two_ddls_at_one_ts_on_one_table_are_both_carried_out(spark, tmp_path, fold):
+    # Both effects used to get the version TS x 8: the DROP was skipped as already done.
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int)", "a")
+    log.row(110, "a", "insert", {"id": _column("c_int", 1, key=True), "v": _column("c_int", 5)})
+    log.resolved(120)
+    log.ddl(130, "ALTER TABLE s.a ADD COLUMN c1 int", "a")
+    log.ddl(130, "ALTER TABLE s.a DROP COLUMN v", "a")
+    log.resolved(140)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    compact(spark, config, until_ts=120, fold_ddl=fold)
+    compact(spark, config, fold_ddl=fold)
+    rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
+    assert rows.column_names == ["id", "_commit_ts", "c1"]
+    assert rows.to_pylist() == [{"id": 1, "_commit_ts": 110, "c1": None}]

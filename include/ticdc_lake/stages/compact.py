@@ -20,9 +20,13 @@ changes. Those derived from the run are recomputed each run; DDL and failure rea
 A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): replays are
 recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
 index) wins; deletes remove rows; a key change (delete + insert at one commit TS) moves the row.
-DDL events are barriers (``gold/plan.py``): a table's changes before a DDL are merged under the
-old schema, then the DDL's effect is carried out on gold (``gold/tables.py``), then the changes
-after it. Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
+A table's DDLs are folded into its changes (``gold/plan.py``, ``reduce.with_folds``): within a
+run, ADD/DROP COLUMN, TRUNCATE and CREATE TABLE reach gold with the changes in at most two
+commits (a column reshape, then one merge, or after a TRUNCATE one commit replacing the rows).
+Only the DDLs a merge cannot carry are barriers, and only for the tables they alter: the
+table's changes before one are merged under the old schema, then its effect is carried out on
+gold (``gold/tables.py``), then the changes after it (``_Steps``).
+Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
 (``gold/types.py``); TIMESTAMP text is read in the topic's configured time zone.
 
 Incremental: silver is partitioned by bronze batch, and the state records the last batch that is
@@ -36,8 +40,9 @@ A cut-off TS is the user's word that every change up to it has landed: changes w
 below it that land later are not applied (raise the cut-off, or ``rebuild``).
 
 Idempotent: each gold commit carries an app transaction (``compact:<schema>.<table>#<gen>`` for
-merges with version = the segment's last TS, ``...:ddl`` for DDL effects with version = DDL TS
-x 8 + n), and the state table (gold/state.py) is written last with version = the target. A rerun
+merges with version = the segment's last TS, ``...:ddl`` for DDL effects and reshapes with
+version = DDL TS x 8 + n, n counting the table's effects at that TS),
+and the state table (gold/state.py) is written last with version = the target. A rerun
 changes nothing and adds no Delta version; a run killed anywhere resumes where it stopped.
 
 A gold table's path does not name its changefeed, so a table belongs to the changefeed whose
@@ -65,10 +70,21 @@ from pyspark.sql import functions as F
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import delta_table_exists, read_delta
 from ticdc_lake.errors import ConfigError
-from ticdc_lake.gold import catalog as c
-from ticdc_lake.gold import reduce as r
-from ticdc_lake.gold import state as s
-from ticdc_lake.gold import tables as g
+from ticdc_lake.gold.catalog import (
+    AddColumns,
+    AlterColumn,
+    Catalog,
+    Create,
+    DeleteRows,
+    Drop,
+    DropColumns,
+    Effect,
+    Inconsistent,
+    Move,
+    TableInfo,
+    TableName,
+    Truncate,
+)
 from ticdc_lake.gold.exceptions import CompactError, GoldError
 from ticdc_lake.gold.plan import (
     Barrier,
@@ -77,6 +93,35 @@ from ticdc_lake.gold.plan import (
     build_timeline,
     parse_record,
     unique_records,
+)
+from ticdc_lake.gold.reduce import (
+    key_actions,
+    last_per_key,
+    with_folds,
+    with_order_ts,
+    with_segment,
+    with_selection,
+)
+from ticdc_lake.gold.state import (
+    CUTOFF,
+    INCONSISTENT,
+    WATERMARK,
+    TableState,
+    read_state,
+    write_state,
+)
+from ticdc_lake.gold.tables import (
+    COMMIT_TS,
+    GoldTable,
+    SegmentStats,
+    TypedSegment,
+    alter_column,
+    delete_rows,
+    describe_schema,
+    frame_specs,
+    plan_segment,
+    type_segment,
+    typed_frame,
 )
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.lake.layout import LakeLayout
@@ -212,8 +257,8 @@ def compact(
             f"{config.source}: unknown changefeed(s) {unknown}; known: {sorted(config.changefeeds)}"
         )
     marks = changefeed_watermarks(config, read_watermarks(spark, layout))
-    states = s.read_state(spark, layout.gold_state)
-    owners = {c.TableName(state.schema, state.table): state.changefeed for state in states}
+    states = read_state(spark, layout.gold_state)
+    owners = {TableName(state.schema, state.table): state.changefeed for state in states}
     results, failures = [], {}
     for name in names:
         run = _ChangefeedRun(
@@ -265,16 +310,16 @@ def target_of(
     without_ts = [t for t in feed.topics if not _carries_commit_ts(config, t)]
     if feed.watermarks:
         target = mark.watermark or 0
-        mode = s.WATERMARK
+        mode = WATERMARK
     elif feed.cutoff_ts is not None and not without_ts:
-        target, mode = feed.cutoff_ts, s.CUTOFF
+        target, mode = feed.cutoff_ts, CUTOFF
     else:
         if feed.cutoff_ts is not None:
             notes.append(
                 f"cutoff-ts {feed.cutoff_ts} ignored: topics {without_ts} carry no "
                 "commit TS (enable the TiDB extension)"
             )
-        return s.INCONSISTENT, None, notes
+        return INCONSISTENT, None, notes
     if until_ts is not None and until_ts < target:
         target = until_ts
         notes.append(f"target capped at until_ts {until_ts}")
@@ -291,8 +336,8 @@ class _ChangefeedRun:
         layout: LakeLayout,
         feed: ChangefeedConfig,
         mark: ChangefeedWatermark,
-        prior: list[s.TableState],
-        owners: dict[c.TableName, str],
+        prior: list[TableState],
+        owners: dict[TableName, str],
         *,
         until_ts: int | None,
         rebuild: bool,
@@ -303,7 +348,7 @@ class _ChangefeedRun:
         self.config = config
         self.layout = layout
         self.feed = feed
-        self.prior = {c.TableName(p.schema, p.table): p for p in prior}
+        self.prior = {TableName(p.schema, p.table): p for p in prior}
         self.owners = owners  # gold table -> the changefeed it belongs to
         self.tables = set(self.prior)  # the gold tables this run keeps state rows of
         self.mode, self.target, notes = target_of(config, feed, mark, until_ts)
@@ -311,9 +356,7 @@ class _ChangefeedRun:
         self.failures: dict[str, str] = {}
         self.zones = {topic: config.topic(topic).time_zone for topic in feed.topics}
         self.lacks_ts = any(_lacks_commit_ts(config, t) for t in feed.topics)
-        self.mode_reason = (
-            inconsistent_reason(config, feed) if self.mode == s.INCONSISTENT else None
-        )
+        self.mode_reason = inconsistent_reason(config, feed) if self.mode == INCONSISTENT else None
         generation = max((p.generation for p in prior), default=0)
         modes = {mode for mode in map(_changefeed_mode, prior) if mode is not None}
         self.rebuild = bool(prior) and (rebuild or bool(modes - {self.mode}))
@@ -333,15 +376,15 @@ class _ChangefeedRun:
         if noop is not None:
             return noop
         parsed = [parse_record(record) for record in self._ddl_records()]
-        initial = c.Catalog(
-            {name: c.TableInfo(name) for name, p in self.prior.items() if not p.dropped}
+        initial = Catalog(
+            {name: TableInfo(name) for name, p in self.prior.items() if not p.dropped}
         )
         timeline = build_timeline(
             parsed,
             initial=initial,
             applied_ts=self.low_ts,
             applied_batch=self.low_batch,
-            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            target_ts=self.target if self.mode != INCONSISTENT else None,
             fold=self.fold_ddl,
         )
         reduced, counts, batches = self._reduce(timeline)
@@ -351,7 +394,8 @@ class _ChangefeedRun:
             self.tables |= set(work)
             if self.rebuild:
                 self._empty_for_rebuild(work)
-            self._execute(timeline, reduced, work, batches)
+            steps = _Steps(self.zones, self.failures)
+            steps.execute(timeline, reduced, work, self._versions(batches))
         finally:
             reduced.release()
         return self._finish(timeline, counts, batches, work)
@@ -359,7 +403,7 @@ class _ChangefeedRun:
     def _noop(self) -> ChangefeedResult | None:
         if self.rebuild or not self.prior:
             return None
-        if self.mode != s.INCONSISTENT:
+        if self.mode != INCONSISTENT:
             if all(p.applied_ts >= self.target for p in self.prior.values()):
                 if self.target < self.low_ts:
                     self.notes.append(
@@ -401,7 +445,7 @@ class _ChangefeedRun:
             **outcome,
         )
 
-    def _taken(self, name: c.TableName) -> bool:
+    def _taken(self, name: TableName) -> bool:
         """Whether the gold table is another changefeed's; if so, it fails in this one."""
         owner = self.owners.get(name, self.feed.name)
         if owner == self.feed.name or name in self.prior:
@@ -423,8 +467,8 @@ class _ChangefeedRun:
         self.failures[str(name)] = message
         return True
 
-    def _gold(self, name: c.TableName) -> g.GoldTable:
-        return g.GoldTable(
+    def _gold(self, name: TableName) -> GoldTable:
+        return GoldTable(
             self.spark, name, self.layout.gold(name.schema, name.name),
             f"compact:{name}#{self.generation}",
         )  # fmt: skip
@@ -451,7 +495,7 @@ class _ChangefeedRun:
         # Bronze batches up to low_batch are settled: every change in them is applied (or was
         # a replay). Silver is partitioned by bronze batch, so Spark reads only later files.
         unsettled = changes.where(F.col("bronze_batch") > self.low_batch)
-        if self.mode == s.INCONSISTENT or self.lacks_ts:
+        if self.mode == INCONSISTENT or self.lacks_ts:
             # Changes without a TS need their neighbours, whatever their TSs.
             return unsettled
         # Above the target too: those changes keep their batches unsettled (see _counts).
@@ -492,19 +536,14 @@ class _ChangefeedRun:
             )
         return functools.reduce(DataFrame.unionByName, frames) if frames else None
 
-    def _reduce(self, timeline: Timeline) -> tuple[_Reduced, dict, dict[str, int | None]]:
+    def _reduce(
+        self, timeline: Timeline
+    ) -> tuple[_Reduced, dict[TableName, _TableCounts], _Batches]:
         """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
         changes = self._changes()
         if changes is None:
-            return (
-                _Reduced(pa.table({n: [] for n in REDUCED_COLUMNS})),
-                {},
-                {
-                    "max": None,
-                    "pending": None,
-                },
-            )
-        ordered = r.with_order_ts(changes, self._markers() if self.lacks_ts else None)
+            return _Reduced(pa.table({n: [] for n in REDUCED_COLUMNS})), {}, _Batches()
+        ordered = with_order_ts(changes, self._markers() if self.lacks_ts else None)
         applied = self.spark.createDataFrame(
             [
                 (name.schema, name.name, p.applied_ts, p.applied_batch)
@@ -513,10 +552,10 @@ class _ChangefeedRun:
             ],
             "schema string, table string, applied_ts long, applied_batch long",
         )
-        selected = r.with_selection(
+        selected = with_selection(
             ordered,
             applied,
-            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            target_ts=self.target if self.mode != INCONSISTENT else None,
             default_ts=self.low_ts,
             default_batch=self.low_batch,
         )
@@ -531,19 +570,19 @@ class _ChangefeedRun:
                 if segment.folds:
                     points[(name.schema, name.name, segment.number)] = segment.points(name)
         handles = self._fallback_handles(timeline)
-        applying = r.with_segment(selected.where(F.col("selected")), splits)
-        applying = r.with_folds(applying, points)
-        reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
-        if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
+        applying = with_segment(selected.where(F.col("selected")), splits)
+        applying = with_folds(applying, points)
+        reduced = last_per_key(key_actions(applying, handles)).select(*REDUCED_COLUMNS)
+        if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
             return _Reduced(reduced.toArrow()), counts, batches
         spill = self.layout.root / SCRATCH / f"compact-{self.feed.name}"
         return _Reduced.spilled(reduced, spill), counts, batches
 
-    def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
+    def _counts(self, marked: DataFrame) -> tuple[dict[TableName, _TableCounts], _Batches]:
         """Per table: changes read, distinct, left for later; the batch bounds of the run."""
         selected = F.col("selected")
         unsettled = F.lit(False)  # a change this run leaves for a later one
-        if self.mode != s.INCONSISTENT:
+        if self.mode != INCONSISTENT:
             unsettled = ~selected & (
                 F.col("order_ts").isNull() | (F.col("order_ts") > F.lit(self.target))
             )
@@ -564,15 +603,19 @@ class _ChangefeedRun:
             .collect()
         )
         counts = {
-            c.TableName(row.schema, row.table): row.asDict()
-            | {"duplicates": (row.read or 0) - (row.changes or 0)}
+            TableName(row.schema, row.table): _TableCounts(
+                read=int(row.read or 0),
+                changes=int(row.changes or 0),
+                pending=int(row.pending or 0),
+                max_ts=row.max_ts,
+            )
             for row in rows
         }
         pending = [row.pending_batch for row in rows if row.pending_batch is not None]
-        batches = {
-            "max": max((row.max_batch for row in rows), default=None),
-            "pending": min(pending) if pending else None,
-        }
+        batches = _Batches(
+            latest=max((row.max_batch for row in rows), default=None),
+            pending=min(pending) if pending else None,
+        )
         return counts, batches
 
     def _fallback_handles(self, timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -586,36 +629,156 @@ class _ChangefeedRun:
 
     # --- planning the steps --------------------------------------------------------------
 
-    def _tables(self, timeline: Timeline, reduced: _Reduced) -> list[c.TableName]:
+    def _tables(self, timeline: Timeline, reduced: _Reduced) -> list[TableName]:
         names = set(self.prior)
         for barrier in timeline.barriers:
             names |= barrier.tables
         for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
             names |= {name for name, info in catalog.tables.items() if info.complete}
-        names |= {c.TableName(schema, table) for schema, table, _ in reduced.keys}
+        names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
 
-    def _versions(self, batches: dict[str, int | None]) -> _Versions:
-        if self.mode == s.INCONSISTENT:
-            top = max(self.low_batch, batches["max"] if batches["max"] is not None else -1)
+    def _versions(self, batches: _Batches) -> _Versions:
+        if self.mode == INCONSISTENT:
+            top = max(self.low_batch, batches.latest if batches.latest is not None else -1)
             return _Versions(None, (top + 1) * STEPS_PER_RUN)
         return _Versions(self.target, None)
 
-    def _empty_for_rebuild(self, work: dict[c.TableName, _TableWork]) -> None:
+    def _empty_for_rebuild(self, work: dict[TableName, _TableWork]) -> None:
         for item in work.values():
             if item.gold.exists():
                 # Version 0 of the new generation's ddl app: before every later step.
                 ddl = item.ddl_gold()
                 item.commits += ddl.empty(0)
 
-    def _execute(
+    # --- the state -----------------------------------------------------------------------
+
+    def _finish(
+        self,
+        timeline: Timeline,
+        counts: dict[TableName, _TableCounts],
+        batches: _Batches,
+        work: dict[TableName, _TableWork],
+    ) -> ChangefeedResult:
+        final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
+        latest = max(self.low_batch, batches.latest if batches.latest is not None else -1)
+        if self.mode != INCONSISTENT and batches.pending is not None:
+            applied_batch = batches.pending - 1
+        else:
+            applied_batch = latest
+        states, results = [], []
+        for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
+            prior = item.prior
+            count = counts.get(name, _TableCounts())
+            applied_ts = self.target
+            if self.mode == INCONSISTENT:
+                seen = [count.max_ts, prior.applied_ts if prior else None]
+                applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
+            carried = prior and prior.reason and not self.rebuild and not _failed(prior)
+            marks = _marks(prior.reason) if carried else []
+            marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
+            # A DDL or a failure makes the table inconsistent; the run's own reasons (the
+            # changefeed's mode, changes held back) leave the mode as it is.
+            mode = INCONSISTENT if marked else self.mode
+            held = count.pending if self.mode != INCONSISTENT else 0
+            reason = _join_reasons(
+                self.mode_reason, self._held_reason(held) if held else None, marked
+            )
+            schema = item.gold.schema()
+            info = final.info(name)
+            dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
+            if item.failed:
+                # The table keeps what it reflected before (nothing, if it is new), so the next
+                # run reads its changes again and retries.
+                states.append(_failed_state(self.feed.name, item, self.generation))
+                results.append(
+                    TableResult(
+                        str(name),
+                        "failed",
+                        None,
+                        prior.applied_ts if prior else None,
+                        reason=item.reasons[-1],
+                    )
+                )
+                continue
+            rows = item.gold.rows()
+            state = TableState(
+                changefeed=self.feed.name,
+                schema=name.schema,
+                table=name.name,
+                path=str(item.gold.path),
+                mode=mode,
+                watermark=self.target if self.mode != INCONSISTENT else None,
+                applied_ts=applied_ts,
+                applied_batch=applied_batch,
+                rows=rows,
+                columns=describe_schema(schema, info.specs),
+                handle_key=list(
+                    item.keys or info.handle or (prior.handle_key if prior else []) or []
+                ),
+                dropped=dropped,
+                reason=reason,
+                generation=self.generation,
+                gold_version=item.gold.version(),
+            )
+            states.append(state)
+            results.append(
+                TableResult(
+                    table=str(name),
+                    mode=mode,
+                    watermark=state.watermark,
+                    previous=prior.applied_ts if prior and not self.rebuild else None,
+                    changes=count.changes,
+                    duplicates=count.duplicates,
+                    upserts=item.upserts,
+                    deletes=item.deletes,
+                    ddl=item.ddl,
+                    rows=rows,
+                    version=state.gold_version,
+                    commits=item.commits,
+                    dropped=dropped,
+                    reason=reason,
+                    zero_dates=item.zero_dates,
+                )
+            )
+        if states:
+            version = (
+                self.target if self.mode != INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
+            )
+            write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
+        pending = sum(count.pending for count in counts.values())
+        return self._result(results, pending=pending)
+
+    def _held_reason(self, held: int) -> str:
+        where = "cut-off" if self.mode == CUTOFF else "target"
+        advice = (
+            "raise cutoff-ts once later data has landed"
+            if self.mode == CUTOFF
+            else "a later run applies them once a later TS arrives in their partitions"
+        )
+        return (
+            f"{HELD_BACK}{held} changes without a commit TS (deletes after the last TS <= "
+            f"{where} {self.target} in their partition): rows they delete may still be in "
+            f"gold ({advice})"
+        )
+
+
+class _Steps:
+    """A run's steps on gold, in commit order: each table's segments (its changes with the DDLs
+    folded into them) and the barriers that split tables. A failing table is marked failed in
+    ``failures`` and skipped from then on; the others go on."""
+
+    def __init__(self, zones: dict[str, str], failures: dict[str, str]):
+        self.zones = zones  # topic -> the time zone its TIMESTAMP text is read in
+        self.failures = failures
+
+    def execute(
         self,
         timeline: Timeline,
         reduced: _Reduced,
-        work: dict[c.TableName, _TableWork],
-        batches: dict[str, int | None],
+        work: dict[TableName, _TableWork],
+        versions: _Versions,
     ) -> None:
-        versions = self._versions(batches)
         steps: list[tuple[tuple, _SegmentStep | Barrier]] = []
         for name, item in work.items():
             for segment in timeline.segments_of(name):
@@ -676,23 +839,23 @@ class _ChangefeedRun:
         schema, reset = present, False
         for barrier in segment.folds:
             for effect in _combined(barrier.effects_on(item.name)):
-                if isinstance(effect, c.Inconsistent):
+                if isinstance(effect, Inconsistent):
                     item.reasons.append(effect.reason)
                     continue
                 item.ddl += 1
-                if isinstance(effect, c.Create):
+                if isinstance(effect, Create):
                     item.dropped, reset = False, True
                     if effect.columns:
                         schema = _create_schema(effect.columns)
-                elif isinstance(effect, c.Truncate):
+                elif isinstance(effect, Truncate):
                     reset = True
                 elif schema is None:
                     continue  # no gold table: nothing to change
-                elif isinstance(effect, c.AddColumns):
+                elif isinstance(effect, AddColumns):
                     new = [(n, spec) for n, spec in effect.columns if n not in schema.names]
                     for name, spec in new:
                         schema = schema.append(pa.field(name, _gold_arrow(spec)))
-                elif isinstance(effect, c.DropColumns):
+                elif isinstance(effect, DropColumns):
                     for name in effect.names:
                         if name in schema.names:
                             schema = schema.remove(schema.get_field_index(name))
@@ -706,17 +869,17 @@ class _ChangefeedRun:
     def _apply(
         self,
         item: _TableWork,
-        info: c.TableInfo,
+        info: TableInfo,
         shape: _Shape,
         reduced: _Reduced,
         key: tuple[str, str, int],
         version: int,
-    ) -> g.SegmentStats:
+    ) -> SegmentStats:
         """The segment's reduced changes into gold: merged, or replacing its rows after a
         reset; a large one into an empty table typed and written by the executors."""
         if reduced.size(key) > COLLECT_LIMIT and (shape.reset or item.gold.rows() == 0):
             return self._append(item, info, reduced.frame(key), version, shape)
-        typed = g.type_segment(reduced.rows(key), info, shape.schema, self.zones)
+        typed = type_segment(reduced.rows(key), info, shape.schema, self.zones)
         if shape.schema is not None:
             typed = _in_order(typed, shape.schema)
         if shape.reset:
@@ -729,15 +892,15 @@ class _ChangefeedRun:
     def _append(
         self,
         item: _TableWork,
-        info: c.TableInfo,
+        info: TableInfo,
         frame: DataFrame,
         version: int,
         shape: _Shape,
     ):
         """A large segment into an empty gold table (an initial load, or after a reset): typed
         on the executors and written by write_delta, never collected to the driver."""
-        handles, specs = g.frame_specs(frame)
-        plan = g.plan_segment(info, handles, specs, shape.schema)
+        handles, specs = frame_specs(frame)
+        plan = plan_segment(info, handles, specs, shape.schema)
         totals = frame.agg(
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
@@ -747,7 +910,7 @@ class _ChangefeedRun:
         # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
         # files it does not touch (changes cluster on recent keys in most tables).
         files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
-        typed = g.typed_frame(frame, plan, self.zones)
+        typed = typed_frame(frame, plan, self.zones)
         keys = [F.col(f"`{key}`") for key in plan.keys]
         clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
         if item.gold.exists() and (shape.reset or shape.changed):
@@ -756,7 +919,7 @@ class _ChangefeedRun:
             item.commits += item.gold.append(clustered, version)
         item.keys = plan.keys
         # Zero dates are not counted on this path (the executors type the values).
-        return g.SegmentStats(
+        return SegmentStats(
             upserts=rows - int(totals.deletes or 0),
             deletes=int(totals.deletes or 0),
             key_only=int(totals.key_only or 0),
@@ -766,7 +929,7 @@ class _ChangefeedRun:
         self,
         timeline: Timeline,
         barrier: Barrier,
-        work: dict[c.TableName, _TableWork],
+        work: dict[TableName, _TableWork],
         versions: _Versions,
         number: int,
     ) -> None:
@@ -790,14 +953,14 @@ class _ChangefeedRun:
 
     def _effect(
         self,
-        effect: c.Effect,
+        effect: Effect,
         item: _TableWork,
-        work: dict[c.TableName, _TableWork],
+        work: dict[TableName, _TableWork],
         barrier: Barrier,
         version: int,
     ) -> None:
         gold = item.ddl_gold()
-        if isinstance(effect, c.Inconsistent):
+        if isinstance(effect, Inconsistent):
             item.reasons.append(effect.reason)
             return
         item.ddl += 1
@@ -807,7 +970,7 @@ class _ChangefeedRun:
                 "the changes of the run, having no TS to place it by: rows upstream wrote after "
                 "it are missing from gold, rows it removed before later changes may remain"
             )
-        if isinstance(effect, c.Create):
+        if isinstance(effect, Create):
             item.dropped = False
             if not effect.replace and gold.exists():
                 fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
@@ -816,21 +979,21 @@ class _ChangefeedRun:
                 item.commits += gold.create(_create_schema(effect.columns), version)
             else:
                 item.commits += gold.empty(version)
-        elif isinstance(effect, c.AddColumns):
+        elif isinstance(effect, AddColumns):
             fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
             item.commits += gold.add_columns(fields, version)
-        elif isinstance(effect, c.DropColumns):
+        elif isinstance(effect, DropColumns):
             present = gold.schema()
             if present is not None and any(n in present.names for n in effect.names):
                 item.commits += gold.drop_columns(effect.names, version)
-        elif isinstance(effect, c.AlterColumn):
+        elif isinstance(effect, AlterColumn):
             self._alter(effect, gold, item, version)
-        elif isinstance(effect, c.Truncate):
+        elif isinstance(effect, Truncate):
             item.commits += gold.empty(version)
-        elif isinstance(effect, c.Drop):
+        elif isinstance(effect, Drop):
             item.commits += gold.empty(version)
             item.dropped = True
-        elif isinstance(effect, c.Move):
+        elif isinstance(effect, Move):
             target = work.get(effect.new)
             if target is not None and not target.failed:
                 target.commits += gold.copy_to(target.ddl_gold(), version)
@@ -838,10 +1001,10 @@ class _ChangefeedRun:
                 target.ddl += 1
             item.commits += gold.empty(version)
             item.dropped = True
-        elif isinstance(effect, c.DeleteRows):
-            item.commits += gold.rewrite(g.delete_rows(effect.rows), version)
+        elif isinstance(effect, DeleteRows):
+            item.commits += gold.rewrite(delete_rows(effect.rows), version)
 
-    def _alter(self, effect: c.AlterColumn, gold: g.GoldTable, item, version: int) -> None:
+    def _alter(self, effect: AlterColumn, gold: GoldTable, item, version: int) -> None:
         present = gold.schema()
         if present is None or effect.old_name not in present.names:
             return
@@ -850,124 +1013,8 @@ class _ChangefeedRun:
         if target == current and effect.new_name == effect.old_name:
             return  # the gold type is the same (VARCHAR(10) → VARCHAR(20), new ENUM members)
         item.commits += gold.rewrite(
-            g.alter_column(effect.old_name, effect.new_name, None if target == current else target),
+            alter_column(effect.old_name, effect.new_name, None if target == current else target),
             version,
-        )
-
-    # --- the state -----------------------------------------------------------------------
-
-    def _finish(
-        self,
-        timeline: Timeline,
-        counts: dict,
-        batches: dict[str, int | None],
-        work: dict[c.TableName, _TableWork],
-    ) -> ChangefeedResult:
-        final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
-        if self.mode == s.INCONSISTENT:
-            applied_batch = max(
-                self.low_batch, batches["max"] if batches["max"] is not None else -1
-            )
-        elif batches["pending"] is not None:
-            applied_batch = batches["pending"] - 1
-        else:
-            applied_batch = max(
-                self.low_batch, batches["max"] if batches["max"] is not None else -1
-            )
-        states, results = [], []
-        for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
-            prior = item.prior
-            count = counts.get(name, {})
-            applied_ts = self.target
-            if self.mode == s.INCONSISTENT:
-                seen = [count.get("max_ts"), prior.applied_ts if prior else None]
-                applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
-            carried = prior and prior.reason and not self.rebuild and not _failed(prior)
-            marks = _marks(prior.reason) if carried else []
-            marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
-            # A DDL or a failure makes the table inconsistent; the run's own reasons (the
-            # changefeed's mode, changes held back) leave the mode as it is.
-            mode = s.INCONSISTENT if marked else self.mode
-            held = int(count.get("pending") or 0) if self.mode != s.INCONSISTENT else 0
-            reason = _join_reasons(
-                self.mode_reason, self._held_reason(held) if held else None, marked
-            )
-            schema = item.gold.schema()
-            info = final.info(name)
-            dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
-            if item.failed:
-                # The table keeps what it reflected before (nothing, if it is new), so the next
-                # run reads its changes again and retries.
-                states.append(_failed_state(self.feed.name, item, self.generation))
-                results.append(
-                    TableResult(
-                        str(name),
-                        "failed",
-                        None,
-                        prior.applied_ts if prior else None,
-                        reason=item.reasons[-1],
-                    )
-                )
-                continue
-            rows = item.gold.rows()
-            state = s.TableState(
-                changefeed=self.feed.name,
-                schema=name.schema,
-                table=name.name,
-                path=str(item.gold.path),
-                mode=mode,
-                watermark=self.target if self.mode != s.INCONSISTENT else None,
-                applied_ts=applied_ts,
-                applied_batch=applied_batch,
-                rows=rows,
-                columns=g.describe_schema(schema, info.specs),
-                handle_key=list(
-                    item.keys or info.handle or (prior.handle_key if prior else []) or []
-                ),
-                dropped=dropped,
-                reason=reason,
-                generation=self.generation,
-                gold_version=item.gold.version(),
-            )
-            states.append(state)
-            results.append(
-                TableResult(
-                    table=str(name),
-                    mode=mode,
-                    watermark=state.watermark,
-                    previous=prior.applied_ts if prior and not self.rebuild else None,
-                    changes=int(count.get("changes") or 0),
-                    duplicates=int(count.get("duplicates") or 0),
-                    upserts=item.upserts,
-                    deletes=item.deletes,
-                    ddl=item.ddl,
-                    rows=rows,
-                    version=state.gold_version,
-                    commits=item.commits,
-                    dropped=dropped,
-                    reason=reason,
-                    zero_dates=item.zero_dates,
-                )
-            )
-        if states:
-            version = (
-                self.target if self.mode != s.INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
-            )
-            s.write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
-        pending = sum(int(count.get("pending") or 0) for count in counts.values())
-        return self._result(results, pending=pending)
-
-    def _held_reason(self, held: int) -> str:
-        where = "cut-off" if self.mode == s.CUTOFF else "target"
-        advice = (
-            "raise cutoff-ts once later data has landed"
-            if self.mode == s.CUTOFF
-            else "a later run applies them once a later TS arrives in their partitions"
-        )
-        return (
-            f"{HELD_BACK}{held} changes without a commit TS (deletes after the last TS <= "
-            f"{where} {self.target} in their partition): rows they delete may still be in "
-            f"gold ({advice})"
         )
 
 
@@ -975,9 +1022,9 @@ class _ChangefeedRun:
 class _TableWork:
     """One gold table's progress in a run."""
 
-    name: c.TableName
-    gold: g.GoldTable
-    prior: s.TableState | None
+    name: TableName
+    gold: GoldTable
+    prior: TableState | None
     upserts: int = 0
     deletes: int = 0
     ddl: int = 0
@@ -988,9 +1035,9 @@ class _TableWork:
     failed: bool = False
     reasons: list[str] = field(default_factory=list)
 
-    def ddl_gold(self) -> g.GoldTable:
+    def ddl_gold(self) -> GoldTable:
         """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
-        return g.GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
+        return GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
 
     def fail(self, reason: str) -> None:
         self.failed = True
@@ -998,6 +1045,28 @@ class _TableWork:
 
 
 _INFINITY = float("inf")
+
+
+@dataclass(frozen=True)
+class _TableCounts:
+    """A table's changes in a run."""
+
+    read: int = 0  # selected for this run, replays included
+    changes: int = 0  # distinct events among them
+    pending: int = 0  # changes without a commit TS left for a later run
+    max_ts: int | None = None  # the largest order TS selected
+
+    @property
+    def duplicates(self) -> int:
+        return self.read - self.changes
+
+
+@dataclass(frozen=True)
+class _Batches:
+    """The bronze batches a run read."""
+
+    latest: int | None = None  # the latest one
+    pending: int | None = None  # the first holding a change left for a later run
 
 
 @dataclass(frozen=True)
@@ -1034,7 +1103,7 @@ class _Versions:
         # Changes before a DDL at TS t all have TS < t; the last segment ends at the target.
         return (end_ts - 1) if end_ts is not None else self.target
 
-    def ddl(self, table: c.TableName, ts: int | None, step: int) -> int | None:
+    def ddl(self, table: TableName, ts: int | None, step: int) -> int | None:
         """The next version of a DDL effect on ``table`` at ``ts`` (None: more effects than
         EFFECTS_PER_DDL at one TS)."""
         numbered = self.base is not None or ts is None
@@ -1145,10 +1214,10 @@ _RUN_REASONS = (NO_CONSISTENT_CUT, HELD_BACK)
 _SEPARATOR = "; "
 # Effects that change rows, named for a reason: without a TS they are misplaced in time.
 ROW_EFFECTS = {
-    c.Truncate: "TRUNCATE",
-    c.Drop: "DROP TABLE",
-    c.Move: "RENAME",
-    c.DeleteRows: "partition DDL deleting rows",
+    Truncate: "TRUNCATE",
+    Drop: "DROP TABLE",
+    Move: "RENAME",
+    DeleteRows: "partition DDL deleting rows",
 }
 
 
@@ -1186,29 +1255,29 @@ def _marks(reason: str) -> list[str]:
     return [part for part in reason.split(_SEPARATOR) if not part.startswith(_RUN_REASONS)]
 
 
-def _changefeed_mode(state: s.TableState) -> str | None:
+def _changefeed_mode(state: TableState) -> str | None:
     """The mode of the changefeed that wrote a state row; None when a DDL or a failure marked
     the table inconsistent in a changefeed of a consistent mode (which, the row cannot say)."""
-    if state.mode != s.INCONSISTENT or state.reason is None:
+    if state.mode != INCONSISTENT or state.reason is None:
         return state.mode
     if any(p.startswith(NO_CONSISTENT_CUT) for p in state.reason.split(_SEPARATOR)):
-        return s.INCONSISTENT
+        return INCONSISTENT
     return None
 
 
-def _failed(state: s.TableState) -> bool:
+def _failed(state: TableState) -> bool:
     return bool(state.reason and state.reason.startswith(FAILED))
 
 
-def _failed_state(changefeed: str, item: _TableWork, generation: int) -> s.TableState:
+def _failed_state(changefeed: str, item: _TableWork, generation: int) -> TableState:
     """The state of a table whose compaction failed: as before the run, with the reason."""
     prior = item.prior
-    return s.TableState(
+    return TableState(
         changefeed=changefeed,
         schema=item.name.schema,
         table=item.name.name,
         path=str(item.gold.path),
-        mode=s.INCONSISTENT,
+        mode=INCONSISTENT,
         watermark=prior.watermark if prior else None,
         applied_ts=prior.applied_ts if prior else -1,
         applied_batch=prior.applied_batch if prior else -1,
@@ -1222,23 +1291,23 @@ def _failed_state(changefeed: str, item: _TableWork, generation: int) -> s.Table
     )
 
 
-def _combined(effects: list[c.Effect]) -> list[c.Effect]:
+def _combined(effects: list[Effect]) -> list[Effect]:
     """Consecutive ADD/DROP COLUMN effects on one table as one (ALTER TABLE t ADD a, ADD b)."""
-    combined: list[c.Effect] = []
+    combined: list[Effect] = []
     for effect in effects:
         last = combined[-1] if combined else None
         if (
-            isinstance(effect, c.AddColumns)
-            and isinstance(last, c.AddColumns)
+            isinstance(effect, AddColumns)
+            and isinstance(last, AddColumns)
             and last.table == effect.table
         ):
-            combined[-1] = c.AddColumns(effect.table, last.columns + effect.columns)
+            combined[-1] = AddColumns(effect.table, last.columns + effect.columns)
         elif (
-            isinstance(effect, c.DropColumns)
-            and isinstance(last, c.DropColumns)
+            isinstance(effect, DropColumns)
+            and isinstance(last, DropColumns)
             and last.table == effect.table
         ):
-            combined[-1] = c.DropColumns(effect.table, last.names + effect.names)
+            combined[-1] = DropColumns(effect.table, last.names + effect.names)
         else:
             combined.append(effect)
     return combined
@@ -1248,7 +1317,7 @@ def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
     return gold_type(spec).arrow
 
 
-def _in_order(typed: g.TypedSegment, schema: pa.Schema) -> g.TypedSegment:
+def _in_order(typed: TypedSegment, schema: pa.Schema) -> TypedSegment:
     """The segment's columns in ``schema``'s order, then any others: a table it creates
     (after a CREATE TABLE folded in) has the columns in the order the barrier path gives."""
     names = typed.data.column_names
@@ -1259,7 +1328,7 @@ def _in_order(typed: g.TypedSegment, schema: pa.Schema) -> g.TypedSegment:
 def _create_schema(columns: tuple[tuple[str, ColumnSpec], ...]) -> pa.Schema:
     """The gold columns of a CREATE TABLE."""
     fields = [pa.field(n, _gold_arrow(spec)) for n, spec in columns]
-    return pa.schema([*fields, pa.field(g.COMMIT_TS, pa.int64())])
+    return pa.schema([*fields, pa.field(COMMIT_TS, pa.int64())])
 
 
 __all__ = [
