@@ -16,7 +16,9 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.stages import compact as compact_stage
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.watermark import watermark
 
@@ -175,6 +177,15 @@ SAME_TS = [
 @example(SAME_TS)
 def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
     assert_fold_equals_barriers(spark, operations)
+
+
+@pytest.mark.slow
+def test_large_runs_fold_as_small_ones_do(spark, monkeypatch):
+    # Every segment spilled and read by Spark, every rewrite by Spark: the executors' paths.
+    monkeypatch.setattr(compact_stage, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
+    mixed = [("insert", "a", 3, False), ("drop", "a", 0, False), ("insert", "a", 2, False)]
+    assert_fold_equals_barriers(spark, mixed + TRUNCATE_BETWEEN + SAME_TS + ADD_BEFORE)
 
 
 def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of_one_key(
