@@ -668,28 +668,11 @@ class _ChangefeedRun:
             applied_batch = latest
         states, results = [], []
         for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
-            prior = item.prior
             count = counts.get(name, _TableCounts())
-            applied_ts = self.target
-            if self.mode == INCONSISTENT:
-                seen = [count.max_ts, prior.applied_ts if prior else None]
-                applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
-            carried = prior and prior.reason and not self.rebuild and not _failed(prior)
-            marks = _marks(prior.reason) if carried else []
-            marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
-            # A DDL or a failure makes the table inconsistent; the run's own reasons (the
-            # changefeed's mode, changes held back) leave the mode as it is.
-            mode = INCONSISTENT if marked else self.mode
-            held = count.pending if self.mode != INCONSISTENT else 0
-            reason = _join_reasons(
-                self.mode_reason, self._held_reason(held) if held else None, marked
-            )
-            schema = item.gold.schema()
-            info = final.info(name)
-            dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
             if item.failed:
                 # The table keeps what it reflected before (nothing, if it is new), so the next
                 # run reads its changes again and retries.
+                prior = item.prior
                 states.append(_failed_state(self.feed.name, item, self.generation))
                 results.append(
                     TableResult(
@@ -701,46 +684,9 @@ class _ChangefeedRun:
                     )
                 )
                 continue
-            rows = item.gold.rows()
-            state = TableState(
-                changefeed=self.feed.name,
-                schema=name.schema,
-                table=name.name,
-                path=str(item.gold.path),
-                mode=mode,
-                watermark=self.target if self.mode != INCONSISTENT else None,
-                applied_ts=applied_ts,
-                applied_batch=applied_batch,
-                rows=rows,
-                columns=describe_schema(schema, info.specs),
-                handle_key=list(
-                    item.keys or info.handle or (prior.handle_key if prior else []) or []
-                ),
-                dropped=dropped,
-                reason=reason,
-                generation=self.generation,
-                gold_version=item.gold.version(),
-            )
+            state = self._state(item, count, final.info(name), applied_batch)
             states.append(state)
-            results.append(
-                TableResult(
-                    table=str(name),
-                    mode=mode,
-                    watermark=state.watermark,
-                    previous=prior.applied_ts if prior and not self.rebuild else None,
-                    changes=count.changes,
-                    duplicates=count.duplicates,
-                    upserts=item.upserts,
-                    deletes=item.deletes,
-                    ddl=item.ddl,
-                    rows=rows,
-                    version=state.gold_version,
-                    commits=item.commits,
-                    dropped=dropped,
-                    reason=reason,
-                    zero_dates=item.zero_dates,
-                )
-            )
+            results.append(self._table_result(item, count, state))
         if states:
             version = (
                 self.target if self.mode != INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
@@ -748,6 +694,69 @@ class _ChangefeedRun:
             write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
         pending = sum(count.pending for count in counts.values())
         return self._result(results, pending=pending)
+
+    def _reason(self, item: _TableWork, count: _TableCounts) -> tuple[str, str | None]:
+        """A table's mode and reason after the run."""
+        prior = item.prior
+        carried = prior and prior.reason and not self.rebuild and not _failed(prior)
+        marks = _marks(prior.reason) if carried else []
+        marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
+        # A DDL or a failure makes the table inconsistent; the run's own reasons (the
+        # changefeed's mode, changes held back) leave the mode as it is.
+        mode = INCONSISTENT if marked else self.mode
+        held = count.pending if self.mode != INCONSISTENT else 0
+        reason = _join_reasons(self.mode_reason, self._held_reason(held) if held else None, marked)
+        return mode, reason
+
+    def _state(
+        self, item: _TableWork, count: _TableCounts, info: TableInfo, applied_batch: int
+    ) -> TableState:
+        """The state row of a table compacted in this run."""
+        prior = item.prior
+        applied_ts = self.target
+        if self.mode == INCONSISTENT:
+            seen = [count.max_ts, prior.applied_ts if prior else None]
+            applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
+        mode, reason = self._reason(item, count)
+        return TableState(
+            changefeed=self.feed.name,
+            schema=item.name.schema,
+            table=item.name.name,
+            path=str(item.gold.path),
+            mode=mode,
+            watermark=self.target if self.mode != INCONSISTENT else None,
+            applied_ts=applied_ts,
+            applied_batch=applied_batch,
+            rows=item.gold.rows(),
+            columns=describe_schema(item.gold.schema(), info.specs),
+            handle_key=list(item.keys or info.handle or (prior.handle_key if prior else []) or []),
+            dropped=item.dropped if item.dropped is not None else bool(prior and prior.dropped),
+            reason=reason,
+            generation=self.generation,
+            gold_version=item.gold.version(),
+        )
+
+    def _table_result(
+        self, item: _TableWork, count: _TableCounts, state: TableState
+    ) -> TableResult:
+        prior = item.prior
+        return TableResult(
+            table=str(item.name),
+            mode=state.mode,
+            watermark=state.watermark,
+            previous=prior.applied_ts if prior and not self.rebuild else None,
+            changes=count.changes,
+            duplicates=count.duplicates,
+            upserts=item.upserts,
+            deletes=item.deletes,
+            ddl=item.ddl,
+            rows=state.rows,
+            version=state.gold_version,
+            commits=item.commits,
+            dropped=state.dropped,
+            reason=state.reason,
+            zero_dates=item.zero_dates,
+        )
 
     def _held_reason(self, held: int) -> str:
         where = "cut-off" if self.mode == CUTOFF else "target"
