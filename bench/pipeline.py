@@ -206,6 +206,9 @@ def run(row_events: int, protocol: str, seed: int) -> dict:
         "target_ratio": 3.0,
         "watermark": watermark_ts,
         "gold_rows": gold,
+        # Delta commits and DDL effects per gold table in the compaction run.
+        "gold_commits": {n: t.commits for n, t in results["compact"].tables.items()},
+        "gold_ddl": {n: t.ddl for n, t in results["compact"].tables.items()},
         "decoded": results["decode"].to_dict()["events"],
     }
 

@@ -7,6 +7,13 @@ columns and keys); those in (applied, target] are *barriers*, each with its effe
 the catalog right after it. A DDL without a commit TS (Canal-JSON without the TiDB extension)
 cannot be placed among the changes: in a changefeed that has TSs it only marks the tables it
 names as not consistent; in one without, it is applied after the run's changes.
+
+A barrier *splits* only the tables whose gold it changes in ways a merge cannot carry (DROP and
+RENAME TABLE, partition DDLs, MODIFY/RENAME COLUMN, DDLs without a TS). The others (ADD and DROP
+COLUMN, TRUNCATE, CREATE TABLE, DDLs that only mark a table) are *folded* into the table's
+segment (``Segment``): its changes and those DDLs go to gold in one step with the schema after
+them (stages/compact.py). ``build_timeline(fold=False)`` splits at every barrier: the reference
+the fold is tested against.
 """
 
 from __future__ import annotations
@@ -88,6 +95,10 @@ def parse_record(record: DdlRecord) -> ParsedDdl:
         return ParsedDdl(record, [], str(exc))
 
 
+# Effects a segment's merge can carry: they change columns, empty the table, or only mark it.
+FOLDABLE = (c.AddColumns, c.DropColumns, c.Truncate, c.Create, c.Inconsistent)
+
+
 @dataclass
 class Barrier:
     ddl: ParsedDdl
@@ -101,22 +112,92 @@ class Barrier:
         touched |= {e.new for e in self.effects if isinstance(e, c.Move) and e.new is not None}
         return touched
 
+    def effects_on(self, table: c.TableName) -> list[c.Effect]:
+        return [
+            e
+            for e in self.effects
+            if e.table == table or (isinstance(e, c.Move) and e.new == table)
+        ]
+
+    def folds_into(self, table: c.TableName) -> bool:
+        """Whether the table's segment can carry this DDL (it then does not split it)."""
+        effects = self.effects_on(table)
+        return (
+            self.ts is not None
+            and bool(effects)
+            and all(isinstance(e, FOLDABLE) and not isinstance(e, c.Move) for e in effects)
+        )
+
+
+@dataclass(frozen=True)
+class FoldPoint:
+    """What a folded DDL does to the changes before it: a reset (TRUNCATE, CREATE TABLE)
+    discards them; a DROP COLUMN takes the column out of their images."""
+
+    ts: int
+    reset: bool
+    dropped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A table's changes between two barriers that split it, with the DDLs folded into them."""
+
+    number: int
+    end: int | None  # the TS of the barrier closing it; None: the run's last segment
+    folds: tuple[Barrier, ...]
+    catalog: c.Catalog  # what its changes are typed by: the catalog after its last DDL
+
+    def points(self, table: c.TableName) -> list[FoldPoint]:
+        points = []
+        for barrier in self.folds:
+            effects = barrier.effects_on(table)
+            reset = any(isinstance(e, (c.Truncate, c.Create)) for e in effects)
+            dropped = [n for e in effects if isinstance(e, c.DropColumns) for n in e.names]
+            points.append(FoldPoint(barrier.ts, reset, tuple(dropped)))
+        return points
+
 
 @dataclass
 class Timeline:
     history: c.Catalog  # the catalog at the TS already applied
     barriers: list[Barrier]
+    fold: bool = True  # False: every barrier splits (the reference path)
+
+    def segments_of(self, table: c.TableName) -> list[Segment]:
+        """The table's segments in order. A non-last segment is typed by the catalog right
+        after its last DDL; the last one by the catalog after all of the table's barriers,
+        DDLs without a TS included: they are applied after the changes, but what they say
+        about types (a CREATE TABLE) holds for those changes too."""
+        mine = self.barriers_of(table)
+        segments: list[Segment] = []
+        folds: list[Barrier] = []
+        current = self.history
+        for barrier in mine:
+            if barrier.ts is None:
+                continue  # applied after the run's changes: splits nothing
+            if self.fold and barrier.folds_into(table):
+                folds.append(barrier)
+            else:
+                segments.append(Segment(len(segments), barrier.ts, tuple(folds), current))
+                folds = []
+            current = barrier.catalog
+        last = mine[-1].catalog if mine else self.history
+        segments.append(Segment(len(segments), None, tuple(folds), last))
+        return segments
 
     def catalog_for_segment(self, table: c.TableName, segment: int) -> c.Catalog:
-        """The catalog that a table's segment ``segment`` is typed by: the one right after the
-        barrier that opens it. The last segment takes the catalog after all of the table's
-        barriers, DDLs without a TS included: they are applied after the changes, but what
-        they say about types (a CREATE TABLE) holds for those changes too."""
+        """The catalog that a table's segment ``segment`` is typed by when every barrier splits
+        (``fold`` False): the one right after the barrier that opens it."""
         mine = self.barriers_of(table)
         known = [barrier for barrier in mine if barrier.ts is not None]
         if segment >= len(known):
             return mine[-1].catalog if mine else self.history
         return self.history if segment == 0 else known[segment - 1].catalog
+
+    def splits(self, barrier: Barrier, table: c.TableName) -> bool:
+        """Whether the barrier's effects on the table are carried out as a step of their own."""
+        return not (self.fold and barrier.folds_into(table))
 
     def barriers_of(self, table: c.TableName) -> list[Barrier]:
         return [barrier for barrier in self.barriers if table in barrier.tables]
@@ -139,11 +220,13 @@ def build_timeline(
     applied_ts: int,
     applied_batch: int,
     target_ts: int | None,
+    fold: bool = True,
 ) -> Timeline:
     """Split the DDL log at the applied TS; fold the history, plan the barriers.
 
     ``target_ts`` None: a changefeed without a consistent cut, whose barriers are every DDL
     above the applied TS and every DDL without a TS from bronze batches not yet applied.
+    ``fold`` False: every barrier splits the tables it touches (the reference path).
     """
     catalog = initial.copy()
     barriers: list[Barrier] = []
@@ -174,7 +257,7 @@ def build_timeline(
             tables = {e.table for e in effects if e.table is not None} or {ddl.table}
             effects = [c.Inconsistent(name, reason) for name in sorted(tables, key=str)]
         barriers.append(Barrier(ddl, effects, catalog.copy(), ts))
-    return Timeline(_history(parsed, initial, applied_ts, applied_batch), barriers)
+    return Timeline(_history(parsed, initial, applied_ts, applied_batch), barriers, fold)
 
 
 def _history(

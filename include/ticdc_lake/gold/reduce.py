@@ -10,7 +10,8 @@ In order (stages/compact.py strings them together):
    nothing follows yet.
 2. ``with_selection``: which changes this run applies (per table: above the TS already applied,
    up to the target TS; or, without TSs, the bronze batches not applied yet).
-3. ``with_segment``: DDL barriers cut a table's changes into segments applied in turn.
+3. ``with_segment``: DDL barriers cut a table's changes into segments applied in turn;
+   ``with_folds``: the DDLs folded into a segment (gold/plan.py) act on the changes before them.
 4. ``key_actions``: each change as upserts/deletes keyed by its handle-key values (a delete by
    the old key; an UPDATE that changed the key, as TiCDC sends it with
    ``output-raw-change-event``, deletes the old key and upserts the new one).
@@ -152,6 +153,59 @@ def with_segment(
         changes.join(F.broadcast(segments), match, "left")
         .withColumn("segment", F.coalesce(F.col("_segment"), F.lit(0)))
         .drop("_segment_schema", "_segment_table", "_segment", "_low", "_high")
+    )
+
+
+def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequence]) -> DataFrame:
+    """Carry out a segment's folded DDLs (``points``: plan.FoldPoint by (schema, table,
+    segment)) on the changes before them (by ``order_ts``; a change at a DDL's TS comes after
+    it): a change before a reset (TRUNCATE, CREATE TABLE) is dropped, a change before a DROP
+    COLUMN loses the column from its images (a column added again later is another column).
+    Handle-key columns stay: the key is what the change is merged by.
+
+    A broadcast join with each segment's TS ranges between its DDLs, as in ``with_segment``.
+    """
+    ranges = []
+    for (schema, table, segment), folds in points.items():
+        stamps = sorted({point.ts for point in folds})
+        for number, high in enumerate(stamps):
+            later = [point for point in folds if point.ts >= high]
+            reset = any(point.reset for point in later)
+            dropped = sorted({name for point in later for name in point.dropped})
+            if reset or dropped:
+                low = stamps[number - 1] if number else None
+                ranges.append((schema, table, segment, low, high, reset, dropped))
+    if not ranges:
+        return changes
+    folds = changes.sparkSession.createDataFrame(
+        ranges,
+        "_fold_schema string, _fold_table string, _fold_segment int, _low long, _high long, "
+        "_reset boolean, _dropped array<string>",
+    )
+    order_ts, low = F.col("order_ts"), F.col("_low")
+    match = (
+        (changes["schema"] == folds["_fold_schema"])
+        & (changes["table"] == folds["_fold_table"])
+        & (changes["segment"] == folds["_fold_segment"])
+        & (low.isNull() | (order_ts >= low))
+        & (order_ts < F.col("_high"))
+    )
+    dropped = F.col("_dropped")
+    handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
+
+    def stripped(image: str) -> Column:
+        kept = F.filter(
+            F.col(image),
+            lambda c: ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"]),
+        )
+        return F.when(dropped.isNull(), F.col(image)).otherwise(kept)
+
+    return (
+        changes.join(F.broadcast(folds), match, "left")
+        .where(~F.coalesce(F.col("_reset"), F.lit(False)))
+        .withColumn("columns", stripped("columns"))
+        .withColumn("old_columns", stripped("old_columns"))
+        .drop("_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_dropped")
     )
 
 

@@ -124,6 +124,50 @@ class GoldTable:
         """Rows known to be new (an initial load), written by Spark's executors."""
         return self._write(frame, version, mode="append")
 
+    def load(self, frame: DataFrame, version: int) -> bool:
+        """The table's rows and columns are ``frame`` (written by Spark's executors)."""
+        return self._write(frame, version)
+
+    def replace_rows(self, segment: TypedSegment, version: int) -> bool:
+        """The table emptied and given the segment's upserts and columns in one commit (a
+        segment after a TRUNCATE); an absent table is created by a merge."""
+        data = segment.data
+        if not self.exists():
+            return self.merge(segment, version)
+        table = self._pending(version)
+        if table is None:
+            return False
+        upserts = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
+        return self._replace(table, upserts, version)
+
+    def reshape(self, schema: pa.Schema, version: int) -> bool:
+        """Give the table ``schema``'s columns, in its order: columns it lacks dropped, new
+        ones NULL. Only added columns: metadata only; else a rewrite (on the driver when the
+        table is small enough, else by Spark)."""
+        table = self._pending(version)
+        if table is None:
+            return False
+        present = table_schema(table).to_arrow()
+        if present.names == schema.names:
+            return False
+        if not set(present.names) - set(schema.names) and schema.names[: len(present)] == list(
+            present.names
+        ):
+            added = [f for f in schema if f.name not in present.names]
+            table.alter.add_columns(
+                DeltaSchema.from_arrow(pa.schema(added)).fields,
+                commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
+            )
+            return True
+        if _row_count(table) > DRIVER_REWRITE_ROWS:
+            return self._write(reshaped(schema)(read_delta(self.spark, self.path)), version)
+        rows = table.to_pyarrow_table()
+        columns = [
+            rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+            for f in schema
+        ]
+        return self._replace(table, pa.Table.from_arrays(columns, schema=schema), version)
+
     # --- DDL effects ---------------------------------------------------------------------
 
     def _write(self, frame: DataFrame, version: int, *, mode: str = "overwrite") -> bool:
@@ -220,6 +264,22 @@ def _row_count(table: DeltaTable) -> int:
 def drop_columns(names: tuple[str, ...]):
     def transform(frame: DataFrame) -> DataFrame:
         return frame.drop(*[n for n in names if n in frame.columns])
+
+    return transform
+
+
+def reshaped(schema: pa.Schema):
+    """The frame with ``schema``'s columns in its order (missing ones NULL)."""
+
+    def transform(frame: DataFrame) -> DataFrame:
+        return frame.select(
+            *[
+                F.col(f"`{f.name}`")
+                if f.name in frame.columns
+                else F.lit(None).cast(t.delta_type_name(f.type)).alias(f.name)
+                for f in schema
+            ]
+        )
 
     return transform
 

@@ -20,9 +20,13 @@ changes. Those derived from the run are recomputed each run; DDL and failure rea
 A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): replays are
 recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
 index) wins; deletes remove rows; a key change (delete + insert at one commit TS) moves the row.
-DDL events are barriers (``gold/plan.py``): a table's changes before a DDL are merged under the
-old schema, then the DDL's effect is carried out on gold (``gold/tables.py``), then the changes
-after it. Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
+A table's DDLs are folded into its changes (``gold/plan.py``, ``reduce.with_folds``): within a
+run, ADD/DROP COLUMN, TRUNCATE and CREATE TABLE reach gold with the changes in at most two
+commits (a column reshape, then one merge, or after a TRUNCATE one commit replacing the rows).
+Only the DDLs a merge cannot carry are barriers, and only for the tables they alter: the
+table's changes before one are merged under the old schema, then its effect is carried out on
+gold (``gold/tables.py``), then the changes after it (``_Steps``).
+Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
 (``gold/types.py``); TIMESTAMP text is read in the topic's configured time zone.
 
 Incremental: silver is partitioned by bronze batch, and the state records the last batch that is
@@ -36,8 +40,9 @@ A cut-off TS is the user's word that every change up to it has landed: changes w
 below it that land later are not applied (raise the cut-off, or ``rebuild``).
 
 Idempotent: each gold commit carries an app transaction (``compact:<schema>.<table>#<gen>`` for
-merges with version = the segment's last TS, ``...:ddl`` for DDL effects with version = DDL TS
-x 8 + n), and the state table (gold/state.py) is written last with version = the target. A rerun
+merges with version = the segment's last TS, ``...:ddl`` for DDL effects and reshapes with
+version = DDL TS x 8 + n, n counting the table's effects at that TS),
+and the state table (gold/state.py) is written last with version = the target. A rerun
 changes nothing and adds no Delta version; a run killed anywhere resumes where it stopped.
 
 A gold table's path does not name its changefeed, so a table belongs to the changefeed whose
@@ -47,6 +52,7 @@ leaves it alone, and the table fails there with what to change (``_ChangefeedRun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import shutil
@@ -64,12 +70,59 @@ from pyspark.sql import functions as F
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import delta_table_exists, read_delta
 from ticdc_lake.errors import ConfigError
-from ticdc_lake.gold import catalog as c
-from ticdc_lake.gold import reduce as r
-from ticdc_lake.gold import state as s
-from ticdc_lake.gold import tables as g
+from ticdc_lake.gold.catalog import (
+    AddColumns,
+    AlterColumn,
+    Catalog,
+    Create,
+    DeleteRows,
+    Drop,
+    DropColumns,
+    Effect,
+    Inconsistent,
+    Move,
+    TableInfo,
+    TableName,
+    Truncate,
+)
 from ticdc_lake.gold.exceptions import CompactError, GoldError
-from ticdc_lake.gold.plan import Barrier, Timeline, build_timeline, parse_record, unique_records
+from ticdc_lake.gold.plan import (
+    Barrier,
+    Segment,
+    Timeline,
+    build_timeline,
+    parse_record,
+    unique_records,
+)
+from ticdc_lake.gold.reduce import (
+    key_actions,
+    last_per_key,
+    with_folds,
+    with_order_ts,
+    with_segment,
+    with_selection,
+)
+from ticdc_lake.gold.state import (
+    CUTOFF,
+    INCONSISTENT,
+    WATERMARK,
+    TableState,
+    read_state,
+    write_state,
+)
+from ticdc_lake.gold.tables import (
+    COMMIT_TS,
+    GoldTable,
+    SegmentStats,
+    TypedSegment,
+    alter_column,
+    delete_rows,
+    describe_schema,
+    frame_specs,
+    plan_segment,
+    type_segment,
+    typed_frame,
+)
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.quarantine import COORDINATES, quarantined_coordinates
@@ -186,12 +239,15 @@ def compact(
     changefeeds: Sequence[str] | None = None,
     until_ts: int | None = None,
     rebuild: bool = False,
+    fold_ddl: bool = True,
 ) -> CompactResult:
     """Bring every gold table of the chosen changefeeds (default: all) up to its target.
 
     ``until_ts`` caps the target TS (backfills, tests). ``rebuild`` empties the changefeed's
-    gold tables and applies the change log again from the start. Raises CompactError (with
-    ``.result``) when some tables failed; the others are compacted and recorded.
+    gold tables and applies the change log again from the start. ``fold_ddl`` False makes
+    every DDL a barrier with a step of its own (the slow reference path the fold is tested
+    against). Raises CompactError (with ``.result``) when some tables failed; the others are
+    compacted and recorded.
     """
     layout = LakeLayout(config.lake)
     names = list(changefeeds) if changefeeds is not None else list(config.changefeeds)
@@ -201,8 +257,8 @@ def compact(
             f"{config.source}: unknown changefeed(s) {unknown}; known: {sorted(config.changefeeds)}"
         )
     marks = changefeed_watermarks(config, read_watermarks(spark, layout))
-    states = s.read_state(spark, layout.gold_state)
-    owners = {c.TableName(state.schema, state.table): state.changefeed for state in states}
+    states = read_state(spark, layout.gold_state)
+    owners = {TableName(state.schema, state.table): state.changefeed for state in states}
     results, failures = [], {}
     for name in names:
         run = _ChangefeedRun(
@@ -215,6 +271,7 @@ def compact(
             owners,
             until_ts=until_ts,
             rebuild=rebuild,
+            fold_ddl=fold_ddl,
         )
         results.append(run.run())
         failures.update(run.failures)
@@ -253,16 +310,16 @@ def target_of(
     without_ts = [t for t in feed.topics if not _carries_commit_ts(config, t)]
     if feed.watermarks:
         target = mark.watermark or 0
-        mode = s.WATERMARK
+        mode = WATERMARK
     elif feed.cutoff_ts is not None and not without_ts:
-        target, mode = feed.cutoff_ts, s.CUTOFF
+        target, mode = feed.cutoff_ts, CUTOFF
     else:
         if feed.cutoff_ts is not None:
             notes.append(
                 f"cutoff-ts {feed.cutoff_ts} ignored: topics {without_ts} carry no "
                 "commit TS (enable the TiDB extension)"
             )
-        return s.INCONSISTENT, None, notes
+        return INCONSISTENT, None, notes
     if until_ts is not None and until_ts < target:
         target = until_ts
         notes.append(f"target capped at until_ts {until_ts}")
@@ -279,17 +336,19 @@ class _ChangefeedRun:
         layout: LakeLayout,
         feed: ChangefeedConfig,
         mark: ChangefeedWatermark,
-        prior: list[s.TableState],
-        owners: dict[c.TableName, str],
+        prior: list[TableState],
+        owners: dict[TableName, str],
         *,
         until_ts: int | None,
         rebuild: bool,
+        fold_ddl: bool = True,
     ):
         self.spark = spark
+        self.fold_ddl = fold_ddl
         self.config = config
         self.layout = layout
         self.feed = feed
-        self.prior = {c.TableName(p.schema, p.table): p for p in prior}
+        self.prior = {TableName(p.schema, p.table): p for p in prior}
         self.owners = owners  # gold table -> the changefeed it belongs to
         self.tables = set(self.prior)  # the gold tables this run keeps state rows of
         self.mode, self.target, notes = target_of(config, feed, mark, until_ts)
@@ -297,9 +356,7 @@ class _ChangefeedRun:
         self.failures: dict[str, str] = {}
         self.zones = {topic: config.topic(topic).time_zone for topic in feed.topics}
         self.lacks_ts = any(_lacks_commit_ts(config, t) for t in feed.topics)
-        self.mode_reason = (
-            inconsistent_reason(config, feed) if self.mode == s.INCONSISTENT else None
-        )
+        self.mode_reason = inconsistent_reason(config, feed) if self.mode == INCONSISTENT else None
         generation = max((p.generation for p in prior), default=0)
         modes = {mode for mode in map(_changefeed_mode, prior) if mode is not None}
         self.rebuild = bool(prior) and (rebuild or bool(modes - {self.mode}))
@@ -319,15 +376,16 @@ class _ChangefeedRun:
         if noop is not None:
             return noop
         parsed = [parse_record(record) for record in self._ddl_records()]
-        initial = c.Catalog(
-            {name: c.TableInfo(name) for name, p in self.prior.items() if not p.dropped}
+        initial = Catalog(
+            {name: TableInfo(name) for name, p in self.prior.items() if not p.dropped}
         )
         timeline = build_timeline(
             parsed,
             initial=initial,
             applied_ts=self.low_ts,
             applied_batch=self.low_batch,
-            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            target_ts=self.target if self.mode != INCONSISTENT else None,
+            fold=self.fold_ddl,
         )
         reduced, counts, batches = self._reduce(timeline)
         try:
@@ -336,7 +394,8 @@ class _ChangefeedRun:
             self.tables |= set(work)
             if self.rebuild:
                 self._empty_for_rebuild(work)
-            self._execute(timeline, reduced, work, batches)
+            steps = _Steps(self.zones, self.failures)
+            steps.execute(timeline, reduced, work, self._versions(batches))
         finally:
             reduced.release()
         return self._finish(timeline, counts, batches, work)
@@ -344,7 +403,7 @@ class _ChangefeedRun:
     def _noop(self) -> ChangefeedResult | None:
         if self.rebuild or not self.prior:
             return None
-        if self.mode != s.INCONSISTENT:
+        if self.mode != INCONSISTENT:
             if all(p.applied_ts >= self.target for p in self.prior.values()):
                 if self.target < self.low_ts:
                     self.notes.append(
@@ -386,7 +445,7 @@ class _ChangefeedRun:
             **outcome,
         )
 
-    def _taken(self, name: c.TableName) -> bool:
+    def _taken(self, name: TableName) -> bool:
         """Whether the gold table is another changefeed's; if so, it fails in this one."""
         owner = self.owners.get(name, self.feed.name)
         if owner == self.feed.name or name in self.prior:
@@ -408,8 +467,8 @@ class _ChangefeedRun:
         self.failures[str(name)] = message
         return True
 
-    def _gold(self, name: c.TableName) -> g.GoldTable:
-        return g.GoldTable(
+    def _gold(self, name: TableName) -> GoldTable:
+        return GoldTable(
             self.spark, name, self.layout.gold(name.schema, name.name),
             f"compact:{name}#{self.generation}",
         )  # fmt: skip
@@ -436,7 +495,7 @@ class _ChangefeedRun:
         # Bronze batches up to low_batch are settled: every change in them is applied (or was
         # a replay). Silver is partitioned by bronze batch, so Spark reads only later files.
         unsettled = changes.where(F.col("bronze_batch") > self.low_batch)
-        if self.mode == s.INCONSISTENT or self.lacks_ts:
+        if self.mode == INCONSISTENT or self.lacks_ts:
             # Changes without a TS need their neighbours, whatever their TSs.
             return unsettled
         # Above the target too: those changes keep their batches unsettled (see _counts).
@@ -477,19 +536,14 @@ class _ChangefeedRun:
             )
         return functools.reduce(DataFrame.unionByName, frames) if frames else None
 
-    def _reduce(self, timeline: Timeline) -> tuple[_Reduced, dict, dict[str, int | None]]:
+    def _reduce(
+        self, timeline: Timeline
+    ) -> tuple[_Reduced, dict[TableName, _TableCounts], _Batches]:
         """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
         changes = self._changes()
         if changes is None:
-            return (
-                _Reduced(pa.table({n: [] for n in REDUCED_COLUMNS})),
-                {},
-                {
-                    "max": None,
-                    "pending": None,
-                },
-            )
-        ordered = r.with_order_ts(changes, self._markers() if self.lacks_ts else None)
+            return _Reduced(pa.table({n: [] for n in REDUCED_COLUMNS})), {}, _Batches()
+        ordered = with_order_ts(changes, self._markers() if self.lacks_ts else None)
         applied = self.spark.createDataFrame(
             [
                 (name.schema, name.name, p.applied_ts, p.applied_batch)
@@ -498,33 +552,37 @@ class _ChangefeedRun:
             ],
             "schema string, table string, applied_ts long, applied_batch long",
         )
-        selected = r.with_selection(
+        selected = with_selection(
             ordered,
             applied,
-            target_ts=self.target if self.mode != s.INCONSISTENT else None,
+            target_ts=self.target if self.mode != INCONSISTENT else None,
             default_ts=self.low_ts,
             default_batch=self.low_batch,
         )
         # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
         # the images of a large run would not fit a small driver.
         counts, batches = self._counts(selected)
-        barriers = {
-            (name.schema, name.name): [b.ts for b in timeline.barriers_of(name)]
-            for name in {n for b in timeline.barriers for n in b.tables}
-        }
+        splits, points = {}, {}
+        for name in {n for b in timeline.barriers for n in b.tables}:
+            segments = timeline.segments_of(name)
+            splits[(name.schema, name.name)] = [segment.end for segment in segments[:-1]]
+            for segment in segments:
+                if segment.folds:
+                    points[(name.schema, name.name, segment.number)] = segment.points(name)
         handles = self._fallback_handles(timeline)
-        applying = r.with_segment(selected.where(F.col("selected")), barriers)
-        reduced = r.last_per_key(r.key_actions(applying, handles)).select(*REDUCED_COLUMNS)
-        if sum(int(count.get("read") or 0) for count in counts.values()) <= COLLECT_LIMIT:
+        applying = with_segment(selected.where(F.col("selected")), splits)
+        applying = with_folds(applying, points)
+        reduced = last_per_key(key_actions(applying, handles)).select(*REDUCED_COLUMNS)
+        if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
             return _Reduced(reduced.toArrow()), counts, batches
         spill = self.layout.root / SCRATCH / f"compact-{self.feed.name}"
         return _Reduced.spilled(reduced, spill), counts, batches
 
-    def _counts(self, marked: DataFrame) -> tuple[dict, dict[str, int | None]]:
+    def _counts(self, marked: DataFrame) -> tuple[dict[TableName, _TableCounts], _Batches]:
         """Per table: changes read, distinct, left for later; the batch bounds of the run."""
         selected = F.col("selected")
         unsettled = F.lit(False)  # a change this run leaves for a later one
-        if self.mode != s.INCONSISTENT:
+        if self.mode != INCONSISTENT:
             unsettled = ~selected & (
                 F.col("order_ts").isNull() | (F.col("order_ts") > F.lit(self.target))
             )
@@ -545,15 +603,19 @@ class _ChangefeedRun:
             .collect()
         )
         counts = {
-            c.TableName(row.schema, row.table): row.asDict()
-            | {"duplicates": (row.read or 0) - (row.changes or 0)}
+            TableName(row.schema, row.table): _TableCounts(
+                read=int(row.read or 0),
+                changes=int(row.changes or 0),
+                pending=int(row.pending or 0),
+                max_ts=row.max_ts,
+            )
             for row in rows
         }
         pending = [row.pending_batch for row in rows if row.pending_batch is not None]
-        batches = {
-            "max": max((row.max_batch for row in rows), default=None),
-            "pending": min(pending) if pending else None,
-        }
+        batches = _Batches(
+            latest=max((row.max_batch for row in rows), default=None),
+            pending=min(pending) if pending else None,
+        )
         return counts, batches
 
     def _fallback_handles(self, timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -567,77 +629,205 @@ class _ChangefeedRun:
 
     # --- planning the steps --------------------------------------------------------------
 
-    def _tables(self, timeline: Timeline, reduced: _Reduced) -> list[c.TableName]:
+    def _tables(self, timeline: Timeline, reduced: _Reduced) -> list[TableName]:
         names = set(self.prior)
         for barrier in timeline.barriers:
             names |= barrier.tables
         for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
             names |= {name for name, info in catalog.tables.items() if info.complete}
-        names |= {c.TableName(schema, table) for schema, table, _ in reduced.keys}
+        names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
 
-    def _versions(self, batches: dict[str, int | None]) -> _Versions:
-        if self.mode == s.INCONSISTENT:
-            top = max(self.low_batch, batches["max"] if batches["max"] is not None else -1)
+    def _versions(self, batches: _Batches) -> _Versions:
+        if self.mode == INCONSISTENT:
+            top = max(self.low_batch, batches.latest if batches.latest is not None else -1)
             return _Versions(None, (top + 1) * STEPS_PER_RUN)
         return _Versions(self.target, None)
 
-    def _empty_for_rebuild(self, work: dict[c.TableName, _TableWork]) -> None:
+    def _empty_for_rebuild(self, work: dict[TableName, _TableWork]) -> None:
         for item in work.values():
             if item.gold.exists():
                 # Version 0 of the new generation's ddl app: before every later step.
                 ddl = item.ddl_gold()
                 item.commits += ddl.empty(0)
 
-    def _execute(
+    # --- the state -----------------------------------------------------------------------
+
+    def _finish(
+        self,
+        timeline: Timeline,
+        counts: dict[TableName, _TableCounts],
+        batches: _Batches,
+        work: dict[TableName, _TableWork],
+    ) -> ChangefeedResult:
+        final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
+        latest = max(self.low_batch, batches.latest if batches.latest is not None else -1)
+        if self.mode != INCONSISTENT and batches.pending is not None:
+            applied_batch = batches.pending - 1
+        else:
+            applied_batch = latest
+        states, results = [], []
+        for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
+            count = counts.get(name, _TableCounts())
+            if item.failed:
+                # The table keeps what it reflected before (nothing, if it is new), so the next
+                # run reads its changes again and retries.
+                prior = item.prior
+                states.append(_failed_state(self.feed.name, item, self.generation))
+                results.append(
+                    TableResult(
+                        str(name),
+                        "failed",
+                        None,
+                        prior.applied_ts if prior else None,
+                        reason=item.reasons[-1],
+                    )
+                )
+                continue
+            state = self._state(item, count, final.info(name), applied_batch)
+            states.append(state)
+            results.append(self._table_result(item, count, state))
+        if states:
+            version = (
+                self.target if self.mode != INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
+            )
+            write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
+        pending = sum(count.pending for count in counts.values())
+        return self._result(results, pending=pending)
+
+    def _reason(self, item: _TableWork, count: _TableCounts) -> tuple[str, str | None]:
+        """A table's mode and reason after the run."""
+        prior = item.prior
+        carried = prior and prior.reason and not self.rebuild and not _failed(prior)
+        marks = _marks(prior.reason) if carried else []
+        marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
+        # A DDL or a failure makes the table inconsistent; the run's own reasons (the
+        # changefeed's mode, changes held back) leave the mode as it is.
+        mode = INCONSISTENT if marked else self.mode
+        held = count.pending if self.mode != INCONSISTENT else 0
+        reason = _join_reasons(self.mode_reason, self._held_reason(held) if held else None, marked)
+        return mode, reason
+
+    def _state(
+        self, item: _TableWork, count: _TableCounts, info: TableInfo, applied_batch: int
+    ) -> TableState:
+        """The state row of a table compacted in this run."""
+        prior = item.prior
+        applied_ts = self.target
+        if self.mode == INCONSISTENT:
+            seen = [count.max_ts, prior.applied_ts if prior else None]
+            applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
+        mode, reason = self._reason(item, count)
+        return TableState(
+            changefeed=self.feed.name,
+            schema=item.name.schema,
+            table=item.name.name,
+            path=str(item.gold.path),
+            mode=mode,
+            watermark=self.target if self.mode != INCONSISTENT else None,
+            applied_ts=applied_ts,
+            applied_batch=applied_batch,
+            rows=item.gold.rows(),
+            columns=describe_schema(item.gold.schema(), info.specs),
+            handle_key=list(item.keys or info.handle or (prior.handle_key if prior else []) or []),
+            dropped=item.dropped if item.dropped is not None else bool(prior and prior.dropped),
+            reason=reason,
+            generation=self.generation,
+            gold_version=item.gold.version(),
+        )
+
+    def _table_result(
+        self, item: _TableWork, count: _TableCounts, state: TableState
+    ) -> TableResult:
+        prior = item.prior
+        return TableResult(
+            table=str(item.name),
+            mode=state.mode,
+            watermark=state.watermark,
+            previous=prior.applied_ts if prior and not self.rebuild else None,
+            changes=count.changes,
+            duplicates=count.duplicates,
+            upserts=item.upserts,
+            deletes=item.deletes,
+            ddl=item.ddl,
+            rows=state.rows,
+            version=state.gold_version,
+            commits=item.commits,
+            dropped=state.dropped,
+            reason=state.reason,
+            zero_dates=item.zero_dates,
+        )
+
+    def _held_reason(self, held: int) -> str:
+        where = "cut-off" if self.mode == CUTOFF else "target"
+        advice = (
+            "raise cutoff-ts once later data has landed"
+            if self.mode == CUTOFF
+            else "a later run applies them once a later TS arrives in their partitions"
+        )
+        return (
+            f"{HELD_BACK}{held} changes without a commit TS (deletes after the last TS <= "
+            f"{where} {self.target} in their partition): rows they delete may still be in "
+            f"gold ({advice})"
+        )
+
+
+class _Steps:
+    """A run's steps on gold, in commit order: each table's segments (its changes with the DDLs
+    folded into them) and the barriers that split tables. A failing table is marked failed in
+    ``failures`` and skipped from then on; the others go on."""
+
+    def __init__(self, zones: dict[str, str], failures: dict[str, str]):
+        self.zones = zones  # topic -> the time zone its TIMESTAMP text is read in
+        self.failures = failures
+
+    def execute(
         self,
         timeline: Timeline,
         reduced: _Reduced,
-        work: dict[c.TableName, _TableWork],
-        batches: dict[str, int | None],
+        work: dict[TableName, _TableWork],
+        versions: _Versions,
     ) -> None:
-        versions = self._versions(batches)
-        steps: list[tuple[tuple, Any]] = []
+        steps: list[tuple[tuple, _SegmentStep | Barrier]] = []
         for name, item in work.items():
-            known = [b for b in timeline.barriers_of(name) if b.ts is not None]
-            for number in range(len(known) + 1):
-                segment = (name.schema, name.name, number)
-                if segment not in reduced.keys:
+            for segment in timeline.segments_of(name):
+                key = (name.schema, name.name, segment.number)
+                if key not in reduced.keys and not segment.folds:
                     continue
-                end = known[number].ts if number < len(known) else None
-                key = (end if end is not None else _INFINITY, 0, str(name))
-                steps.append((key, ("merge", item, number, segment, end)))
+                end = segment.end if segment.end is not None else _INFINITY
+                steps.append(((end, 0, str(name)), _SegmentStep(item, segment, key)))
         for position, barrier in enumerate(timeline.barriers):
             ts = barrier.ts if barrier.ts is not None else _INFINITY
-            steps.append(((ts, 1, position), ("ddl", barrier)))
+            steps.append(((ts, 1, position), barrier))
         steps.sort(key=lambda step: step[0])
         for number, (_, step) in enumerate(steps):
-            if step[0] == "merge":
-                _, item, segment, key, end = step
-                version = versions.merge(end, number)
-                self._merge(timeline, item, segment, reduced, key, version)
+            if isinstance(step, _SegmentStep):
+                self._segment(step, reduced, versions, number)
             else:
-                self._ddl(step[1], work, versions, number)
+                self._ddl(timeline, step, work, versions, number)
 
-    def _merge(
-        self,
-        timeline: Timeline,
-        item: _TableWork,
-        segment: int,
-        reduced: _Reduced,
-        key: tuple[str, str, int],
-        version: int,
+    def _segment(
+        self, step: _SegmentStep, reduced: _Reduced, versions: _Versions, number: int
     ) -> None:
+        """A segment's folded DDLs and changes: at most a reshape of gold's columns, then one
+        merge (after a TRUNCATE: one commit replacing the rows)."""
+        item, segment = step.item, step.segment
         if item.failed:
             return
-        info = timeline.catalog_for_segment(item.name, segment).info(item.name)
+        info = segment.catalog.info(item.name)
+        version = versions.merge(segment.end, number)
         try:
-            if reduced.size(key) > COLLECT_LIMIT and item.gold.rows() == 0:
-                stats = self._append(item, info, reduced.frame(key), version)
-            else:
-                typed = g.type_segment(reduced.rows(key), info, item.gold.schema(), self.zones)
-                item.commits += item.gold.merge(typed, version)
-                item.keys, stats = typed.keys, typed.stats
+            shape = self._shape(item, segment)
+            if shape.changed and not shape.reset:
+                reshape = versions.ddl(item.name, segment.folds[-1].ts, number)
+                if reshape is None:
+                    raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
+                item.commits += item.ddl_gold().reshape(shape.schema, reshape)
+            if step.key not in reduced.keys:
+                if shape.reset:
+                    item.commits += self._emptied(item, shape.schema, version)
+                return
+            stats = self._apply(item, info, shape, reduced, step.key, version)
         except (GoldError, ValueError, pa.ArrowException) as exc:
             item.fail(str(exc))
             self.failures[str(item.name)] = str(exc)
@@ -651,11 +841,75 @@ class _ChangefeedRun:
                 "handle-key-only option): their other columns are NULL in gold"
             )
 
-    def _append(self, item: _TableWork, info: c.TableInfo, frame: DataFrame, version: int):
-        """A large segment into an empty gold table (an initial load): typed on the executors
-        and appended by write_delta, never collected to the driver."""
-        handles, specs = g.frame_specs(frame)
-        plan = g.plan_segment(info, handles, specs, item.gold.schema())
+    def _shape(self, item: _TableWork, segment: Segment) -> _Shape:
+        """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
+        CREATE TABLE's columns, added ones appended (after _commit_ts), dropped ones gone."""
+        present = item.gold.schema()
+        schema, reset = present, False
+        for barrier in segment.folds:
+            for effect in _combined(barrier.effects_on(item.name)):
+                if isinstance(effect, Inconsistent):
+                    item.reasons.append(effect.reason)
+                    continue
+                item.ddl += 1
+                if isinstance(effect, Create):
+                    item.dropped, reset = False, True
+                    if effect.columns:
+                        schema = _create_schema(effect.columns)
+                elif isinstance(effect, Truncate):
+                    reset = True
+                elif schema is None:
+                    continue  # no gold table: nothing to change
+                elif isinstance(effect, AddColumns):
+                    new = [(n, spec) for n, spec in effect.columns if n not in schema.names]
+                    for name, spec in new:
+                        schema = schema.append(pa.field(name, _gold_arrow(spec)))
+                elif isinstance(effect, DropColumns):
+                    for name in effect.names:
+                        if name in schema.names:
+                            schema = schema.remove(schema.get_field_index(name))
+        changed = schema is not None and (present is None or schema.names != present.names)
+        return _Shape(schema, reset, changed)
+
+    def _emptied(self, item: _TableWork, schema: pa.Schema | None, version: int) -> int:
+        """A reset without changes after it: gold empty, with ``schema``."""
+        return 0 if schema is None else item.gold.create(schema, version)
+
+    def _apply(
+        self,
+        item: _TableWork,
+        info: TableInfo,
+        shape: _Shape,
+        reduced: _Reduced,
+        key: tuple[str, str, int],
+        version: int,
+    ) -> SegmentStats:
+        """The segment's reduced changes into gold: merged, or replacing its rows after a
+        reset; a large one into an empty table typed and written by the executors."""
+        if reduced.size(key) > COLLECT_LIMIT and (shape.reset or item.gold.rows() == 0):
+            return self._append(item, info, reduced.frame(key), version, shape)
+        typed = type_segment(reduced.rows(key), info, shape.schema, self.zones)
+        if shape.schema is not None:
+            typed = _in_order(typed, shape.schema)
+        if shape.reset:
+            item.commits += item.gold.replace_rows(typed, version)
+        else:
+            item.commits += item.gold.merge(typed, version)
+        item.keys = typed.keys
+        return typed.stats
+
+    def _append(
+        self,
+        item: _TableWork,
+        info: TableInfo,
+        frame: DataFrame,
+        version: int,
+        shape: _Shape,
+    ):
+        """A large segment into an empty gold table (an initial load, or after a reset): typed
+        on the executors and written by write_delta, never collected to the driver."""
+        handles, specs = frame_specs(frame)
+        plan = plan_segment(info, handles, specs, shape.schema)
         totals = frame.agg(
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
@@ -665,13 +919,16 @@ class _ChangefeedRun:
         # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
         # files it does not touch (changes cluster on recent keys in most tables).
         files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
-        typed = g.typed_frame(frame, plan, self.zones)
+        typed = typed_frame(frame, plan, self.zones)
         keys = [F.col(f"`{key}`") for key in plan.keys]
         clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
-        item.commits += item.gold.append(clustered, version)
+        if item.gold.exists() and (shape.reset or shape.changed):
+            item.commits += item.gold.load(clustered, version)
+        else:
+            item.commits += item.gold.append(clustered, version)
         item.keys = plan.keys
         # Zero dates are not counted on this path (the executors type the values).
-        return g.SegmentStats(
+        return SegmentStats(
             upserts=rows - int(totals.deletes or 0),
             deletes=int(totals.deletes or 0),
             key_only=int(totals.key_only or 0),
@@ -679,24 +936,23 @@ class _ChangefeedRun:
 
     def _ddl(
         self,
+        timeline: Timeline,
         barrier: Barrier,
-        work: dict[c.TableName, _TableWork],
+        work: dict[TableName, _TableWork],
         versions: _Versions,
         number: int,
     ) -> None:
-        per_table: dict[c.TableName, int] = {}
+        """A barrier's effects on the tables it splits (folded ones: ``_segment``)."""
         for effect in _combined(barrier.effects):
             item = work.get(effect.table)
-            if item is None or item.failed:
+            if item is None or item.failed or not timeline.splits(barrier, effect.table):
                 continue
-            sub = per_table.get(effect.table, 0)
-            per_table[effect.table] = sub + 1
-            if sub >= EFFECTS_PER_DDL:
+            version = versions.ddl(effect.table, barrier.ts, number)
+            if version is None:
                 item.fail(f"{barrier.ddl.record.describe()} has more than {EFFECTS_PER_DDL} "
                           "effects on the table")  # fmt: skip
                 self.failures[str(item.name)] = item.reasons[-1]
                 continue
-            version = versions.ddl(barrier.ts, sub, number)
             try:
                 self._effect(effect, item, work, barrier, version)
             except (GoldError, ValueError, pa.ArrowException) as exc:
@@ -706,14 +962,14 @@ class _ChangefeedRun:
 
     def _effect(
         self,
-        effect: c.Effect,
+        effect: Effect,
         item: _TableWork,
-        work: dict[c.TableName, _TableWork],
+        work: dict[TableName, _TableWork],
         barrier: Barrier,
         version: int,
     ) -> None:
         gold = item.ddl_gold()
-        if isinstance(effect, c.Inconsistent):
+        if isinstance(effect, Inconsistent):
             item.reasons.append(effect.reason)
             return
         item.ddl += 1
@@ -723,34 +979,30 @@ class _ChangefeedRun:
                 "the changes of the run, having no TS to place it by: rows upstream wrote after "
                 "it are missing from gold, rows it removed before later changes may remain"
             )
-        if isinstance(effect, c.Create):
+        if isinstance(effect, Create):
             item.dropped = False
             if not effect.replace and gold.exists():
                 fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
                 item.commits += gold.add_columns(fields, version)
             elif effect.columns:
-                schema = pa.schema(
-                    [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
-                    + [pa.field(g.COMMIT_TS, pa.int64())]
-                )
-                item.commits += gold.create(schema, version)
+                item.commits += gold.create(_create_schema(effect.columns), version)
             else:
                 item.commits += gold.empty(version)
-        elif isinstance(effect, c.AddColumns):
+        elif isinstance(effect, AddColumns):
             fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
             item.commits += gold.add_columns(fields, version)
-        elif isinstance(effect, c.DropColumns):
+        elif isinstance(effect, DropColumns):
             present = gold.schema()
             if present is not None and any(n in present.names for n in effect.names):
                 item.commits += gold.drop_columns(effect.names, version)
-        elif isinstance(effect, c.AlterColumn):
+        elif isinstance(effect, AlterColumn):
             self._alter(effect, gold, item, version)
-        elif isinstance(effect, c.Truncate):
+        elif isinstance(effect, Truncate):
             item.commits += gold.empty(version)
-        elif isinstance(effect, c.Drop):
+        elif isinstance(effect, Drop):
             item.commits += gold.empty(version)
             item.dropped = True
-        elif isinstance(effect, c.Move):
+        elif isinstance(effect, Move):
             target = work.get(effect.new)
             if target is not None and not target.failed:
                 target.commits += gold.copy_to(target.ddl_gold(), version)
@@ -758,10 +1010,10 @@ class _ChangefeedRun:
                 target.ddl += 1
             item.commits += gold.empty(version)
             item.dropped = True
-        elif isinstance(effect, c.DeleteRows):
-            item.commits += gold.rewrite(g.delete_rows(effect.rows), version)
+        elif isinstance(effect, DeleteRows):
+            item.commits += gold.rewrite(delete_rows(effect.rows), version)
 
-    def _alter(self, effect: c.AlterColumn, gold: g.GoldTable, item, version: int) -> None:
+    def _alter(self, effect: AlterColumn, gold: GoldTable, item, version: int) -> None:
         present = gold.schema()
         if present is None or effect.old_name not in present.names:
             return
@@ -770,124 +1022,8 @@ class _ChangefeedRun:
         if target == current and effect.new_name == effect.old_name:
             return  # the gold type is the same (VARCHAR(10) → VARCHAR(20), new ENUM members)
         item.commits += gold.rewrite(
-            g.alter_column(effect.old_name, effect.new_name, None if target == current else target),
+            alter_column(effect.old_name, effect.new_name, None if target == current else target),
             version,
-        )
-
-    # --- the state -----------------------------------------------------------------------
-
-    def _finish(
-        self,
-        timeline: Timeline,
-        counts: dict,
-        batches: dict[str, int | None],
-        work: dict[c.TableName, _TableWork],
-    ) -> ChangefeedResult:
-        final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
-        if self.mode == s.INCONSISTENT:
-            applied_batch = max(
-                self.low_batch, batches["max"] if batches["max"] is not None else -1
-            )
-        elif batches["pending"] is not None:
-            applied_batch = batches["pending"] - 1
-        else:
-            applied_batch = max(
-                self.low_batch, batches["max"] if batches["max"] is not None else -1
-            )
-        states, results = [], []
-        for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
-            prior = item.prior
-            count = counts.get(name, {})
-            applied_ts = self.target
-            if self.mode == s.INCONSISTENT:
-                seen = [count.get("max_ts"), prior.applied_ts if prior else None]
-                applied_ts = max((v for v in seen if v is not None), default=self.low_ts)
-            carried = prior and prior.reason and not self.rebuild and not _failed(prior)
-            marks = _marks(prior.reason) if carried else []
-            marked = _join_reasons(*dict.fromkeys(marks + item.reasons))
-            # A DDL or a failure makes the table inconsistent; the run's own reasons (the
-            # changefeed's mode, changes held back) leave the mode as it is.
-            mode = s.INCONSISTENT if marked else self.mode
-            held = int(count.get("pending") or 0) if self.mode != s.INCONSISTENT else 0
-            reason = _join_reasons(
-                self.mode_reason, self._held_reason(held) if held else None, marked
-            )
-            schema = item.gold.schema()
-            info = final.info(name)
-            dropped = item.dropped if item.dropped is not None else bool(prior and prior.dropped)
-            if item.failed:
-                # The table keeps what it reflected before (nothing, if it is new), so the next
-                # run reads its changes again and retries.
-                states.append(_failed_state(self.feed.name, item, self.generation))
-                results.append(
-                    TableResult(
-                        str(name),
-                        "failed",
-                        None,
-                        prior.applied_ts if prior else None,
-                        reason=item.reasons[-1],
-                    )
-                )
-                continue
-            rows = item.gold.rows()
-            state = s.TableState(
-                changefeed=self.feed.name,
-                schema=name.schema,
-                table=name.name,
-                path=str(item.gold.path),
-                mode=mode,
-                watermark=self.target if self.mode != s.INCONSISTENT else None,
-                applied_ts=applied_ts,
-                applied_batch=applied_batch,
-                rows=rows,
-                columns=g.describe_schema(schema, info.specs),
-                handle_key=list(
-                    item.keys or info.handle or (prior.handle_key if prior else []) or []
-                ),
-                dropped=dropped,
-                reason=reason,
-                generation=self.generation,
-                gold_version=item.gold.version(),
-            )
-            states.append(state)
-            results.append(
-                TableResult(
-                    table=str(name),
-                    mode=mode,
-                    watermark=state.watermark,
-                    previous=prior.applied_ts if prior and not self.rebuild else None,
-                    changes=int(count.get("changes") or 0),
-                    duplicates=int(count.get("duplicates") or 0),
-                    upserts=item.upserts,
-                    deletes=item.deletes,
-                    ddl=item.ddl,
-                    rows=rows,
-                    version=state.gold_version,
-                    commits=item.commits,
-                    dropped=dropped,
-                    reason=reason,
-                    zero_dates=item.zero_dates,
-                )
-            )
-        if states:
-            version = (
-                self.target if self.mode != s.INCONSISTENT else (applied_batch + 1) * STEPS_PER_RUN
-            )
-            s.write_state(self.layout.gold_state, self.feed.name, states, version, self.generation)
-        pending = sum(int(count.get("pending") or 0) for count in counts.values())
-        return self._result(results, pending=pending)
-
-    def _held_reason(self, held: int) -> str:
-        where = "cut-off" if self.mode == s.CUTOFF else "target"
-        advice = (
-            "raise cutoff-ts once later data has landed"
-            if self.mode == s.CUTOFF
-            else "a later run applies them once a later TS arrives in their partitions"
-        )
-        return (
-            f"{HELD_BACK}{held} changes without a commit TS (deletes after the last TS <= "
-            f"{where} {self.target} in their partition): rows they delete may still be in "
-            f"gold ({advice})"
         )
 
 
@@ -895,9 +1031,9 @@ class _ChangefeedRun:
 class _TableWork:
     """One gold table's progress in a run."""
 
-    name: c.TableName
-    gold: g.GoldTable
-    prior: s.TableState | None
+    name: TableName
+    gold: GoldTable
+    prior: TableState | None
     upserts: int = 0
     deletes: int = 0
     ddl: int = 0
@@ -908,9 +1044,9 @@ class _TableWork:
     failed: bool = False
     reasons: list[str] = field(default_factory=list)
 
-    def ddl_gold(self) -> g.GoldTable:
+    def ddl_gold(self) -> GoldTable:
         """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
-        return g.GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
+        return GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
 
     def fail(self, reason: str) -> None:
         self.failed = True
@@ -921,11 +1057,54 @@ _INFINITY = float("inf")
 
 
 @dataclass(frozen=True)
+class _TableCounts:
+    """A table's changes in a run."""
+
+    read: int = 0  # selected for this run, replays included
+    changes: int = 0  # distinct events among them
+    pending: int = 0  # changes without a commit TS left for a later run
+    max_ts: int | None = None  # the largest order TS selected
+
+    @property
+    def duplicates(self) -> int:
+        return self.read - self.changes
+
+
+@dataclass(frozen=True)
+class _Batches:
+    """The bronze batches a run read."""
+
+    latest: int | None = None  # the latest one
+    pending: int | None = None  # the first holding a change left for a later run
+
+
+@dataclass(frozen=True)
+class _SegmentStep:
+    """A step of a run: one table's segment (its folded DDLs and its changes) into gold."""
+
+    item: _TableWork
+    segment: Segment
+    key: tuple[str, str, int]  # the segment's key in the reduced change set
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A gold table's columns after a segment's folded DDLs, before its changes."""
+
+    schema: pa.Schema | None  # None: no gold table yet
+    reset: bool  # emptied (TRUNCATE, CREATE TABLE): the changes replace its rows
+    changed: bool  # columns differ from gold's
+
+
+@dataclass
 class _Versions:
     """App-transaction versions of a run's steps; they only grow along the change log."""
 
     target: int | None  # the TS of a consistent run
     base: int | None  # inconsistent runs: steps numbered from here
+    # DDL effects given a version per (table, TS or step): two DDLs at one TS (or a DDL and a
+    # segment's reshape) take successive versions, so neither is taken for the other's rerun.
+    used: dict[tuple, int] = field(default_factory=dict)
 
     def merge(self, end_ts: int | None, step: int) -> int:
         if self.base is not None:
@@ -933,8 +1112,16 @@ class _Versions:
         # Changes before a DDL at TS t all have TS < t; the last segment ends at the target.
         return (end_ts - 1) if end_ts is not None else self.target
 
-    def ddl(self, ts: int | None, sub: int, step: int) -> int:
-        if self.base is not None or ts is None:
+    def ddl(self, table: TableName, ts: int | None, step: int) -> int | None:
+        """The next version of a DDL effect on ``table`` at ``ts`` (None: more effects than
+        EFFECTS_PER_DDL at one TS)."""
+        numbered = self.base is not None or ts is None
+        point = (table, step) if numbered else (table, ts)
+        sub = self.used.get(point, 0)
+        self.used[point] = sub + 1
+        if sub >= EFFECTS_PER_DDL:
+            return None
+        if numbered:
             return (self.base or 0) + step * EFFECTS_PER_DDL + sub
         return ts * EFFECTS_PER_DDL + sub
 
@@ -1036,10 +1223,10 @@ _RUN_REASONS = (NO_CONSISTENT_CUT, HELD_BACK)
 _SEPARATOR = "; "
 # Effects that change rows, named for a reason: without a TS they are misplaced in time.
 ROW_EFFECTS = {
-    c.Truncate: "TRUNCATE",
-    c.Drop: "DROP TABLE",
-    c.Move: "RENAME",
-    c.DeleteRows: "partition DDL deleting rows",
+    Truncate: "TRUNCATE",
+    Drop: "DROP TABLE",
+    Move: "RENAME",
+    DeleteRows: "partition DDL deleting rows",
 }
 
 
@@ -1077,29 +1264,29 @@ def _marks(reason: str) -> list[str]:
     return [part for part in reason.split(_SEPARATOR) if not part.startswith(_RUN_REASONS)]
 
 
-def _changefeed_mode(state: s.TableState) -> str | None:
+def _changefeed_mode(state: TableState) -> str | None:
     """The mode of the changefeed that wrote a state row; None when a DDL or a failure marked
     the table inconsistent in a changefeed of a consistent mode (which, the row cannot say)."""
-    if state.mode != s.INCONSISTENT or state.reason is None:
+    if state.mode != INCONSISTENT or state.reason is None:
         return state.mode
     if any(p.startswith(NO_CONSISTENT_CUT) for p in state.reason.split(_SEPARATOR)):
-        return s.INCONSISTENT
+        return INCONSISTENT
     return None
 
 
-def _failed(state: s.TableState) -> bool:
+def _failed(state: TableState) -> bool:
     return bool(state.reason and state.reason.startswith(FAILED))
 
 
-def _failed_state(changefeed: str, item: _TableWork, generation: int) -> s.TableState:
+def _failed_state(changefeed: str, item: _TableWork, generation: int) -> TableState:
     """The state of a table whose compaction failed: as before the run, with the reason."""
     prior = item.prior
-    return s.TableState(
+    return TableState(
         changefeed=changefeed,
         schema=item.name.schema,
         table=item.name.name,
         path=str(item.gold.path),
-        mode=s.INCONSISTENT,
+        mode=INCONSISTENT,
         watermark=prior.watermark if prior else None,
         applied_ts=prior.applied_ts if prior else -1,
         applied_batch=prior.applied_batch if prior else -1,
@@ -1113,23 +1300,23 @@ def _failed_state(changefeed: str, item: _TableWork, generation: int) -> s.Table
     )
 
 
-def _combined(effects: list[c.Effect]) -> list[c.Effect]:
+def _combined(effects: list[Effect]) -> list[Effect]:
     """Consecutive ADD/DROP COLUMN effects on one table as one (ALTER TABLE t ADD a, ADD b)."""
-    combined: list[c.Effect] = []
+    combined: list[Effect] = []
     for effect in effects:
         last = combined[-1] if combined else None
         if (
-            isinstance(effect, c.AddColumns)
-            and isinstance(last, c.AddColumns)
+            isinstance(effect, AddColumns)
+            and isinstance(last, AddColumns)
             and last.table == effect.table
         ):
-            combined[-1] = c.AddColumns(effect.table, last.columns + effect.columns)
+            combined[-1] = AddColumns(effect.table, last.columns + effect.columns)
         elif (
-            isinstance(effect, c.DropColumns)
-            and isinstance(last, c.DropColumns)
+            isinstance(effect, DropColumns)
+            and isinstance(last, DropColumns)
             and last.table == effect.table
         ):
-            combined[-1] = c.DropColumns(effect.table, last.names + effect.names)
+            combined[-1] = DropColumns(effect.table, last.names + effect.names)
         else:
             combined.append(effect)
     return combined
@@ -1137,6 +1324,20 @@ def _combined(effects: list[c.Effect]) -> list[c.Effect]:
 
 def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
     return gold_type(spec).arrow
+
+
+def _in_order(typed: TypedSegment, schema: pa.Schema) -> TypedSegment:
+    """The segment's columns in ``schema``'s order, then any others: a table it creates
+    (after a CREATE TABLE folded in) has the columns in the order the barrier path gives."""
+    names = typed.data.column_names
+    order = [n for n in schema.names if n in names] + [n for n in names if n not in schema.names]
+    return dataclasses.replace(typed, data=typed.data.select(order))
+
+
+def _create_schema(columns: tuple[tuple[str, ColumnSpec], ...]) -> pa.Schema:
+    """The gold columns of a CREATE TABLE."""
+    fields = [pa.field(n, _gold_arrow(spec)) for n, spec in columns]
+    return pa.schema([*fields, pa.field(COMMIT_TS, pa.int64())])
 
 
 __all__ = [

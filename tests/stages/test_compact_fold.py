@@ -1,0 +1,253 @@
+"""Folded DDLs (one step per table per run) equal a barrier per DDL (the reference path).
+
+Random change/DDL logs on two tables are compacted twice, once with ``fold_ddl=False`` (every
+DDL a barrier with its own Delta commits) and once folded, in two runs each; gold must be the
+same row for row and column for column, and the folded path must take at most two gold commits
+per table per run (MODIFY COLUMN, still a barrier, adds its own).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from ticdc_lake.gold import tables as gold_tables
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.stages import compact as compact_stage
+from ticdc_lake.stages.compact import compact
+from ticdc_lake.stages.watermark import watermark
+
+from tests.gold import silver_input as si
+from tests.stages.test_compact import _column, _Log
+
+TABLES = ("a", "b")
+ADDED = ("c1", "c2", "c3")
+
+
+@dataclass
+class _Table:
+    """What a generated table looks like upstream as the log goes."""
+
+    columns: dict[str, str] = field(default_factory=lambda: {"v": "c_int"})
+    rows: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def image(self, key: int, seed: int) -> dict:
+        image = {"id": _column("c_int", key, key=True)}
+        for number, (name, type_name) in enumerate(self.columns.items()):
+            value = None if (seed + number) % 5 == 0 else seed * 10 + number
+            image[name] = _column(type_name, value)
+        return image
+
+
+# One operation: (kind, table, key or column, same TS as the operation before it).
+OPERATIONS = st.tuples(
+    st.sampled_from(
+        ["insert", "insert", "update", "update", "delete", "add", "drop", "truncate", "modify"]
+    ),
+    st.sampled_from(TABLES),
+    st.integers(1, 3),
+    st.booleans(),
+)
+
+
+def _log(operations) -> tuple[_Log, int, int]:
+    """The change log of ``operations`` after each table's CREATE TABLE; its mid and last TS."""
+    log, tables, ts = _Log(), {name: _Table() for name in TABLES}, 100
+    for name in TABLES:
+        log.ddl(ts, f"CREATE TABLE s.{name} (id int PRIMARY KEY, v int)", name)
+        ts += 10
+    mid = None
+    for number, (kind, name, key, same_ts) in enumerate(operations):
+        if not same_ts:
+            ts += 10
+        if number == len(operations) // 2:
+            mid = ts - 1
+        table = tables[name]
+        if kind in ("insert", "update", "delete"):
+            _row_change(log, ts, name, table, kind, key, seed=number)
+        elif kind == "add":
+            column = next((c for c in ADDED if c not in table.columns), None)
+            if column is not None:
+                table.columns[column] = "c_int"
+                log.ddl(ts, f"ALTER TABLE s.{name} ADD COLUMN {column} int DEFAULT 7", name)
+        elif kind == "drop":
+            column = [c for c in table.columns if c != "v"][key % 2 :][:1] or ["v"]
+            if len(table.columns) > 1:
+                del table.columns[column[0]]
+                log.ddl(ts, f"ALTER TABLE s.{name} DROP COLUMN {column[0]}", name)
+        elif kind == "truncate":
+            table.rows.clear()
+            log.ddl(ts, f"TRUNCATE TABLE s.{name}", name)
+        elif "v" in table.columns and table.columns["v"] == "c_int":
+            table.columns["v"] = "c_bigint"
+            log.ddl(ts, f"ALTER TABLE s.{name} MODIFY COLUMN v bigint", name)
+    log.resolved(ts + 10)
+    return log, mid if mid is not None else ts, ts + 10
+
+
+def _row_change(log: _Log, ts: int, name: str, table: _Table, kind: str, key: int, seed: int):
+    old = table.rows.get(key)
+    if kind == "delete":
+        if old is not None:
+            log.row(ts, name, "delete", None, table.image(key, old["seed"]))
+            del table.rows[key]
+        return
+    new = table.image(key, seed)
+    if old is None:
+        log.row(ts, name, "insert", new)
+    else:
+        log.row(ts, name, "update", new, table.image(key, old["seed"]))
+    table.rows[key] = {"seed": seed}
+
+
+def _gold(layout: LakeLayout) -> dict[str, tuple[list[str], list[dict]]]:
+    found = {}
+    for name in TABLES:
+        path = layout.gold("s", name)
+        if not DeltaTable.is_deltatable(str(path)):
+            found[name] = None
+            continue
+        table = DeltaTable(str(path)).to_pyarrow_table()
+        found[name] = (table.column_names, sorted(table.to_pylist(), key=lambda r: r["id"]))
+    return found
+
+
+def _compacted(spark, root: Path, log: _Log, mid: int, *, fold: bool):
+    """Gold after a run to ``mid`` and after a run to the end; the commits per table per run."""
+    root.mkdir()
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(root, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    states, commits = [], []
+    for until in (mid, None):
+        result = compact(spark, config, until_ts=until, fold_ddl=fold)
+        states.append(_gold(layout))
+        commits.append({name: table.commits for name, table in result.tables.items()})
+    return states, commits
+
+
+def assert_fold_equals_barriers(spark, operations):
+    log, mid, _ = _log(operations)
+    with tempfile.TemporaryDirectory(prefix="fold-") as directory:
+        root = Path(directory)
+        reference, _ = _compacted(spark, root / "barriers", log, mid, fold=False)
+        folded, commits = _compacted(spark, root / "folded", log, mid, fold=True)
+    assert folded == reference
+    # MODIFY COLUMN still splits its table's run (a rewrite, and the merge before it).
+    modified = {f"s.{name}" for kind, name, *_ in operations if kind == "modify"}
+    for run in commits:
+        assert all(count <= (4 if n in modified else 2) for n, count in run.items()), run
+
+
+ADD_BEFORE = [("insert", "a", 1, False), ("add", "a", 1, False), ("update", "a", 2, False)]
+TRUNCATE_BETWEEN = [
+    ("insert", "a", 1, False),
+    ("insert", "a", 2, False),
+    ("truncate", "a", 1, False),
+    ("update", "a", 2, False),
+    ("insert", "a", 1, False),
+]
+SAME_TS = [
+    ("insert", "a", 1, False),
+    ("add", "a", 1, True),
+    ("update", "a", 1, True),
+    ("drop", "a", 1, True),
+    ("insert", "b", 2, True),
+    ("truncate", "b", 1, True),
+    ("insert", "b", 3, True),
+]
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(OPERATIONS, min_size=4, max_size=14))
+@example(ADD_BEFORE)
+@example(TRUNCATE_BETWEEN)
+@example(SAME_TS)
+def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
+    assert_fold_equals_barriers(spark, operations)
+
+
+@pytest.mark.slow
+def test_large_runs_fold_as_small_ones_do(spark, monkeypatch):
+    # Every segment spilled and read by Spark, every rewrite by Spark: the executors' paths.
+    monkeypatch.setattr(compact_stage, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
+    mixed = [("insert", "a", 3, False), ("drop", "a", 0, False), ("insert", "a", 2, False)]
+    assert_fold_equals_barriers(spark, mixed + TRUNCATE_BETWEEN + SAME_TS + ADD_BEFORE)
+
+
+def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of_one_key(
+    spark, tmp_path
+):
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int)", "a")
+    log.row(110, "a", "insert", {"id": _column("c_int", 1, key=True), "v": _column("c_int", 5)})
+    log.ddl(120, "ALTER TABLE s.a ADD COLUMN c1 int DEFAULT 7", "a")
+    for ts in range(130, 1130, 20):  # fifty DDLs and the changes between them: one step
+        log.ddl(ts, "ALTER TABLE s.a ADD COLUMN c2 int", "a")
+        log.ddl(ts + 10, "ALTER TABLE s.a DROP COLUMN c2", "a")
+    log.row(1200, "a", "insert", {"id": _column("c_int", 2, key=True), "v": _column("c_int", 6)})
+    log.ddl(1210, "TRUNCATE TABLE s.a", "a")
+    image = {"id": _column("c_int", 2, key=True), "v": _column("c_int", 8)}
+    log.row(1210, "a", "insert", image | {"c1": _column("c_int", 9)})  # at the DDL's TS: after
+    log.resolved(1300)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+
+    first = compact(spark, config, until_ts=1205).tables["s.a"]
+    rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
+    # Gold holds what the barrier path gives: the row before ADD COLUMN has c1 NULL.
+    assert rows.column_names == ["id", "v", "_commit_ts", "c1"]
+    assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 5, "_commit_ts": 110, "c1": None},
+        {"id": 2, "v": 6, "_commit_ts": 1200, "c1": None},
+    ]
+    assert first.commits <= 2 and first.ddl == 102
+
+    second = compact(spark, config).tables["s.a"]
+    rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist()
+    assert rows == [{"id": 2, "v": 8, "_commit_ts": 1210, "c1": 9}]
+    assert second.commits == 1  # TRUNCATE and the merge after it: one commit
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_two_ddls_at_one_ts_on_one_table_are_both_carried_out(spark, tmp_path, monkeypatch, fold):
+    # Both effects used to get the version TS x 8: the DROP was skipped as already done.
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int)", "a")
+    log.row(110, "a", "insert", {"id": _column("c_int", 1, key=True), "v": _column("c_int", 5)})
+    log.resolved(120)
+    log.ddl(130, "ALTER TABLE s.a ADD COLUMN c1 int", "a")
+    log.ddl(130, "ALTER TABLE s.a DROP COLUMN v", "a")
+    log.resolved(140)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    compact(spark, config, until_ts=120, fold_ddl=fold)
+    with monkeypatch.context() as patch:  # a run killed before it wrote its state
+        patch.setattr(compact_stage, "write_state", lambda *args: None)
+        compact(spark, config, fold_ddl=fold)
+    gold = DeltaTable(str(layout.gold("s", "a")))
+    version = gold.version()
+    rerun = compact(spark, config, fold_ddl=fold).tables["s.a"]
+    assert rerun.commits == 0 and rerun.version == version  # every step found done
+    rows = gold.to_pyarrow_table()
+    assert rows.column_names == ["id", "_commit_ts", "c1"]
+    assert rows.to_pylist() == [{"id": 1, "_commit_ts": 110, "c1": None}]
