@@ -29,7 +29,14 @@ from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
 from ticdc_lake.workload.dispatch import Routing, route
-from ticdc_lake.workload.generator import Workload, gc_paused, generate_workload
+from ticdc_lake.workload.generator import (
+    DDL_HEAVY,
+    Workload,
+    default_replays,
+    gc_paused,
+    generate_workload,
+    profile_named,
+)
 
 TIME_ZONE = "UTC"  # the simulated TiCDC server's zone: TIMESTAMP values are local time there
 
@@ -54,6 +61,7 @@ class GenerateOptions:
     """Everything `ticdc-lake generate` can be asked for."""
 
     protocol: str
+    profile: str = DDL_HEAVY  # the library's default; `generate`, demo and bench use REALISTIC
     partitions: int = 4
     seed: int = 0
     transactions: int = 200
@@ -62,7 +70,7 @@ class GenerateOptions:
     file_compression: str = "none"  # whole-file compression: none | gz | zstd
     dispatcher: str = "index-value"  # index-value | table
     idle_partitions: int = 1
-    replays: int = 3
+    replays: int | None = None  # None: the profile's (default_replays)
     tidb_extension: bool = True
     avro_watermarks: bool = False  # Avro's test-only DDL/checkpoint messages
     max_batch_size: int = 16
@@ -72,6 +80,9 @@ class GenerateOptions:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}")
         if self.transactions < 0:
             raise ValueError("transactions must not be negative")
+        profile_named(self.profile)
+        if self.replays is None:
+            object.__setattr__(self, "replays", default_replays(self.profile, self.transactions))
 
     @property
     def carries_watermarks(self) -> bool:
@@ -166,7 +177,7 @@ def _write_generated(
 ) -> GeneratedOutput:
     out.mkdir(parents=True, exist_ok=True)
     if workload is None:
-        workload = generate_workload(options.seed, options.transactions)
+        workload = generate_workload(options.seed, options.transactions, profile=options.profile)
     routing = route(
         workload,
         options.protocol,
