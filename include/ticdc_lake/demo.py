@@ -41,7 +41,9 @@ from ticdc_lake.errors import ConfigError
 from ticdc_lake.pipeline import PipelineResult, query_hint, render_summary, run_stages
 from ticdc_lake.stages.compact import TableResult
 from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions, write_generated
+from ticdc_lake.workload.generator import DEFAULT_PROFILE
+from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions
+from ticdc_lake.workload.streaming import stream_generated
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,12 @@ class DemoReport:
         return not self.problems and not self.result.failed
 
 
-def sample_options(protocol: str, *, seed: int, transactions: int, partitions: int):
+def sample_options(
+    protocol: str, *, seed: int, transactions: int, partitions: int, profile: str = DEFAULT_PROFILE
+):
     return GenerateOptions(
         protocol=protocol,
+        profile=profile,
         partitions=partitions,
         seed=seed,
         transactions=transactions,
@@ -91,10 +96,18 @@ def _same_sample(directory: Path, options: GenerateOptions) -> bool:
 
 
 def prepare_sample(
-    out: Path, protocol: str, *, seed: int, transactions: int, partitions: int
+    out: Path,
+    protocol: str,
+    *,
+    seed: int,
+    transactions: int,
+    partitions: int,
+    profile: str = DEFAULT_PROFILE,
 ) -> DemoSample:
     """The protocol's sample under ``out/<protocol>``: reused if it matches, else written."""
-    options = sample_options(protocol, seed=seed, transactions=transactions, partitions=partitions)
+    options = sample_options(
+        protocol, seed=seed, transactions=transactions, partitions=partitions, profile=profile
+    )
     directory = out / protocol
     reused = _same_sample(directory, options)
     if not reused:
@@ -105,7 +118,7 @@ def prepare_sample(
                     "samples there; move it or choose another --out"
                 )
             shutil.rmtree(directory)
-        write_generated(directory, options)
+        stream_generated(directory, options)
     notes = []
     if protocol == "avro":
         notes.append(
