@@ -315,7 +315,7 @@ def _run_generate(args) -> int:
     seconds = time.perf_counter() - started
     counts = generated.manifest["counts"]
     print(
-        f"{args.protocol} ({args.profile}): {counts['transactions']} transactions, "
+        f"{args.protocol}: {counts['transactions']} transactions ({args.profile} profile), "
         f"{counts['row_events']} row events, {counts['ddl_events']} DDLs, "
         f"{counts['resolved_points']} resolved TSs -> "
         f"{counts['messages']} Kafka messages ({counts['replayed_messages']} replayed), "
