@@ -20,11 +20,12 @@ def machine_report(load_start: tuple[float, float, float]) -> dict:
     }
 
 
-def _rss_mb(pid: int) -> float:
-    """Resident memory of a process now, in MB (0 once it is gone)."""
+def _memory_mb(pid: int, field: str = "Rss:") -> float:
+    """A process's resident memory now, in MB (0 once it is gone): `Rss:`, or `Pss:` (shared
+    pages divided among their sharers: forked Python workers share most of theirs)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -52,7 +53,8 @@ def _command(pid: int) -> str:
 class MemoryPeaks:
     """Peak resident memory (MB) by role: this Python process (the PySpark driver's Python
     side), the JVM (Spark's driver and, on local[N], its executors), and the Python workers
-    Spark starts (largest one, and all of them together); and the 1-minute load average seen."""
+    Spark starts (the largest one's RSS, and all of them together by PSS, so that pages
+    forked workers share count once); and the 1-minute load average seen."""
 
     python_driver: float = 0.0
     jvm_driver: float = 0.0
@@ -68,7 +70,7 @@ class MemoryPeaks:
                 "python_driver": round(self.python_driver),
                 "jvm_driver": round(self.jvm_driver),
                 "python_worker_max": round(self.python_worker_max),
-                "python_workers_total": round(self.python_workers_total),
+                "python_workers_total_pss": round(self.python_workers_total),
             },
             "load_average_1m": {
                 "max": round(self.load_average_max, 2),
@@ -102,20 +104,21 @@ class ProcessSampler:
 
     def sample(self) -> None:
         peaks, me = self.peaks, os.getpid()
-        peaks.python_driver = max(peaks.python_driver, _rss_mb(me))
-        workers = []
+        peaks.python_driver = max(peaks.python_driver, _memory_mb(me))
+        workers, shares = [], []
         pending = _children(me)
         while pending:
             pid = pending.pop()
             pending += _children(pid)
             command = _command(pid)
             if "java" in command.split(" ", 1)[0]:
-                peaks.jvm_driver = max(peaks.jvm_driver, _rss_mb(pid))
+                peaks.jvm_driver = max(peaks.jvm_driver, _memory_mb(pid))
             elif "pyspark" in command or "python" in command.split(" ", 1)[0]:
-                workers.append(_rss_mb(pid))
+                workers.append(_memory_mb(pid))
+                shares.append(_memory_mb(pid, "Pss:"))
         if workers:
             peaks.python_worker_max = max(peaks.python_worker_max, max(workers))
-            peaks.python_workers_total = max(peaks.python_workers_total, sum(workers))
+            peaks.python_workers_total = max(peaks.python_workers_total, sum(shares))
         load = os.getloadavg()[0]
         peaks.load_samples.append(load)
         peaks.load_average_max = max(peaks.load_average_max, load)

@@ -240,13 +240,13 @@ def print_table(result: dict) -> None:
     print(f"\n{result['profile']}, {result['protocol']}: {events:,} row events, "
           f"{result['kafka_records']:,} Kafka records, load average "
           f"{machine['load_average_start']} -> {machine['load_average_end']}")  # fmt: skip
-    print(f"{'step':<12}{'seconds':>10}{'events/s':>12}{'JVM MB':>9}{'workers MB':>12}{'load':>7}")
+    print(f"{'step':<12}{'seconds':>10}{'events/s':>12}{'JVM MB':>9}{'workers PSS':>12}{'load':>7}")
     print(f"{'floor':<12}{min(result['floor_s']):>10.1f}{result['floor_events_per_s']:>12,}"
           f"   (runs: {result['floor_s']})")  # fmt: skip
     for name, figures in result["stages"].items():
         rss = figures["peak_rss_mb"]
         print(f"{name:<12}{figures['s']:>10.1f}{figures['events_per_s']:>12,}"
-              f"{rss['jvm_driver']:>9,}{rss['python_workers_total']:>12,}"
+              f"{rss['jvm_driver']:>9,}{rss['python_workers_total_pss']:>12,}"
               f"{figures['load_average_1m']['max']:>7}")  # fmt: skip
     print(f"{'end to end':<12}{result['end_to_end_s']:>10.1f}"
           f"{result['end_to_end_events_per_s']:>12,}")  # fmt: skip
