@@ -27,6 +27,7 @@ so a long workload can be written out without holding it (output.stream_generate
 from __future__ import annotations
 
 import gc
+import marshal
 import random
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -164,6 +165,44 @@ class _KeyPool:
         self.index.clear()
 
 
+class _Rows:
+    """A table's rows, key → {column: value}, each kept packed (a marshal of its values in
+    column order): a dict of objects per row was most of a long workload's memory. Every read
+    gives a new dict, so no caller can change a row in place."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = tuple(columns)
+        self._packed: dict[tuple, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __getitem__(self, key: tuple) -> dict[str, Any]:
+        return dict(zip(self.columns, marshal.loads(self._packed[key]), strict=True))
+
+    def get(self, key: tuple) -> dict[str, Any] | None:
+        return self[key] if key in self._packed else None
+
+    def __setitem__(self, key: tuple, values: dict[str, Any]) -> None:
+        self._packed[key] = marshal.dumps(tuple([values[name] for name in self.columns]))
+
+    def pop(self, key: tuple) -> dict[str, Any]:
+        values = self[key]
+        del self._packed[key]
+        return values
+
+    def clear(self) -> None:
+        self._packed.clear()
+
+    def reshaped(self, columns: list[str]) -> _Rows:
+        """The rows under new columns: an added one NULL, a dropped one gone (ALTER TABLE)."""
+        rows = _Rows(columns)
+        for key in self._packed:
+            values = self[key]
+            rows[key] = {name: values.get(name) for name in columns}
+        return rows
+
+
 class _Values:
     """Column values from `cases.random_value`, one source per column type.
 
@@ -209,7 +248,7 @@ class _TableState:
         self.values = values
         self.updated = updated  # columns an UPDATE changes (empty: any non-key column)
         self.table = table  # a property: setting it refreshes the column plans below
-        self.rows: dict[tuple, dict[str, Any]] = {}
+        self.rows = _Rows(self.columns)
         self.live = _KeyPool()
         self.graveyard: list[tuple] = []  # deleted keys, sometimes inserted again
         self.counter = 0
@@ -539,8 +578,7 @@ class _Generator:
         if column is None:
             column = ColumnDef(f"c_added_{self.added_columns}", self.rng.choice(COLUMN_TYPES))
         state.table = state.table.add_column(column)
-        # Rows are never changed in place: the expected log may hold them (SnapshotRecorder).
-        state.rows = {key: {**values, column.name: None} for key, values in state.rows.items()}
+        state.rows = state.rows.reshaped(state.columns)
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} ADD COLUMN {state.table.columns[-1].sql()}",
@@ -557,10 +595,7 @@ class _Generator:
             added = [c for c in droppable if c.startswith("c_added_")]
             column_name = (added or droppable)[-1]
         state.table = state.table.drop_column(column_name)
-        state.rows = {
-            key: {name: value for name, value in values.items() if name != column_name}
-            for key, values in state.rows.items()
-        }
+        state.rows = state.rows.reshaped(state.columns)
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
