@@ -4,11 +4,12 @@
     reports = [run_sample(spark, sample) for sample in samples]
     render_demo(reports, seconds)
 
-Each protocol's sample lives in ``<out>/<protocol>/``: what ``ticdc-lake generate`` writes
-(exports/, manifest.json, expected.jsonl, pipeline.yaml) and the lake and reports its config
-points to. Each protocol has its own lake because every sample replicates the same upstream
-tables (``shop.*``) and gold tables are named by upstream table alone: one lake would have four
-changefeeds writing the same gold tables.
+The sample is the realistic profile's unless asked otherwise (``--profile ddl-heavy``: the
+edge-case values). Each protocol's sample lives in ``<out>/<protocol>/``: what
+``ticdc-lake generate`` writes (exports/, manifest.json, expected.jsonl, pipeline.yaml) and the
+lake and reports its config points to. Each protocol has its own lake because every sample
+replicates the same upstream tables (``shop.*``) and gold tables are named by upstream table
+alone: one lake would have four changefeeds writing the same gold tables.
 
 Avro carries no watermarks and no DDL unless TiCDC runs with ``avro-enable-watermark`` (a
 test-only option that adds DDL and checkpoint messages). The demo's Avro sample uses it, so its
