@@ -147,3 +147,11 @@ def test_streaming_holds_a_resolved_interval_not_the_workload(tmp_path, monkeypa
     row_events = result.manifest["counts"]["row_events"]
     assert row_events > 25_000
     assert 0 < peaks["generating"] < 2_000 and 0 < peaks["encoding"] < 2_000
+
+
+def test_a_killed_runs_spill_is_removed_by_the_next(tmp_path):
+    stale = tmp_path / ".spill-killed"
+    stale.mkdir()
+    (stale / "ticdc-craft-0.segments").write_bytes(b"partial")
+    stream_generated(tmp_path, GenerateOptions("craft", transactions=20))
+    assert not stale.exists() and (tmp_path / "manifest.json").is_file()

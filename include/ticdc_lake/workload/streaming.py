@@ -124,6 +124,8 @@ def stream_generated(
     (`exports/part-<partition>-<topic><suffix>`, as a Spark batch read of Kafka writes them)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".spill-*"):  # left by a run that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     spill_dir = Path(tempfile.mkdtemp(prefix=".spill-", dir=out))
     try:
         with gc_paused():
