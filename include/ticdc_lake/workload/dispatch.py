@@ -16,6 +16,10 @@
 
 A partition's stream is a list of segments; each live segment ends with a resolved event (TiCDC
 flushes its batches before sending one), and replayed stretches are segments of their own.
+`Dispatcher` takes events one at a time and hands each closed segment on; replays are drawn
+from the live segments' sizes alone (`plan_replays`) and put in as a partition's segments go by
+(`with_replays`), so `route` and the streaming writer (streaming.py) share one algorithm and
+neither needs more than three segments of a partition at once to make a replay.
 """
 
 from __future__ import annotations
