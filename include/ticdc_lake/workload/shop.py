@@ -213,6 +213,7 @@ class ShopValues:
 
     rng: random.Random
     clock_ms: Callable[[], int]  # the simulated commit time: timestamps fall shortly before it
+    last_name: tuple[str, str] | None = None  # a customer's name, for the e-mail drawn next
 
     def null_share(self, column: ColumnDef) -> float:
         return NULL_SHARE.get(column.name, 0.0) if column.nullable else 0.0
@@ -248,10 +249,13 @@ class ShopValues:
     # --- customers -----------------------------------------------------------------------
 
     def _name(self) -> str:
-        return " ".join(self._person())
+        self.last_name = self._person()
+        return " ".join(self.last_name)
 
     def _email(self) -> str:
-        first, last = self._person()
+        """An address made of the name just drawn for the same row (or of another one)."""
+        first, last = self.last_name or self._person()
+        self.last_name = None
         plain = unicodedata.normalize("NFKD", f"{first}.{last}").encode("ascii", "ignore")
         local = plain.decode().lower().replace("'", "")
         return f"{local}{self.rng.randint(1, 999)}@{self.rng.choice(MAIL_DOMAINS)}"
