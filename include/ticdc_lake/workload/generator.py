@@ -283,6 +283,16 @@ class _TableState:
         }
 
 
+@dataclass
+class _Clock:
+    """The simulated time of the last commit, in ms."""
+
+    physical_ms: int
+
+    def now(self) -> int:
+        return self.physical_ms
+
+
 class _Generator:
     def __init__(
         self,
@@ -300,9 +310,11 @@ class _Generator:
         self.transaction_count = transactions
         self.resolved_every = resolved_every
         self.initial = profile.tables()
-        self.physical_ms = START_PHYSICAL_MS
+        self.clock = _Clock(START_PHYSICAL_MS)
         if profile.name == REALISTIC:
-            self.values = ShopValues(self.rng, lambda: self.physical_ms)
+            # The clock, not the generator: a closure over the generator would be a reference
+            # cycle, and with the collector paused the tables' rows would outlive the run.
+            self.values = ShopValues(self.rng, self.clock.now)
         else:
             self.values = _Values(self.rng)
         updated = UPDATED if profile.name == REALISTIC else {}
@@ -341,8 +353,8 @@ class _Generator:
     # --- time ---------------------------------------------------------------------------------
 
     def next_commit_ts(self) -> int:
-        self.physical_ms += self.rng.randint(1, 40)
-        self.last_commit_ts = tso(self.physical_ms, self.rng.randint(0, 3))
+        self.clock.physical_ms += self.rng.randint(1, 40)
+        self.last_commit_ts = tso(self.clock.physical_ms, self.rng.randint(0, 3))
         return self.last_commit_ts
 
     # --- the run -----------------------------------------------------------------------------
@@ -354,9 +366,10 @@ class _Generator:
             self.recorder.truncated(name)
         until_resolved = self.rng.randint(*self.resolved_every)
         for number in range(self.transaction_count):
-            action = self.milestones.get(number)
-            if action is not None:
-                action()
+            milestone = self.milestones.get(number)
+            if milestone is not None:
+                method, arguments = milestone
+                method(self, *arguments)
             elif self.random_ddl and self.milestones and self.rng.random() < 1 / 200:
                 self._random_ddl()
             self._transaction()
@@ -541,26 +554,28 @@ class _Generator:
         self._send(DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0))
         self.counts["ddl_events"] += 1
 
-    def _milestones(self, transactions: int) -> dict[int, Any]:
-        """One DDL of each kind at fixed fractions of the run (when it is long enough)."""
+    def _milestones(self, transactions: int) -> dict[int, tuple[Callable, tuple]]:
+        """One DDL of each kind at fixed fractions of the run (when it is long enough), as
+        (method, arguments): closures over the generator would make it a reference cycle."""
         if transactions < 10:
             return {}
+        generator = type(self)
         if self.profile.name == REALISTIC:
             (first_table, first), (second_table, second) = ADDED_COLUMNS
             plan = {
-                0.3: lambda: self._add_column(first_table, first),
-                0.6: lambda: self._add_column(second_table, second),
-                0.85: lambda: self._drop_column("shop.orders", "note"),
+                0.3: (generator._add_column, (first_table, first)),
+                0.6: (generator._add_column, (second_table, second)),
+                0.85: (generator._drop_column, ("shop.orders", "note")),
             }
-            return {int(transactions * fraction): action for fraction, action in plan.items()}
-        plan = {
-            0.25: lambda: self._add_column("shop.numbers"),
-            0.4: lambda: self._add_column("shop.strings"),
-            0.5: lambda: self._truncate("shop.orders"),
-            0.6: lambda: self._drop_column("shop.times", "c_datetime"),
-            0.8: lambda: self._drop_column("shop.numbers", None),
-        }
-        return {int(transactions * fraction): action for fraction, action in plan.items()}
+        else:
+            plan = {
+                0.25: (generator._add_column, ("shop.numbers",)),
+                0.4: (generator._add_column, ("shop.strings",)),
+                0.5: (generator._truncate, ("shop.orders",)),
+                0.6: (generator._drop_column, ("shop.times", "c_datetime")),
+                0.8: (generator._drop_column, ("shop.numbers", None)),
+            }
+        return {int(transactions * fraction): step for fraction, step in plan.items()}
 
     def _random_ddl(self) -> None:
         name = self.rng.choice(self.names)

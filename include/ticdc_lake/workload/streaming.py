@@ -20,6 +20,7 @@ the resolved TSs' row counts (for the manifest).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import pickle
 import random
@@ -167,6 +168,7 @@ def _stream(
         )
     dispatcher.finish()
     segments.close()
+    gc.collect()  # once: whatever cycles generation left go before encoding starts
 
     plan = plan_replays(dispatcher.live_rows, options.replays, random.Random(options.seed))
     registry = InMemorySchemaRegistry() if options.protocol == "avro" else None
