@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
 .PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
-	bench-compact clean
+	bench-compact bench-quality clean
 
 setup: $(VENV)/.installed
 
@@ -39,7 +39,7 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-bench: bench-decode bench-pipeline bench-compact
+bench: bench-decode bench-pipeline bench-compact bench-quality
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -58,3 +58,7 @@ bench-pipeline-4m: setup
 
 bench-compact: setup
 	$(PY) -m bench.compact
+
+# What the data-quality checks cost beside the stages (target: all checks <= 15% of the pipeline).
+bench-quality: setup
+	$(PY) -m bench.quality

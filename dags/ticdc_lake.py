@@ -9,7 +9,11 @@ Each run takes the export files that are new since the last run through the four
 3. **watermark**: resolved events → each partition's watermark, each changefeed's minimum;
 4. **compact**: silver changes up to each changefeed's watermark → the typed `gold/<schema>/<table>`
    tables and `state/gold`;
-5. **summary**: what each stage did, each changefeed's watermark and the gold row counts (this
+5. **quality_bronze** after land, **quality_silver** after decode, **quality_gold** after compact:
+   the stage's Great Expectations checks (`spark_jobs/quality.py`) on what it added, recorded in
+   `quality/results` and the HTML report; a check whose policy is `fail` fails its task (the
+   check's name in the log) and stops the run before the next stage;
+6. **summary**: what each stage did, each changefeed's watermark and the gold row counts (this
    task's log and its XCom `return_value`); emits an asset event for each changefeed whose gold
    changed.
 
@@ -29,14 +33,16 @@ Configs: `TICDC_LAKE_CONFIGS` (or the Variable `ticdc_lake_configs` given as
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, get_current_context, task
+from airflow.sdk import DAG, task
 from ticdc_lake import dag_parts
 from ticdc_lake.orchestration import (
     DEMO_PROTOCOL,
     DEMO_TRANSACTIONS,
+    QUALITY_AFTER,
     STAGES,
     PipelineSource,
     discover_configs,
+    quality_task_id,
 )
 
 # The stages' outlets; compact's gold goes out per changefeed from the summary task.
@@ -58,27 +64,18 @@ def prepare_demo(config: str) -> str:
     return str(sample.config.source)
 
 
-def summary_task(source: PipelineSource, jobs: tuple[str, ...]):
-    @task(task_id="summary", outlets=[dag_parts.gold_alias(source)])
-    def summary() -> dict:
-        """Fold the jobs' results into the run's summary: log it, return it (XCom), and emit
-        gold asset events for the changefeeds whose gold changed."""
-        from ticdc_lake.run_results import summarize_run
-
-        context = get_current_context()
-        folder = dag_parts.run_folder(source, context["dag"].dag_id, context["run_id"])
-        result = summarize_run(folder, jobs)
-        for line in result.lines():
-            print(line)
-        alias = context["outlet_events"][dag_parts.gold_alias(source)]
-        for changefeed in result.changed_changefeeds:
-            alias.add(
-                dag_parts.gold_asset(source, changefeed),
-                extra={"watermark": result.watermarks.get(changefeed)},
-            )
-        return result.to_dict()
-
-    return summary()
+def quality_job(source: PipelineSource, stage: str):
+    """The data-quality checks of what ``stage`` wrote: a failed `fail` check is this task
+    failing, the check's name in its log, and the stages after it do not run. Not retried: a
+    check fails the same way on the same data."""
+    return dag_parts.spark_job(
+        source,
+        "quality",
+        task_id=quality_task_id(stage),
+        arguments=["--stage", QUALITY_AFTER[stage]],
+        dags_file=__file__,
+        retries=0,
+    )
 
 
 def pipeline_dag(source: PipelineSource) -> DAG:
@@ -94,19 +91,24 @@ def pipeline_dag(source: PipelineSource) -> DAG:
         tags=[*dag_parts.TAGS, "pipeline"],
     ) as dag:
         previous = prepare_demo(str(source.config)) if source.demo else None
+        jobs = []
         for stage in STAGES:
-            job = dag_parts.spark_job(
-                source,
-                stage,
-                outlets=[STAGE_ASSETS[stage](source)] if stage in STAGE_ASSETS else [],
-                dags_file=__file__,
-            )
-            if previous is not None:
-                previous >> job
-            previous = job
-            # The data-quality tasks of QUALITY_CHECKS[stage] go here: after the stage, before
-            # the next one, so bad data stops the run before it spreads.
-        previous >> summary_task(source, STAGES)
+            tasks = [
+                dag_parts.spark_job(
+                    source,
+                    stage,
+                    outlets=[STAGE_ASSETS[stage](source)] if stage in STAGE_ASSETS else [],
+                    dags_file=__file__,
+                )
+            ]
+            if stage in QUALITY_AFTER:  # before the next stage: bad data stops the run here
+                tasks.append(quality_job(source, stage))
+            for task in tasks:
+                if previous is not None:
+                    previous >> task
+                previous = task
+                jobs.append(task.task_id)
+        previous >> dag_parts.summary_task(source, jobs)
     return dag
 
 

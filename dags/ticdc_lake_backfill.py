@@ -121,28 +121,6 @@ def should_run(planned: dict) -> bool:
     return True
 
 
-def summary_task(source: PipelineSource):
-    @task(task_id="summary", outlets=[dag_parts.gold_alias(source)])
-    def summary() -> dict:
-        """The backfill's result: log it, return it (XCom), emit the rebuilt gold's events."""
-        from ticdc_lake.run_results import summarize_run
-
-        context = get_current_context()
-        folder = dag_parts.run_folder(source, context["dag"].dag_id, context["run_id"])
-        result = summarize_run(folder, ("backfill",))
-        for line in result.lines():
-            print(line)
-        alias = context["outlet_events"][dag_parts.gold_alias(source)]
-        for changefeed in result.changed_changefeeds:
-            alias.add(
-                dag_parts.gold_asset(source, changefeed),
-                extra={"watermark": result.watermarks.get(changefeed), "backfill": True},
-            )
-        return result.to_dict()
-
-    return summary()
-
-
 def backfill_dag(source: PipelineSource) -> DAG:
     with DAG(
         dag_id=source.backfill_dag_id,
@@ -170,7 +148,7 @@ def backfill_dag(source: PipelineSource) -> DAG:
             ],
             dags_file=__file__,
         )
-        should_run(planned) >> job >> summary_task(source)
+        should_run(planned) >> job >> dag_parts.summary_task(source, ["backfill"], backfill=True)
     return dag
 
 

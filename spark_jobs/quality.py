@@ -3,16 +3,18 @@
     spark-submit spark_jobs/quality.py --config pipeline.yaml --stage bronze|silver|gold
 
 Validates what the stage added since its last validation, appends the results to
-quality/results, quarantines failing rows where the policy says so, prints the validation as one
-JSON object, and exits 1 naming the checks when a check with policy `fail` failed.
+quality/results, quarantines failing rows where the policy says so, refreshes the HTML report,
+prints the validation as one JSON object, and exits 1 naming the checks when a check with
+policy `fail` failed.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 
-from ticdc_lake.pipeline import job_parser
-from ticdc_lake.quality.run import STAGES, job_main
+from ticdc_lake.pipeline import job_main, job_parser
+from ticdc_lake.quality.run import STAGES, check_stage
 from ticdc_lake.spark import build_session
 
 
@@ -24,7 +26,8 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return job_main(args.config, args.stage, build_session)
+    check = partial(check_stage, stage=args.stage, echo=True)
+    return job_main(f"quality-{args.stage}", args, build_session, check)
 
 
 if __name__ == "__main__":

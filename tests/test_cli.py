@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -292,6 +293,11 @@ def test_demo_runs_every_stage_and_gold_matches(demo):
     assert text.count("Check: gold MATCHES the generator's tables at TS") == 2
     assert "DOES NOT MATCH" not in text
     assert "gold matches the generated workload in all 2 protocols" in text
+    # Each stage's data-quality checks passed on the clean workload, and each lake has its report.
+    for stage in ("quality-bronze", "quality-silver", "quality-gold"):
+        assert len(re.findall(rf"  {stage} .* batch \d+: 7 of 7 checks passed\n", text)) == 2
+    for protocol in ("craft", "avro"):
+        assert (out / protocol / "reports" / "quality.html").is_file()
     manifest = json.loads((out / "craft" / "manifest.json").read_text())
     messages = manifest["counts"]["messages"]
     assert f"{messages:,} records read, {messages:,} added to bronze" in text
@@ -323,7 +329,8 @@ def test_run_takes_stages_in_any_order_and_prints_json(demo, spark, capsys):
     argv = ["run", "--config", str(config), "--stages", "compact,watermark", "--json"]
     assert main(argv, spark=spark) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert [stage["stage"] for stage in printed["stages"]] == ["watermark", "compact"]
+    stages = [stage["stage"] for stage in printed["stages"]]
+    assert stages == ["watermark", "compact", "quality-gold"]  # gold's checks follow compact
     (feed,) = printed["stages"][1]["result"]["changefeeds"]
     assert feed["name"] == "sample-craft" and feed["noop"] is True
     assert printed["failed"] is False and printed["lake"] == str(out / "craft" / "lake")

@@ -384,6 +384,12 @@ def _add_run(commands) -> None:
         action="store_true",
         help="compact: empty the changefeeds' gold tables and apply silver again",
     )
+    run.add_argument(
+        "--no-quality",
+        dest="quality",
+        action="store_false",
+        help="skip the data-quality checks that follow land, decode and compact",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
     add_lock_wait(run)
     run.set_defaults(run=_run_pipeline)
@@ -404,6 +410,7 @@ def _run_pipeline(args) -> int:
             changefeeds=args.changefeeds,
             until_ts=args.until_ts,
             rebuild=args.rebuild,
+            quality=args.quality,
         )
     print(json.dumps(result.to_dict()) if args.json else render_summary(result))
     return 1 if result.failed else 0
@@ -459,7 +466,8 @@ def _add_dq_report(commands) -> None:
         description="Read the lake (no Spark): each changefeed's watermark, lag and stuck "
         "partitions, the gold tables with the TS each reflects and its mode, quarantine "
         "counts, and the last data-quality validation of every stage, failures first. Exit "
-        "status 1 when the last validation of a stage failed a check whose policy is fail.",
+        "status 1 when the last validation of a stage failed a check whose policy is fail. "
+        "Also writes the HTML report (<reports>/quality.html) and prints its path.",
     )
     report.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
     report.add_argument("--json", action="store_true", help="print one JSON object")
@@ -469,13 +477,17 @@ def _add_dq_report(commands) -> None:
 def _run_dq_report(args) -> int:
     from ticdc_lake.config import load_config
     from ticdc_lake.quality.lakeview import lake_view
+    from ticdc_lake.quality.report import write_report
     from ticdc_lake.quality.summary import render_summary
 
-    view = lake_view(load_config(args.config))
+    config = load_config(args.config)
+    view = lake_view(config)
+    report = write_report(config, view)
     if args.json:
-        print(json.dumps(view.to_dict(), default=str))
+        print(json.dumps(view.to_dict() | {"report": str(report)}, default=str))
     else:
         print(render_summary(view))
+        print(f"Report: {report}")
     return 1 if view.failed_stages else 0
 
 
@@ -485,7 +497,8 @@ def _add_demo(commands) -> None:
         help="generate a sample in every protocol, run every stage on it and check gold",
         description="Generate a seeded sample workload in every protocol under --out/<protocol>/ "
         "(reused when it was generated with the same options), run land, decode, watermark "
-        "and compact over each, print what every stage did, the watermarks and the gold "
+        "and compact over each with their data-quality checks, print what every stage and "
+        "check did, the watermarks and the gold "
         "tables, and check gold against the generator's tables at the watermark. Exit status "
         "1 when gold does not match.",
     )
@@ -522,7 +535,10 @@ def _run_demo(args) -> int:
     spark = _session(args, "ticdc-lake-demo")
     reports = []
     for sample in samples:
-        print(f"Running land, decode, watermark, compact over {sample.protocol}...", flush=True)
+        print(
+            f"Running land, decode, watermark, compact and their checks over {sample.protocol}...",
+            flush=True,
+        )
         reports.append(run_sample(spark, sample))
     print(render_demo(reports, time.perf_counter() - started))
     return 0 if all(report.matched for report in reports) else 1

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import Asset, AssetAlias, get_current_context, task
 
 from ticdc_lake.orchestration import POOL, PipelineSource, run_dir, spark_jobs_dir
 
@@ -93,11 +93,12 @@ def spark_job(
     outlets: Sequence[Asset] = (),
     dags_file: str,
     environ: Mapping[str, str] | None = None,
+    **task_args,
 ) -> SparkSubmitOperator:
     """A task running ``spark_jobs/<job>.py --config <config> --result-file ... <arguments>``
     through the ``spark_default`` connection (``local[*]`` unless it says otherwise), in the
     lake's pool so no two Spark jobs of one lake run at once. ``dags_file`` is the calling DAG
-    file: spark_jobs/ is found beside its folder."""
+    file: spark_jobs/ is found beside its folder; ``task_args`` go to the operator."""
     environ = os.environ if environ is None else environ
     python = environ.get("TICDC_LAKE_PYTHON") or sys.executable
     binary = environ.get("TICDC_LAKE_SPARK_SUBMIT") or str(Path(python).parent / "spark-submit")
@@ -109,7 +110,7 @@ def spark_job(
             "--config",
             str(source.config),
             "--result-file",
-            result_file(source, job, environ),
+            result_file(source, task_id or job, environ),
             *arguments,
         ],
         conn_id="spark_default",
@@ -119,4 +120,29 @@ def spark_job(
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
         pool=POOL,
         outlets=list(outlets),
+        **task_args,
     )
+
+
+def summary_task(source: PipelineSource, jobs: Sequence[str], **event_extra):
+    """The run's last task: fold the ``jobs``' result files into the run's summary, log it,
+    return it (XCom), and emit a gold asset event (with ``event_extra``) for each changefeed
+    whose gold changed."""
+    jobs = tuple(jobs)
+
+    @task(task_id="summary", outlets=[gold_alias(source)])
+    def summary() -> dict:
+        """What each job did, each changefeed's watermark and the gold row counts."""
+        from ticdc_lake.run_results import summarize_run
+
+        context = get_current_context()
+        result = summarize_run(run_folder(source, context["dag"].dag_id, context["run_id"]), jobs)
+        for line in result.lines():
+            print(line)
+        alias = context["outlet_events"][gold_alias(source)]
+        for changefeed in result.changed_changefeeds:
+            watermark = {"watermark": result.watermarks.get(changefeed)}
+            alias.add(gold_asset(source, changefeed), extra=watermark | event_extra)
+        return result.to_dict()
+
+    return summary()

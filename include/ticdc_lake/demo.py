@@ -132,8 +132,9 @@ def prepare_sample(
 
 
 def run_sample(spark: SparkSession, sample: DemoSample) -> DemoReport:
-    """Every stage over the sample, then gold checked against the generator's tables."""
-    result = run_stages(spark, sample.config)
+    """Every stage over the sample with its data-quality checks, then gold checked against the
+    generator's tables."""
+    result = run_stages(spark, sample.config, quality=True)
     compacted = result.result("compact")
     targets = {feed.target for feed in compacted.changefeeds} if compacted else set()
     checked_ts = targets.pop() if len(targets) == 1 else None

@@ -29,6 +29,16 @@ class TicdcLakeError(Exception):
     """Base of every error this project raises on purpose."""
 
 
+class StageFailed(TicdcLakeError):
+    """A stage did its work and found failures that must fail its job: ``result`` is what it
+    did, ``failures`` what failed (name -> why)."""
+
+    def __init__(self, result: object, failures: dict[str, str]):
+        self.result = result
+        self.failures = dict(failures)
+        super().__init__("; ".join(f"{what}: {why}" for what, why in sorted(failures.items())))
+
+
 class ConfigError(TicdcLakeError):
     """A pipeline or decoder setting is missing or invalid."""
 

@@ -23,9 +23,15 @@ from pathlib import Path
 # In pipeline order (the same as ticdc_lake.pipeline.STAGES; a test keeps them in step).
 STAGES = ("land", "decode", "watermark", "compact")
 
-# Data-quality checks run after a stage, before the next one starts: stage -> check names.
-# The data-quality issue fills these in; the DAGs place one task per name after the stage.
-QUALITY_CHECKS: dict[str, tuple[str, ...]] = {stage: () for stage in STAGES}
+# The data-quality checks that follow a stage (stage -> the checks' stage), run before the next
+# stage starts so that data failing a `fail` check stops the run before it spreads.
+QUALITY_AFTER = {"land": "bronze", "decode": "silver", "compact": "gold"}
+
+
+def quality_task_id(stage: str) -> str:
+    """The Airflow task running the checks that follow ``stage``."""
+    return f"quality_{QUALITY_AFTER[stage]}"
+
 
 # Where the configs are: a YAML file, or a folder of them (one DAG pair per file). The Airflow
 # Variable of the same name works when given as an environment variable (AIRFLOW_VAR_...),

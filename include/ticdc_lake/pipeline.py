@@ -34,10 +34,12 @@ from pyspark.sql import SparkSession
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, open_table
 from ticdc_lake.delta.read import file_problem
-from ticdc_lake.errors import ConfigError, TicdcLakeError
+from ticdc_lake.errors import ConfigError, StageFailed, TicdcLakeError
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
+from ticdc_lake.orchestration import QUALITY_AFTER
+from ticdc_lake.quality.lakeview import report_file
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
 from ticdc_lake.stages.land import land
@@ -122,7 +124,7 @@ def timed_stage(stage: str, work: Callable[[], Any], lake: Path | None = None) -
     started = time.perf_counter()
     try:
         result, failures = work(), {}
-    except CompactError as exc:  # some tables failed; the result says what was done
+    except (CompactError, StageFailed) as exc:  # the result says what was done nonetheless
         result, failures = exc.result, dict(exc.failures)
     except ConfigError:
         raise
@@ -151,9 +153,12 @@ def run_stages(
     until_ts: int | None = None,
     rebuild: bool = False,
     lock_wait: float | None = None,
+    quality: bool = False,
 ) -> PipelineResult:
     """Run the chosen stages in pipeline order; compact gets ``changefeeds``, ``until_ts`` and
-    ``rebuild`` (empty the changefeeds' gold tables and apply silver again).
+    ``rebuild`` (empty the changefeeds' gold tables and apply silver again). With ``quality``,
+    each stage of QUALITY_AFTER is followed by its data-quality checks (one GE context for the
+    run), and the HTML report is written at the end; a failed `fail` check stops the run.
 
     The lake's lock is held for the whole run; another run's lock is waited for ``lock_wait``
     seconds (None: $TICDC_LAKE_LOCK_WAIT or 600), then LakeLockedError is raised."""
@@ -165,21 +170,49 @@ def run_stages(
                 f"{config.source}: unknown changefeed(s) {', '.join(unknown)}; known: "
                 f"{', '.join(sorted(config.changefeeds))}"
             )
+    compact_options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
     with lake_lock(config.lake, lock_wait):
-        return _run_in_order(spark, config, order, changefeeds, until_ts, rebuild)
+        result = _run_in_order(spark, config, order, compact_options, quality)
+    if quality:
+        from ticdc_lake.quality.report import write_report
+
+        write_report(config)
+    return result
 
 
-def _run_in_order(spark, config, order, changefeeds, until_ts, rebuild) -> PipelineResult:
+def _run_in_order(spark, config, order, compact_options, quality: bool) -> PipelineResult:
     runs: list[StageRun] = []
+    checks = _QualityChecks(spark, config) if quality else None
     for position, stage in enumerate(order):
-        options = {}
-        if stage == "compact":
-            options = {"changefeeds": changefeeds, "until_ts": until_ts, "rebuild": rebuild}
-        run = run_stage(spark, config, stage, **options)
+        run = run_stage(spark, config, stage, **(compact_options if stage == "compact" else {}))
         runs.append(run)
-        if run.result is None:
+        if run.result is not None and checks is not None and stage in QUALITY_AFTER:
+            run = checks.run(QUALITY_AFTER[stage])
+            runs.append(run)
+        if run.result is None or (run.stage.startswith("quality-") and run.failures):
             return PipelineResult(config, tuple(runs), order[position + 1 :])
     return PipelineResult(config, tuple(runs))
+
+
+class _QualityChecks:
+    """A run's data-quality checks, sharing one GE context (built on first use)."""
+
+    def __init__(self, spark: SparkSession, config: PipelineConfig):
+        from ticdc_lake.quality.settings import quality_settings
+        from ticdc_lake.quality.validator import Validator
+
+        self.spark, self.config = spark, config
+        self.validator = Validator(quality_settings(config.quality, str(config.source)).sample_rows)
+        self.validator.warm_up()
+
+    def run(self, stage: str) -> StageRun:
+        from ticdc_lake.quality.run import check_stage
+
+        return timed_stage(
+            f"quality-{stage}",
+            lambda: check_stage(self.spark, self.config, stage, validator=self.validator),
+            self.config.lake,
+        )
 
 
 # --- what the lake holds, from the Delta logs alone ------------------------------------------
@@ -265,11 +298,28 @@ def _compact_line(result) -> str:
     )
 
 
+def _warnings(run: StageRun) -> list[str]:
+    """A validation's failed checks whose policy let the run go on (warn, quarantine)."""
+    if not run.stage.startswith("quality-") or run.result is None:
+        return []
+    outcomes = run.result.outcomes
+    return [
+        f"[{policy}] {o.describe()}" for o, policy in outcomes if not o.success and policy != "fail"
+    ]
+
+
+def _quality_line(validation) -> str:
+    return validation.headline()
+
+
 _LINES = {
     "land": _land_line,
+    "quality-bronze": _quality_line,
     "decode": _decode_line,
+    "quality-silver": _quality_line,
     "watermark": _watermark_line,
     "compact": _compact_line,
+    "quality-gold": _quality_line,
 }
 
 
@@ -331,9 +381,10 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
     lines = [f"Stages ({result.seconds:.1f} s):"]
     for run in result.runs:
         text = _LINES[run.stage](run.result) if run.result is not None else "FAILED"
-        lines.append(f"  {run.stage:<10}{run.seconds:6.1f} s  {text}")
+        lines.append(f"  {run.stage:<14}{run.seconds:6.1f} s  {text}")
         lines.extend(f"    ! {what}: {why}" for what, why in sorted(run.failures.items()))
-    lines.extend(f"  {stage:<10}  skipped (an earlier stage failed)" for stage in result.skipped)
+        lines.extend(f"    ~ {warning}" for warning in _warnings(run))
+    lines.extend(f"  {stage:<14}  skipped (an earlier stage failed)" for stage in result.skipped)
     feeds = _changefeed_lines(result)
     if feeds:
         lines += ["Changefeeds:", *feeds]
@@ -346,7 +397,11 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
         f"  holds {totals}",
         f"  config:  {config.source}",
         f"  reports: {config.reports}"
-        + ("" if config.reports.exists() else " (no HTML report yet: see ticdc-lake dq-report)"),
+        + (
+            f" (data quality: {report_file(config)})"
+            if report_file(config).exists()
+            else " (no HTML report yet: see ticdc-lake dq-report)"
+        ),
     ]
     return "\n".join(lines)
 

@@ -77,6 +77,12 @@ def _counts(stage: str, result: dict[str, Any]) -> dict[str, Any]:
             "changefeeds": plan["changefeeds"],
             "records_redecoded": redecoded.get("records", 0),
         } | _counts("compact", result.get("compact") or {})
+    if stage.startswith("quality"):
+        checks = result.get("checks", [])
+        return {key: result.get(key) for key in ("batch", "quarantined")} | {
+            "checks": len(checks),
+            "failed": [c["check"] for c in checks if not c["success"]],
+        }
     if stage == "watermark":
         return {key: result.get(key) for key in ("resolved_read", "partitions", "advanced")} | {
             "watermarks": {f["name"]: f.get("watermark") for f in result.get("changefeeds", [])}

@@ -26,6 +26,8 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import TIME_ZONE, write_generated
 
+from tests.quality.conftest import append, rows
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,6 +124,10 @@ def test_scheduled_pipeline_gold_equals_the_generators_tables(airflow, full_run)
     assert set(summary["gold_rows"]) == {name.removeprefix("gold:") for name in full_run
                                          if name.startswith("gold:")}  # fmt: skip
     assert summary["changed_changefeeds"] == [changefeed]
+    for checked in ("bronze", "silver", "gold"):  # each stage's checks ran and passed
+        assert summary["stages"][f"quality_{checked}"]["checks"] == 7, summary
+        assert summary["stages"][f"quality_{checked}"]["failed"] == [], summary
+    assert (load_config(airflow.sample / "pipeline.yaml").reports / "quality.html").is_file()
     expected = ExpectedGold.from_sample(airflow.sample)
     assert expected.compare(airflow.layout.root, watermark, TIME_ZONE) == []
 
@@ -186,3 +192,20 @@ def test_bad_params_fail_before_any_spark_job(airflow, full_run, conf, message):
     assert message in output
     assert SPARK_STARTED not in output
     assert lake_versions(airflow.layout) == versions
+
+
+def test_a_failed_check_is_a_red_task_naming_it(airflow, full_run):
+    """Last in the file: it leaves a duplicated Kafka offset in bronze. The task alone (`airflow
+    tasks test`): that the stages after it wait for it is the DAG's wiring (test_dag_integrity)."""
+    layout = airflow.layout
+    copy = rows(layout.bronze)[0] | {"batch_id": 99, "source_file": "re-export.jsonl"}
+    append(layout.bronze, [copy])
+    landed = rows(layout.landed_files)[0]
+    append(layout.landed_files, [landed | {"path": "re-export.jsonl", "batch_id": 99}])
+
+    done = airflow.run("tasks", "test", "ticdc_lake", "quality_bronze")
+    output = done.stdout + done.stderr
+
+    assert "Task failed with exception" in output, output[-5000:]  # `tasks test` exits 0
+    assert SPARK_STARTED in output
+    assert "quality-bronze: bronze_offset_unique: " in output  # the check's name in its log

@@ -48,20 +48,26 @@ def test_every_dag_has_tags_retries_doc_and_owner(demo_report):
         assert dag["catchup"] is False, dag_id
         for task_id, task in dag["tasks"].items():
             assert task["owner"] == "data-platform", (dag_id, task_id)
-            if task_id != "plan":  # bad parameters are not retried
+            if task_id != "plan" and not task_id.startswith("quality_"):  # fail the same again
                 assert task["retries"] >= 1, (dag_id, task_id)
                 assert task["retry_exponential_backoff"] > 1, (dag_id, task_id)
 
 
 def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
     tasks = demo_report["dags"]["ticdc_lake"]["tasks"]
-    order = ["prepare_demo", "land", "decode", "watermark", "compact", "summary"]
+    order = ["prepare_demo", "land", "quality_bronze", "decode", "quality_silver", "watermark",
+             "compact", "quality_gold", "summary"]  # fmt: skip
     assert list(tasks) == order
     for before, after in itertools.pairwise(order):
         assert tasks[after]["upstream"] == [before]
-    for stage in ("land", "decode", "watermark", "compact"):
+    for stage in order[1:-1]:
         assert tasks[stage]["operator"] == "SparkSubmitOperator"
         assert tasks[stage]["pool"] == "ticdc_lake"
+    for checked in ("bronze", "silver", "gold"):  # each its own job: a red task names its check
+        arguments = tasks[f"quality_{checked}"]["arguments"]
+        assert arguments[0].endswith("pipeline.yaml") or arguments[0] == "--config"
+        assert arguments[-2:] == ["--stage", checked]
+        assert any(a.endswith(f"quality_{checked}.json") for a in arguments)
     assert tasks["land"]["outlets"] == ["ticdc_lake.bronze"]
     assert tasks["decode"]["outlets"] == ["ticdc_lake.silver"]
     assert tasks["summary"]["outlets"] == ["ticdc_lake.gold"]  # the alias of each changefeed's

@@ -3,7 +3,9 @@ and a rerun appends nothing."""
 
 from __future__ import annotations
 
+import argparse
 import base64
+import functools
 import json
 
 import pytest
@@ -11,7 +13,8 @@ from deltalake import DeltaTable
 from ticdc_lake import cli
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.quality.run import job_main, validate_stage
+from ticdc_lake.pipeline import job_main
+from ticdc_lake.quality.run import check_stage, validate_stage
 from ticdc_lake.quality.settings import quality_settings
 from ticdc_lake.quality.validator import Validator
 from ticdc_lake.stages.compact import compact
@@ -33,7 +36,10 @@ def _outcomes(validation) -> dict:
 
 
 def _job(spark, sample, stage, capsys) -> tuple[int, str]:
-    code = job_main(str(sample / "pipeline.yaml"), stage, lambda name: spark)
+    """spark_jobs/quality.py's main, with the test's session."""
+    args = argparse.Namespace(config=str(sample / "pipeline.yaml"), lock_wait=0, result_file=None)
+    check = functools.partial(check_stage, stage=stage)
+    code = job_main(f"quality-{stage}", args, lambda name: spark, check)
     return code, capsys.readouterr().err
 
 

@@ -114,20 +114,23 @@ class StageValidation:
             ],
         }
 
-    def summary(self) -> str:
+    def headline(self) -> str:
+        """One line: what was validated and how many checks passed."""
         if self.batch is None:
-            text = f"DQ {self.stage}: nothing new to validate"
+            text = "nothing new to validate"
             if self.failed:
                 bad = ", ".join(o.check for o in self.failures("fail"))
                 text += f"; its last validation failed: {bad}"
             return text
-        bad = [(o, p) for o, p in self.outcomes if not o.success]
-        lines = [
-            f"DQ {self.stage} (batch {self.batch}): {len(self.outcomes) - len(bad)} of "
-            f"{len(self.outcomes)} checks passed"
-            + (f", {self.quarantined} rows quarantined" if self.quarantined else "")
-        ]
-        lines += [f"  [{policy}] {outcome.describe()}" for outcome, policy in bad]
+        passed = sum(o.success for o, _ in self.outcomes)
+        text = f"batch {self.batch}: {passed} of {len(self.outcomes)} checks passed"
+        return text + (f", {self.quarantined} rows quarantined" if self.quarantined else "")
+
+    def summary(self) -> str:
+        """The headline, then each failed check with its policy."""
+        lines = [f"DQ {self.stage} {self.headline()}"]
+        if self.batch is not None:
+            lines += [f"  [{p}] {o.describe()}" for o, p in self.outcomes if not o.success]
         return "\n".join(lines)
 
 

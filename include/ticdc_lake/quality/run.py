@@ -13,7 +13,6 @@ so that a job rerun after a failed `fail` check fails again.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 import uuid
 from collections.abc import Sequence
@@ -21,9 +20,9 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ticdc_lake.config import PipelineConfig, load_config
+from ticdc_lake.config import PipelineConfig
 from ticdc_lake.delta import delta_table_exists, open_table, write_delta
-from ticdc_lake.errors import ConfigError
+from ticdc_lake.errors import StageFailed
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality import bronze, gold, lakeview, silver
 from ticdc_lake.quality.context import QualityContext
@@ -73,12 +72,11 @@ def validate_stage(
     validation = StageValidation(uuid.uuid4().hex, stage, None, started)
     layout = LakeLayout(config.lake)
     now = lakeview.clock(config, settings)
-    # GE is built lazily: a stage with nothing new does not pay for importing it.
-    ctx = QualityContext(spark, config, settings, validator, now)  # type: ignore[arg-type]
+    validator = validator or Validator(settings.sample_rows)  # GE is imported on first use
+    ctx = QualityContext(spark, config, settings, validator, now)
     key, batches = _pending(ctx, stage)
     if key is None:
         return previous_validation(layout, stage, started)
-    ctx.validator = validator or Validator(settings.sample_rows)
     validation.batch = key
     quarantine: DataFrame | None = None
     if stage == "bronze":
@@ -149,21 +147,35 @@ def previous_validation(layout: LakeLayout, stage: str, started: dt.datetime) ->
     return validation
 
 
-def job_main(config_path: str, stage: str, build_session) -> int:
-    """The DQ job of a stage: print the validation as one JSON object on stdout, each failed
-    check on stderr; exit 1 when a `fail` check failed (naming it), 2 on a bad config."""
-    try:
-        config = load_config(config_path)
-        settings = quality_settings(config.quality, str(config.source))
-    except ConfigError as exc:
-        print(f"quality {stage}: configuration error: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"ticdc-lake-quality-{stage}")
-    validation = validate_stage(spark, config, stage, settings=settings)
-    print(json.dumps(validation.to_dict()))
-    print(validation.summary(), file=sys.stderr)
+class QualityCheckFailed(StageFailed):
+    """A check whose policy is `fail` failed: the stage's job exits non-zero naming it."""
+
+    def __init__(self, validation: StageValidation):
+        failures = {}
+        for outcome in validation.failures("fail"):
+            where = "/".join(part for part in (outcome.changefeed, outcome.table) if part)
+            name = f"{outcome.check} [{where}]" if where else outcome.check
+            failures[name] = outcome.describe()
+        super().__init__(validation, failures)
+
+
+def check_stage(
+    spark: SparkSession,
+    config: PipelineConfig,
+    stage: str,
+    *,
+    validator: Validator | None = None,
+    echo: bool = False,
+) -> StageValidation:
+    """The checks as a pipeline step: validate the stage's new data, refresh the HTML report,
+    and raise QualityCheckFailed when a `fail` check failed. ``echo`` prints every failed check
+    on stderr (a job's log), whatever its policy."""
+    from ticdc_lake.quality.report import write_report
+
+    validation = validate_stage(spark, config, stage, validator=validator)
+    if echo:
+        print(validation.summary(), file=sys.stderr)
+    write_report(config)
     if validation.failed:
-        names = ", ".join(o.check for o in validation.failures("fail"))
-        print(f"quality {stage}: FAILED check(s) with policy fail: {names}", file=sys.stderr)
-        return 1
-    return 0
+        raise QualityCheckFailed(validation)
+    return validation

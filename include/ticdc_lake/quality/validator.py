@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ticdc_lake.quality.results import CheckOutcome
 
+# GE's package imports itself in cycles: two threads importing it at once (a validator warming
+# up, a suite being built) can see it half-initialised, so it is imported under one lock.
+_IMPORTING = threading.RLock()
+
 
 def expectations():
     """``great_expectations.expectations``, imported quietly on first use."""
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    import great_expectations.expectations as gxe
+    with _IMPORTING:
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        import great_expectations.expectations as gxe
 
     return gxe
 
@@ -43,39 +49,62 @@ class Validator:
     """Runs suites in one ephemeral GE context (one per job: building one costs seconds)."""
 
     def __init__(self, sample_rows: int = 5):
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
-        self._gx = gx
         self.sample_rows = sample_rows
-        self.context = gx.get_context(mode="ephemeral")
-        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self._context = None
+        self._building = threading.Lock()
         self._sources: dict[str, Any] = {}
         self._names = itertools.count()
 
+    def warm_up(self) -> None:
+        """Build the context on a background thread: GE's import costs seconds of Python that a
+        pipeline run can spend while its first stage waits on Spark."""
+        threading.Thread(target=self._sources_ready, name="ge-warm-up", daemon=True).start()
+
+    @property
+    def context(self):
+        """The ephemeral context, built on first use: a job with nothing new to validate does
+        not pay for GE's import."""
+        with self._building, _IMPORTING:
+            if self._context is None:
+                logging.getLogger("great_expectations").setLevel(logging.WARNING)
+                import great_expectations as gx
+                from great_expectations.data_context.types.base import ProgressBarsConfig
+
+                context = gx.get_context(mode="ephemeral")
+                context.variables.progress_bars = ProgressBarsConfig(globally=False)
+                self._context = context
+            return self._context
+
+    def _sources_ready(self) -> None:
+        for kind in ("spark", "pandas"):
+            self._batch_definition(kind)
+
     def _batch_definition(self, kind: str):
-        if kind not in self._sources:
-            add = self.context.data_sources.add_spark if kind == "spark" else None
-            add = add or self.context.data_sources.add_pandas
-            asset = add(kind).add_dataframe_asset(f"{kind}_frames")
-            self._sources[kind] = asset.add_batch_definition_whole_dataframe("whole")
-        return self._sources[kind]
+        context = self.context
+        with self._building:
+            if kind not in self._sources:
+                add = context.data_sources.add_spark if kind == "spark" else None
+                add = add or context.data_sources.add_pandas
+                asset = add(kind).add_dataframe_asset(f"{kind}_frames")
+                self._sources[kind] = asset.add_batch_definition_whole_dataframe("whole")
+            return self._sources[kind]
 
     def run(self, frame: Any, checks: Sequence[Expectation]) -> list[CheckOutcome]:
         """Validate ``frame`` (Spark or pandas DataFrame) against ``checks``: one outcome per
         check name (and changefeed/table), in the order first given."""
         if not checks:
             return []
-        gx = self._gx
+        context = self.context
+        import great_expectations as gx
+
         kind = "pandas" if type(frame).__module__.startswith("pandas") else "spark"
         number = next(self._names)
         suite = gx.ExpectationSuite(f"suite_{number}")
         for index, item in enumerate(checks):
             item.expectation.meta = {"index": index}
             suite.add_expectation(item.expectation)
-        suite = self.context.suites.add(suite)
-        definition = self.context.validation_definitions.add(
+        suite = context.suites.add(suite)
+        definition = context.validation_definitions.add(
             gx.ValidationDefinition(
                 name=f"validation_{number}", data=self._batch_definition(kind), suite=suite
             )

@@ -345,4 +345,7 @@ def pipeline_config(options: GenerateOptions, routing: Routing, has_schemas: boo
                 "watermarks": options.carries_watermarks,
             }
         },
+        # The sample replays a past day: its freshness is measured from its newest record, not
+        # from the wall clock (which would call every sample stale).
+        "quality": {"clock": "kafka"},
     }
