@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-compact bench-quality clean
+.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
+	bench-compact bench-quality clean
 
 setup: $(VENV)/.installed
 
@@ -46,8 +47,14 @@ clean:
 bench-decode: setup
 	$(PY) -m bench.decode
 
+# Each profile beside its floor (bench/results/pipeline-<profile>-<size>.json).
 bench-pipeline: setup
-	$(PY) -m bench.pipeline
+	$(PY) -m bench.pipeline --profile realistic --row-events 1000000
+	$(PY) -m bench.pipeline --profile ddl-heavy --row-events 1000000
+
+bench-pipeline-4m: setup
+	$(PY) -m bench.pipeline --profile realistic --row-events 4000000
+	$(PY) -m bench.pipeline --profile ddl-heavy --row-events 4000000
 
 bench-compact: setup
 	$(PY) -m bench.compact

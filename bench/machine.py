@@ -1,9 +1,12 @@
-"""What a benchmark result records about the machine it ran on."""
+"""What a benchmark result records about the machine it ran on and what its processes took."""
 
 from __future__ import annotations
 
 import os
 import platform
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def machine_report(load_start: tuple[float, float, float]) -> dict:
@@ -15,3 +18,107 @@ def machine_report(load_start: tuple[float, float, float]) -> dict:
         "load_average_start": [round(v, 2) for v in load_start],
         "load_average_end": [round(v, 2) for v in os.getloadavg()],
     }
+
+
+def _memory_mb(pid: int, field: str = "Rss:") -> float:
+    """A process's resident memory now, in MB (0 once it is gone): `Rss:`, or `Pss:` (shared
+    pages divided among their sharers: forked Python workers share most of theirs)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(child) for child in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak resident memory (MB) by role: this Python process (the PySpark driver's Python
+    side), the JVM (Spark's driver and, on local[N], its executors), and the Python workers
+    Spark starts (the largest one's RSS, and all of them together by PSS, so that pages
+    forked workers share count once); and the 1-minute load average seen."""
+
+    python_driver: float = 0.0
+    jvm_driver: float = 0.0
+    python_worker_max: float = 0.0
+    python_workers_total: float = 0.0
+    load_average_max: float = 0.0
+    load_samples: list[float] = field(default_factory=list)
+
+    def report(self) -> dict:
+        mean = sum(self.load_samples) / len(self.load_samples) if self.load_samples else None
+        return {
+            "peak_rss_mb": {
+                "python_driver": round(self.python_driver),
+                "jvm_driver": round(self.jvm_driver),
+                "python_worker_max": round(self.python_worker_max),
+                "python_workers_total_pss": round(self.python_workers_total),
+            },
+            "load_average_1m": {
+                "max": round(self.load_average_max, 2),
+                "mean": None if mean is None else round(mean, 2),
+            },
+        }
+
+
+class ProcessSampler:
+    """Samples this process's tree every `interval` s in a thread: `with ProcessSampler() as
+    peaks: ...` leaves the peaks of the block in `peaks`."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.peaks = MemoryPeaks()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MemoryPeaks:
+        self._thread.start()
+        return self.peaks
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        peaks, me = self.peaks, os.getpid()
+        peaks.python_driver = max(peaks.python_driver, _memory_mb(me))
+        workers, shares = [], []
+        pending = _children(me)
+        while pending:
+            pid = pending.pop()
+            pending += _children(pid)
+            command = _command(pid)
+            if "java" in command.split(" ", 1)[0]:
+                peaks.jvm_driver = max(peaks.jvm_driver, _memory_mb(pid))
+            elif "pyspark" in command or "python" in command.split(" ", 1)[0]:
+                workers.append(_memory_mb(pid))
+                shares.append(_memory_mb(pid, "Pss:"))
+        if workers:
+            peaks.python_worker_max = max(peaks.python_worker_max, max(workers))
+            peaks.python_workers_total = max(peaks.python_workers_total, sum(shares))
+        load = os.getloadavg()[0]
+        peaks.load_samples.append(load)
+        peaks.load_average_max = max(peaks.load_average_max, load)

@@ -1,7 +1,7 @@
 """Benchmark: what the data-quality checks cost, beside the stages they check (issue 9).
 
-    python -m bench.quality [--row-events 1000000] [--protocol open-protocol|craft]
-        [--out bench/results/quality.json]
+    python -m bench.quality [--profile realistic|ddl-heavy] [--row-events 1000000]
+        [--protocol open-protocol|craft] [--out bench/results/quality.json]
 
 The pipeline benchmark's workload (bench/pipeline.py, cached under ``bench/.work/``) through
 ``run_stages(..., quality=True)`` on a fresh lake, as ``ticdc-lake run`` does it: each stage,
@@ -24,6 +24,7 @@ from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.pipeline import run_stages
 from ticdc_lake.quality.report import write_report
 from ticdc_lake.spark import build_session
+from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
 
 from bench.machine import machine_report
 from bench.pipeline import DRIVER_MEMORY, fresh_config, workload
@@ -31,9 +32,9 @@ from bench.pipeline import DRIVER_MEMORY, fresh_config, workload
 TARGET = 0.15
 
 
-def run(row_events: int, protocol: str, seed: int) -> dict:
+def run(row_events: int, protocol: str, seed: int, profile: str = DEFAULT_PROFILE) -> dict:
     load_start = os.getloadavg()
-    directory = workload(row_events, protocol, seed)
+    directory, _ = workload(row_events, protocol, seed, profile)
     manifest = json.loads((directory / "manifest.json").read_text())
     spark = build_session(
         "bench-quality",
@@ -66,6 +67,7 @@ def run(row_events: int, protocol: str, seed: int) -> dict:
     checks_s = sum(s for stage, s in seconds.items() if stage.startswith("quality-")) + report_s
     return {
         "benchmark": "quality",
+        "profile": profile,
         "protocol": protocol,
         "row_events": manifest["counts"]["row_events"],
         "seed": seed,
@@ -102,12 +104,13 @@ def print_table(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
     parser.add_argument("--row-events", type=int, default=1_000_000)
     parser.add_argument("--protocol", choices=("open-protocol", "craft"), default="open-protocol")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench/results/quality.json"))
     args = parser.parse_args()
-    result = run(args.row_events, args.protocol, args.seed)
+    result = run(args.row_events, args.protocol, args.seed, args.profile)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print_table(result)

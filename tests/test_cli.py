@@ -232,6 +232,22 @@ def test_generate_writes_exports_manifest_and_config(tmp_path, capsys):
     assert len(lines) == manifest["counts"]["messages"]  # Canal-JSON: one event per message
 
 
+def test_generate_is_realistic_by_default_and_edge_cases_are_one_option_away(tmp_path, capsys):
+    argv = ["generate", "--protocol", "craft", "--transactions", "40", "--seed", "3"]
+    assert main([*argv, "--out", str(tmp_path / "default")]) == 0
+    manifest = json.loads((tmp_path / "default" / "manifest.json").read_text())
+    assert manifest["options"]["profile"] == "realistic"
+    assert "shop.customers" in manifest[
+        "tables"
+    ] and "craft: 40 transactions (realistic profile)" in (capsys.readouterr().out)
+    assert main([*argv, "--out", str(tmp_path / "edge"), "--profile", "ddl-heavy"]) == 0
+    held = write_generated(
+        tmp_path / "held", GenerateOptions("craft", transactions=40, seed=3, profile="ddl-heavy")
+    )
+    for name in ("expected.jsonl", "manifest.json", *held.manifest["files"]["exports"]):
+        assert (tmp_path / "edge" / name).read_bytes() == (held.out_dir / name).read_bytes()
+
+
 def test_unknown_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bogus"])

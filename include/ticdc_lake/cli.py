@@ -2,13 +2,15 @@
 
     ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
                    [--until-ts TSO] [--rebuild] [--json] [--lock-wait SECONDS]
-    ticdc-lake demo [--out DIR] [--seed S] [--transactions T] [--partitions N] [--protocol P ...]
+    ticdc-lake demo [--out DIR] [--profile realistic|ddl-heavy] [--seed S] [--transactions T]
+                    [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
                       | --schemas-topic FILE] [--claim-check-root R ...] [--no-tidb-extension]
                       FILE...
-    ticdc-lake generate --out DIR --protocol P [--partitions N] [--seed S] [--transactions T]
-                        [--format F] [--compression C] [--file-compression Z] ...
+    ticdc-lake generate --out DIR --protocol P [--profile realistic|ddl-heavy] [--partitions N]
+                        [--seed S] [--transactions T] [--format F] [--compression C]
+                        [--file-compression Z] ...
     ticdc-lake airflow [--home .airflow] [--port 8080] [--spark-master local[*]] [--configs P]
 
 The work happens in the library (pipeline, demo, exports, protocols, workload); this module
@@ -40,7 +42,9 @@ from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
 from ticdc_lake.workload.dispatch import DISPATCHERS
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
+from ticdc_lake.workload.output import GenerateOptions
+from ticdc_lake.workload.streaming import stream_generated
 
 _OUTPUT_CHUNK = 1 << 16
 
@@ -261,6 +265,7 @@ def _add_generate(commands) -> None:
     )
     generate.add_argument("--out", required=True, type=Path)
     generate.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    _add_profile(generate)
     generate.add_argument("--partitions", type=int, default=4)
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--transactions", type=int, default=200)
@@ -274,7 +279,12 @@ def _add_generate(commands) -> None:
         default=1,
         help="partitions that get no rows, only resolved and DDL events (default 1)",
     )
-    generate.add_argument("--replays", type=int, default=3, help="at-least-once replays")
+    generate.add_argument(
+        "--replays",
+        type=int,
+        default=None,
+        help="at-least-once replays (default: 3 for ddl-heavy, ~1%% of row events for realistic)",
+    )
     generate.add_argument("--no-tidb-extension", action="store_true")
     generate.add_argument(
         "--avro-watermarks",
@@ -287,6 +297,7 @@ def _add_generate(commands) -> None:
 def _run_generate(args) -> int:
     options = GenerateOptions(
         protocol=args.protocol,
+        profile=args.profile,
         partitions=args.partitions,
         seed=args.seed,
         transactions=args.transactions,
@@ -300,12 +311,13 @@ def _run_generate(args) -> int:
         avro_watermarks=args.avro_watermarks,
     )
     started = time.perf_counter()
-    generated = write_generated(args.out, options)
+    generated = stream_generated(args.out, options)
     seconds = time.perf_counter() - started
     counts = generated.manifest["counts"]
     print(
-        f"{args.protocol}: {counts['transactions']} transactions, {counts['row_events']} row "
-        f"events, {counts['ddl_events']} DDLs, {counts['resolved_points']} resolved TSs -> "
+        f"{args.protocol}: {counts['transactions']} transactions ({args.profile} profile), "
+        f"{counts['row_events']} row events, {counts['ddl_events']} DDLs, "
+        f"{counts['resolved_points']} resolved TSs -> "
         f"{counts['messages']} Kafka messages ({counts['replayed_messages']} replayed), "
         f"{counts['export_bytes']} bytes in {seconds:.1f} s"
     )
@@ -314,6 +326,17 @@ def _run_generate(args) -> int:
     print(f"  {generated.out_dir / 'manifest.json'}")
     print(f"  {generated.config_path}")
     return 0
+
+
+def _add_profile(parser) -> None:
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        choices=PROFILES,
+        help="realistic (default): a growing shop with plausible values and a few ALTERs; "
+        "ddl-heavy: small churned tables, every type's extreme values, a DDL per ~200 "
+        "transactions (the tests' workload)",
+    )
 
 
 # --- run and demo ----------------------------------------------------------------------------
@@ -480,6 +503,7 @@ def _add_demo(commands) -> None:
         "1 when gold does not match.",
     )
     demo.add_argument("--out", type=Path, default=Path("sample"))
+    _add_profile(demo)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--transactions", type=int, default=200)
     demo.add_argument("--partitions", type=int, default=4)
@@ -494,13 +518,14 @@ def _run_demo(args) -> int:
     protocols = tuple(dict.fromkeys(args.protocols or PROTOCOLS))
     out = args.out.resolve()
     print(
-        f"Sample workload: {args.transactions} transactions (seed {args.seed}), "
+        f"Sample workload: {args.transactions} transactions ({args.profile}, seed {args.seed}), "
         f"{args.partitions} Kafka partitions per topic, in {', '.join(protocols)}, under {out}/"
     )
     samples = [
         prepare_sample(
             out,
             protocol,
+            profile=args.profile,
             seed=args.seed,
             transactions=args.transactions,
             partitions=args.partitions,

@@ -4,11 +4,12 @@
     reports = [run_sample(spark, sample) for sample in samples]
     render_demo(reports, seconds)
 
-Each protocol's sample lives in ``<out>/<protocol>/``: what ``ticdc-lake generate`` writes
-(exports/, manifest.json, expected.jsonl, pipeline.yaml) and the lake and reports its config
-points to. Each protocol has its own lake because every sample replicates the same upstream
-tables (``shop.*``) and gold tables are named by upstream table alone: one lake would have four
-changefeeds writing the same gold tables.
+The sample is the realistic profile's unless asked otherwise (``--profile ddl-heavy``: the
+edge-case values). Each protocol's sample lives in ``<out>/<protocol>/``: what
+``ticdc-lake generate`` writes (exports/, manifest.json, expected.jsonl, pipeline.yaml) and the
+lake and reports its config points to. Each protocol has its own lake because every sample
+replicates the same upstream tables (``shop.*``) and gold tables are named by upstream table
+alone: one lake would have four changefeeds writing the same gold tables.
 
 Avro carries no watermarks and no DDL unless TiCDC runs with ``avro-enable-watermark`` (a
 test-only option that adds DDL and checkpoint messages). The demo's Avro sample uses it, so its
@@ -41,7 +42,9 @@ from ticdc_lake.errors import ConfigError
 from ticdc_lake.pipeline import PipelineResult, query_hint, render_summary, run_stages
 from ticdc_lake.stages.compact import TableResult
 from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions, write_generated
+from ticdc_lake.workload.generator import DEFAULT_PROFILE
+from ticdc_lake.workload.output import TIME_ZONE, GenerateOptions
+from ticdc_lake.workload.streaming import stream_generated
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,12 @@ class DemoReport:
         return not self.problems and not self.result.failed
 
 
-def sample_options(protocol: str, *, seed: int, transactions: int, partitions: int):
+def sample_options(
+    protocol: str, *, seed: int, transactions: int, partitions: int, profile: str = DEFAULT_PROFILE
+):
     return GenerateOptions(
         protocol=protocol,
+        profile=profile,
         partitions=partitions,
         seed=seed,
         transactions=transactions,
@@ -91,10 +97,18 @@ def _same_sample(directory: Path, options: GenerateOptions) -> bool:
 
 
 def prepare_sample(
-    out: Path, protocol: str, *, seed: int, transactions: int, partitions: int
+    out: Path,
+    protocol: str,
+    *,
+    seed: int,
+    transactions: int,
+    partitions: int,
+    profile: str = DEFAULT_PROFILE,
 ) -> DemoSample:
     """The protocol's sample under ``out/<protocol>``: reused if it matches, else written."""
-    options = sample_options(protocol, seed=seed, transactions=transactions, partitions=partitions)
+    options = sample_options(
+        protocol, seed=seed, transactions=transactions, partitions=partitions, profile=profile
+    )
     directory = out / protocol
     reused = _same_sample(directory, options)
     if not reused:
@@ -105,7 +119,7 @@ def prepare_sample(
                     "samples there; move it or choose another --out"
                 )
             shutil.rmtree(directory)
-        write_generated(directory, options)
+        stream_generated(directory, options)
     notes = []
     if protocol == "avro":
         notes.append(

@@ -72,6 +72,9 @@ _AVRO_MAGIC = b"Obj\x01"
 _SUFFIX = {"parquet": ".parquet", "jsonl": ".jsonl", "kcat": ".kcat.jsonl", "avro": ".avro"}
 _FILE_SUFFIX = {"none": "", "gz": ".gz", "zstd": ".zst"}
 _BATCH_ROWS = 65_536
+# A batch (one row group) also ends at this many value bytes: TiCDC batches many events in a
+# message, and 65,536 such messages held ~1 GB while they were converted and compressed.
+_BATCH_BYTES = 32 << 20
 
 SPARK_KAFKA_SCHEMA = pa.schema(
     [
@@ -1050,12 +1053,14 @@ def _write_parquet(sink: BinaryIO, records: Iterable[KafkaRecord]) -> int:
     count = 0
     with pq.ParquetWriter(sink, SPARK_KAFKA_SCHEMA, compression="zstd") as writer:
         chunk: list[KafkaRecord] = []
+        size = 0
         for record in records:
             chunk.append(record)
-            if len(chunk) >= _BATCH_ROWS:
+            size += len(record.value or b"")
+            if len(chunk) >= _BATCH_ROWS or size >= _BATCH_BYTES:
                 writer.write_batch(_spark_like(records_to_arrow(chunk)))
                 count += len(chunk)
-                chunk = []
+                chunk, size = [], 0
         if chunk or count == 0:
             writer.write_batch(_spark_like(records_to_arrow(chunk)))
             count += len(chunk)

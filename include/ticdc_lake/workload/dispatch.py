@@ -16,6 +16,10 @@
 
 A partition's stream is a list of segments; each live segment ends with a resolved event (TiCDC
 flushes its batches before sending one), and replayed stretches are segments of their own.
+`Dispatcher` takes events one at a time and hands each closed segment on; replays are drawn
+from the live segments' sizes alone (`plan_replays`) and put in as a partition's segments go by
+(`with_replays`), so `route` and the streaming writer (streaming.py) share one algorithm and
+neither needs more than three segments of a partition at once to make a replay.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
@@ -102,114 +106,193 @@ def route(
     seed: int | None = None,
 ) -> Routing:
     """Dispatch `workload` as TiCDC would for `protocol`; the same arguments, the same result."""
-    if dispatcher not in DISPATCHERS:
-        raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, not {dispatcher!r}")
-    if partitions < 1 or not 0 <= idle_partitions < partitions:
-        raise ValueError("need partitions >= 1 and 0 <= idle_partitions < partitions")
-    row_partitions = partitions - idle_partitions
-    routing = Routing(
-        protocol=protocol,
-        partitions=partitions,
-        dispatcher=dispatcher,
-        idle_partitions=tuple(range(row_partitions, partitions)),
-        streams={},
-    )
+    routing = empty_routing(protocol, partitions, dispatcher, idle_partitions)
+
+    def keep(key: tuple[str, int], segment: Segment) -> None:
+        routing.streams[key].append(segment)
+
     with gc_paused():
-        _dispatch(workload, routing, row_partitions, protocol != "avro" or avro_watermarks)
-        _add_replays(routing, replays, random.Random(workload.seed if seed is None else seed))
+        dispatching = Dispatcher(routing, workload.tables, avro_watermarks, keep)
+        for event in workload.events:
+            dispatching.send(event)
+        dispatching.finish()
+        plan = plan_replays(
+            dispatching.live_rows, replays, random.Random(workload.seed if seed is None else seed)
+        )
+        for key, segments in routing.streams.items():
+            routing.streams[key] = list(with_replays(key, iter(segments), plan))
+        routing.replays.extend(plan.described)
     return routing
 
 
-def _dispatch(
-    workload: Workload, routing: Routing, row_partitions: int, carries_control: bool
-) -> None:
-    """Fill `routing.streams`: segments of events per partition, each closed by a resolved TS."""
-    protocol = routing.protocol
-    topics = _topics(workload, protocol)
-    open_segments = {(t, p): [] for t in topics for p in range(routing.partitions)}
-    streams = routing.streams
-    streams.update((key, []) for key in open_segments)
+def empty_routing(protocol: str, partitions: int, dispatcher: str, idle: int) -> Routing:
+    if dispatcher not in DISPATCHERS:
+        raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, not {dispatcher!r}")
+    if partitions < 1 or not 0 <= idle < partitions:
+        raise ValueError("need partitions >= 1 and 0 <= idle_partitions < partitions")
+    return Routing(
+        protocol=protocol,
+        partitions=partitions,
+        dispatcher=dispatcher,
+        idle_partitions=tuple(range(partitions - idle, partitions)),
+        streams={},
+    )
 
-    def send(event: Event, topic: str, partition: int) -> None:
-        open_segments[(topic, partition)].append(
+
+class Dispatcher:
+    """Sends events one by one to their partitions' open segments; a resolved event closes every
+    partition's segment and hands it to `closed` (to keep, or to write out)."""
+
+    def __init__(
+        self,
+        routing: Routing,
+        tables,
+        avro_watermarks: bool,
+        closed: Callable[[tuple[str, int], Segment], None],
+    ):
+        self.protocol = protocol = routing.protocol
+        self.dispatcher = routing.dispatcher
+        self.all_partitions = range(routing.partitions)
+        self.row_partitions = routing.partitions - len(routing.idle_partitions)
+        self.carries_control = protocol != "avro" or avro_watermarks
+        self.closed = closed
+        topics = _topics(tables, protocol)
+        self.open = {(t, p): [] for t in topics for p in self.all_partitions}
+        routing.streams.update((key, []) for key in self.open)
+        # Per partition, the row events of each live segment: what replays are planned from.
+        self.live_rows: dict[tuple[str, int], list[int]] = {key: [] for key in self.open}
+
+    def _put(self, event: Event, topic: str, partition: int) -> None:
+        self.open[(topic, partition)].append(
             dataclasses.replace(event, topic=topic, partition=partition)
         )
 
-    for event in workload.events:
+    def send(self, event: Event) -> None:
+        protocol = self.protocol
         if isinstance(event, RowEvent):
             topic = topic_name(protocol, event.schema, event.table)
-            send(event, topic, row_partition(event, routing.dispatcher, row_partitions))
+            self._put(event, topic, row_partition(event, self.dispatcher, self.row_partitions))
         elif isinstance(event, DdlEvent):
-            if not carries_control:
-                continue
+            if not self.carries_control:
+                return
             topic = topic_name(protocol, event.schema, event.table)
-            for partition in [0] if protocol == "canal-json" else range(routing.partitions):
-                send(event, topic, partition)
+            for partition in [0] if protocol == "canal-json" else self.all_partitions:
+                self._put(event, topic, partition)
         elif isinstance(event, ResolvedEvent):
             # A resolved TS closes every partition's segment, even where it is not sent (Avro).
-            for key in open_segments:
-                if carries_control:
-                    send(event, *key)
-                if open_segments[key]:
-                    streams[key].append(Segment(open_segments[key]))
-                    open_segments[key] = []
-    for key, events in open_segments.items():
+            for key in self.open:
+                if self.carries_control:
+                    self._put(event, *key)
+                self._close(key)
+
+    def finish(self) -> None:
+        for key in self.open:
+            self._close(key)
+
+    def _close(self, key: tuple[str, int]) -> None:
+        events = self.open[key]
         if events:
-            streams[key].append(Segment(events))
+            self.live_rows[key].append(sum(isinstance(e, RowEvent) for e in events))
+            self.closed(key, Segment(events))
+            self.open[key] = []
 
 
-def _topics(workload: Workload, protocol: str) -> list[str]:
+def _topics(tables, protocol: str) -> list[str]:
     if protocol == "avro":
-        return [topic_name(protocol, t.schema, t.name) for t in workload.tables]
+        return [topic_name(protocol, t.schema, t.name) for t in tables]
     return [topic_name(protocol)]
 
 
-def _add_replays(routing: Routing, count: int, rng: random.Random) -> None:
-    """Insert `count` replayed stretches, each after a live segment of a partition with rows."""
-    candidates = [
-        key
-        for key, segments in sorted(routing.streams.items())
-        if any(isinstance(e, RowEvent) for e in _flat(segments))
-    ]
+@dataclass(frozen=True)
+class _Replay:
+    """A replayed stretch: after live segment `after` of its partition, `length` events of the
+    live segments `window` (DDLs left out) from their `first_row`th row event on."""
+
+    number: int
+    after: int
+    window: tuple[int, ...]
+    first_row: int
+    length: int
+
+
+@dataclass
+class ReplayPlan:
+    """Where replays go (drawn from segment sizes alone, so streams need not be held), and,
+    once `with_replays` has made them, what each was (for the manifest), in drawn order."""
+
+    order: dict[tuple[str, int], list[tuple[int, _Replay | None]]]  # live ordinal or replay
+    described: list[dict] = field(default_factory=list)
+
+
+def plan_replays(live_rows: dict[tuple[str, int], list[int]], count: int, rng) -> ReplayPlan:
+    """`count` replays, each after a live segment of a partition with rows, replaying a stretch
+    of that segment and the two before it (as far as they are live segments)."""
+    candidates = [key for key, rows in sorted(live_rows.items()) if sum(rows)]
+    order: dict[tuple[str, int], list[tuple[int, _Replay | None]]] = {}
+    drawn = 0
     for _ in range(count if candidates else 0):
         key = rng.choice(candidates)
-        segments = routing.streams[key]
-        live = [i for i, segment in enumerate(segments) if not segment.replay]
+        entries = order.setdefault(key, [(i, None) for i in range(len(live_rows[key]))])
+        live = [i for i, (_, replay) in enumerate(entries) if replay is None]
         after = rng.choice(live)  # replayed once this segment (and its watermark) has been sent
+        window = tuple(
+            ordinal for ordinal, replay in entries[max(0, after - 2) : after + 1] if replay is None
+        )
+        rows = sum(live_rows[key][ordinal] for ordinal in window)
+        if not rows:
+            continue
+        first_row = rng.randrange(rows)
+        replay = _Replay(
+            drawn, entries[after][0], window, first_row, rng.randint(1, MAX_REPLAY_EVENTS)
+        )
+        entries.insert(after + 1, (-1, replay))
+        drawn += 1
+    return ReplayPlan(order)
+
+
+def with_replays(
+    key: tuple[str, int], live: Iterator[Segment], plan: ReplayPlan
+) -> Iterator[Segment]:
+    """A partition's live segments, in order, with its planned replays among them."""
+    entries = plan.order.get(key)
+    if entries is None:
+        yield from live
+        return
+    recent: dict[int, Segment] = {}
+    watermark = None
+    for ordinal, replay in entries:
+        if replay is None:
+            segment = recent[ordinal] = next(live)
+            recent.pop(ordinal - 3, None)
+            watermark = _last_resolved([segment], watermark)
+            yield segment
+            continue
         earlier = [
             event
-            for segment in segments[max(0, after - 2) : after + 1]
-            if not segment.replay
-            for event in segment.events
+            for ordinal in replay.window
+            for event in recent[ordinal].events
             if not isinstance(event, DdlEvent)
         ]
         rows = [i for i, event in enumerate(earlier) if isinstance(event, RowEvent)]
-        if not rows:
-            continue
-        start = rng.choice(rows)
-        stretch = earlier[start : start + rng.randint(1, MAX_REPLAY_EVENTS)]
-        segments.insert(after + 1, Segment(stretch, replay=True))
-        watermark = _last_resolved(segments[: after + 1])
-        routing.replays.append(
-            {
-                "topic": key[0],
-                "partition": key[1],
-                "events": len(stretch),
-                "row_events": sum(isinstance(e, RowEvent) for e in stretch),
-                "min_commit_ts": min(e.commit_ts for e in stretch),
-                "watermark_already_sent": watermark,
-            }
-        )
+        start = rows[replay.first_row]
+        stretch = earlier[start : start + replay.length]
+        yield Segment(stretch, replay=True)
+        described = {
+            "topic": key[0],
+            "partition": key[1],
+            "events": len(stretch),
+            "row_events": sum(isinstance(e, RowEvent) for e in stretch),
+            "min_commit_ts": min(e.commit_ts for e in stretch),
+            "watermark_already_sent": watermark,
+        }
+        plan.described.extend([None] * (replay.number + 1 - len(plan.described)))
+        plan.described[replay.number] = described
+    yield from live  # none left: every live segment has an entry
 
 
-def _flat(segments: list[Segment]) -> Iterator[Event]:
+def _last_resolved(segments: list[Segment], found: int | None = None) -> int | None:
     for segment in segments:
-        yield from segment.events
-
-
-def _last_resolved(segments: list[Segment]) -> int | None:
-    found = None
-    for event in _flat(segments):
-        if isinstance(event, ResolvedEvent) and (found is None or event.ts > found):
-            found = event.ts
+        for event in segment.events:
+            if isinstance(event, ResolvedEvent) and (found is None or event.ts > found):
+                found = event.ts
     return found

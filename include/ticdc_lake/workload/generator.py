@@ -15,11 +15,19 @@ What TiDB and TiCDC would produce, before any Kafka dispatch:
 
 The expected contents of every table at each resolved TS are recorded as the workload is built
 (`Workload.expected`).
+
+Two profiles (`PROFILES`): ``ddl-heavy`` is the edge-case workload the tests are built on (small,
+churned tables whose values are every type's extremes, a DDL per ~200 transactions, TRUNCATEs,
+re-inserted keys); ``realistic`` is what a production changefeed looks like (the shop tables of
+shop.py growing by sequential keys, mostly inserts and updates of recent keys, some deletes, a
+few ALTERs, plausible values). ``iter_workload`` hands the events to a callback as they are made,
+so a long workload can be written out without holding it (output.stream_generated).
 """
 
 from __future__ import annotations
 
 import gc
+import marshal
 import random
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -39,6 +47,7 @@ from ticdc_lake.events import (
     RowEvent,
 )
 from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
+from ticdc_lake.workload.shop import ADDED_COLUMNS, UPDATED, ShopValues, shop_tables
 from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
 
 START_PHYSICAL_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z: fixed, so outputs are reproducible
@@ -50,6 +59,42 @@ _KEY_WORDS = ("acct", "客户", "ünï", "🎉party", "o'brien", "tab\tkey")
 _ORDER = {DELETE: 0, UPDATE: 1, INSERT: 2}
 _POOL_SIZE = 512
 NO_TOPIC = ""  # logical events have no Kafka coordinates until they are dispatched
+DDL_HEAVY, REALISTIC = "ddl-heavy", "realistic"
+PROFILES = (REALISTIC, DDL_HEAVY)
+DEFAULT_PROFILE = REALISTIC  # what users get from generate, demo and the benchmarks
+REPLAYED_SHARE = 0.01  # realistic: ~1% of row events are sent twice (at-least-once delivery)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What distinguishes the profiles' workloads (the rest of the generator is shared)."""
+
+    name: str
+    tables: Callable[[], tuple[TableDef, ...]]
+    op_cumulative: tuple[int, ...]  # insert, update, key change, delete
+    max_live_rows: int | None  # a table this full deletes instead of inserting
+    recent_share: float  # updates and deletes on the newest keys rather than any key
+    resolved_every: tuple[int, int]  # transactions between resolved events (low, high)
+
+
+_PROFILES = {
+    DDL_HEAVY: Profile(DDL_HEAVY, canonical_tables, _OP_CUMULATIVE, 5000, 0.0, (2, 6)),
+    REALISTIC: Profile(REALISTIC, shop_tables, (52, 90, 92, 100), None, 0.85, (10, 40)),
+}
+
+
+def profile_named(name: str) -> Profile:
+    if name not in _PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {name!r}")
+    return _PROFILES[name]
+
+
+def default_replays(profile: str, transactions: int) -> int:
+    """How many replayed stretches (of ~20 events) a workload gets: 3 in the edge-case profile;
+    ~1% of the row events in the realistic one."""
+    if profile == DDL_HEAVY:
+        return 3
+    return max(3, round(transactions * 4 * REPLAYED_SHARE / 20))
 
 
 def tso(physical_ms: int, logical: int = 0) -> int:
@@ -120,6 +165,44 @@ class _KeyPool:
         self.index.clear()
 
 
+class _Rows:
+    """A table's rows, key → {column: value}, each kept packed (a marshal of its values in
+    column order): a dict of objects per row was most of a long workload's memory. Every read
+    gives a new dict, so no caller can change a row in place."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = tuple(columns)
+        self._packed: dict[tuple, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __getitem__(self, key: tuple) -> dict[str, Any]:
+        return dict(zip(self.columns, marshal.loads(self._packed[key]), strict=True))
+
+    def get(self, key: tuple) -> dict[str, Any] | None:
+        return self[key] if key in self._packed else None
+
+    def __setitem__(self, key: tuple, values: dict[str, Any]) -> None:
+        self._packed[key] = marshal.dumps(tuple([values[name] for name in self.columns]))
+
+    def pop(self, key: tuple) -> dict[str, Any]:
+        values = self[key]
+        del self._packed[key]
+        return values
+
+    def clear(self) -> None:
+        self._packed.clear()
+
+    def reshaped(self, columns: list[str]) -> _Rows:
+        """The rows under new columns: an added one NULL, a dropped one gone (ALTER TABLE)."""
+        rows = _Rows(columns)
+        for key in self._packed:
+            values = self[key]
+            rows[key] = {name: values.get(name) for name in columns}
+        return rows
+
+
 class _Values:
     """Column values from `cases.random_value`, one source per column type.
 
@@ -131,7 +214,11 @@ class _Values:
         self.rng = rng
         self._sources: dict[str, Callable[[], Any]] = {}
 
-    def source(self, column_type: ColumnType) -> Callable[[], Any]:
+    def null_share(self, column: ColumnDef) -> float:
+        return _NULL_CHANCE if column.nullable else 0.0
+
+    def source(self, column: ColumnDef) -> Callable[[], Any]:
+        column_type = column.column_type
         found = self._sources.get(column_type.name)
         if found is None:
             found = self._sources[column_type.name] = self._pooled(column_type)
@@ -155,10 +242,13 @@ class _Values:
 class _TableState:
     """A table's current definition, rows (key → column values) and key bookkeeping."""
 
-    def __init__(self, table: TableDef, values: _Values):
+    def __init__(
+        self, table: TableDef, values: _Values | ShopValues, updated: tuple[str, ...] = ()
+    ):
         self.values = values
+        self.updated = updated  # columns an UPDATE changes (empty: any non-key column)
         self.table = table  # a property: setting it refreshes the column plans below
-        self.rows: dict[tuple, dict[str, Any]] = {}
+        self.rows = _Rows(self.columns)
         self.live = _KeyPool()
         self.graveyard: list[tuple] = []  # deleted keys, sometimes inserted again
         self.counter = 0
@@ -172,11 +262,14 @@ class _TableState:
         self._table = table
         self.columns = [column.name for column in table.columns]
         self._specs = [(c.name, c.type_code, c.flags, c.mysql_type) for c in table.columns]
-        # (name, nullable, draw a value) of every non-key column, in table order
+        # (name, share of NULLs, draw a value) of every non-key column, in table order
         self.non_key = [
-            (c.name, c.nullable, self.values.source(c.column_type))
+            (c.name, self.values.null_share(c), self.values.source(c))
             for c in table.columns
             if not c.is_key
+        ]
+        self.updatable = [
+            spec for spec in self.non_key if not self.updated or spec[0] in self.updated
         ]
         self.binary_columns = tuple(
             c.name for c in table.columns if m.is_binary_string(c.type_code, c.flags)
@@ -190,21 +283,52 @@ class _TableState:
         }
 
 
+@dataclass
+class _Clock:
+    """The simulated time of the last commit, in ms."""
+
+    physical_ms: int
+
+    def now(self) -> int:
+        return self.physical_ms
+
+
 class _Generator:
-    def __init__(self, seed: int, transactions: int, resolved_every: tuple[int, int], ddl: bool):
+    def __init__(
+        self,
+        seed: int,
+        transactions: int,
+        resolved_every: tuple[int, int],
+        ddl: bool,
+        profile: Profile,
+        emit: Callable[[Event], None] | None = None,
+        expected: type[ExpectedLog] | Callable[..., ExpectedLog] = ExpectedLog,
+    ):
         self.rng = random.Random(seed)
         self.seed = seed
+        self.profile = profile
         self.transaction_count = transactions
         self.resolved_every = resolved_every
-        self.initial = canonical_tables()
-        self.values = _Values(self.rng)
-        self.states = {t.full_name: _TableState(t, self.values) for t in self.initial}
+        self.initial = profile.tables()
+        self.clock = _Clock(START_PHYSICAL_MS)
+        if profile.name == REALISTIC:
+            # The clock, not the generator: a closure over the generator would be a reference
+            # cycle, and with the collector paused the tables' rows would outlive the run.
+            self.values = ShopValues(self.rng, self.clock.now)
+        else:
+            self.values = _Values(self.rng)
+        updated = UPDATED if profile.name == REALISTIC else {}
+        self.states = {
+            t.full_name: _TableState(t, self.values, updated.get(t.full_name, ()))
+            for t in self.initial
+        }
         self.names = list(self.states)
-        self.physical_ms = START_PHYSICAL_MS
         self.last_commit_ts = 0
         self.events: list[Event] = []
-        self.transactions: list[Transaction] = []
-        self.expected = ExpectedLog({t.full_name: t.handle for t in self.initial})
+        # Streaming (`emit` given): events go to `emit`, transactions are not kept.
+        self.emit = self.events.append if emit is None else emit
+        self.transactions: list[Transaction] | None = [] if emit is None else None
+        self.expected = expected({t.full_name: t.handle for t in self.initial})
         self.recorder = SnapshotRecorder(self.expected)
         self.counts = dict.fromkeys(
             (
@@ -223,12 +347,14 @@ class _Generator:
         self.added_columns = 0
         self.next_table_id = 1000
         self.milestones = self._milestones(transactions) if ddl else {}
+        self.random_ddl = ddl and profile.name == DDL_HEAVY
+        self.last_event: Event | None = None
 
     # --- time ---------------------------------------------------------------------------------
 
     def next_commit_ts(self) -> int:
-        self.physical_ms += self.rng.randint(1, 40)
-        self.last_commit_ts = tso(self.physical_ms, self.rng.randint(0, 3))
+        self.clock.physical_ms += self.rng.randint(1, 40)
+        self.last_commit_ts = tso(self.clock.physical_ms, self.rng.randint(0, 3))
         return self.last_commit_ts
 
     # --- the run -----------------------------------------------------------------------------
@@ -240,17 +366,18 @@ class _Generator:
             self.recorder.truncated(name)
         until_resolved = self.rng.randint(*self.resolved_every)
         for number in range(self.transaction_count):
-            action = self.milestones.get(number)
-            if action is not None:
-                action()
-            elif self.milestones and self.rng.random() < 1 / 200:
+            milestone = self.milestones.get(number)
+            if milestone is not None:
+                method, arguments = milestone
+                method(self, *arguments)
+            elif self.random_ddl and self.milestones and self.rng.random() < 1 / 200:
                 self._random_ddl()
             self._transaction()
             until_resolved -= 1
             if until_resolved == 0:
                 self._resolved()
                 until_resolved = self.rng.randint(*self.resolved_every)
-        if not self.events or not isinstance(self.events[-1], ResolvedEvent):
+        if not isinstance(self.last_event, ResolvedEvent):
             self._resolved()
         return Workload(
             seed=self.seed,
@@ -262,9 +389,13 @@ class _Generator:
             counts=self.counts,
         )
 
+    def _send(self, event: Event) -> None:
+        self.last_event = event
+        self.emit(event)
+
     def _resolved(self) -> None:
         ts = self.last_commit_ts
-        self.events.append(ResolvedEvent(ts, NO_TOPIC, 0, 0))
+        self._send(ResolvedEvent(ts, NO_TOPIC, 0, 0))
         self.recorder.point(
             ts, {n: (s.columns, s.rows, s.binary_columns) for n, s in self.states.items()}
         )
@@ -288,8 +419,10 @@ class _Generator:
         for event in events:
             first_seen.setdefault(event.table, len(first_seen))
         events.sort(key=lambda e: (first_seen[e.table], _ORDER[e.op]))
-        self.events.extend(events)
-        self.transactions.append(Transaction(commit_ts, events))
+        for event in events:
+            self._send(event)
+        if self.transactions is not None:
+            self.transactions.append(Transaction(commit_ts, events))
         self.counts["transactions"] += 1
         self.counts["row_events"] += len(events)
         self.counts["multi_table_transactions"] += len(first_seen) > 1
@@ -298,17 +431,19 @@ class _Generator:
         self, commit_ts: int, state: _TableState, touched: set[tuple]
     ) -> list[RowEvent]:
         """One row change (two events for a key change); no row is touched twice per transaction."""
-        op = self.rng.choices(_OP_NAMES, cum_weights=_OP_CUMULATIVE)[0]
+        profile = self.profile
+        op = self.rng.choices(_OP_NAMES, cum_weights=profile.op_cumulative)[0]
         free = len(state.live) - len(touched & state.live.index.keys())
         if op != "insert" and free <= 0:
             op = "insert"
-        if op == "insert" and len(state.live) >= 5000 and free > 0:
+        full = profile.max_live_rows is not None and len(state.live) >= profile.max_live_rows
+        if op == "insert" and full and free > 0:
             op = "delete"  # keep tables at a steady size in long runs
         if op == "insert":
             return [self._insert(commit_ts, state, touched)]
-        key = state.live.choice(self.rng)
+        key = self._existing_key(state)
         while key in touched:
-            key = state.live.choice(self.rng)
+            key = self._existing_key(state)
         touched.add(key)
         if op == "update":
             return [self._update(commit_ts, state, key)]
@@ -327,8 +462,8 @@ class _Generator:
         touched.add(key)
         values = dict(zip(state.table.handle, key, strict=True))
         chance = self.rng.random
-        for name, nullable, draw in state.non_key:
-            values[name] = None if nullable and chance() < _NULL_CHANCE else draw()
+        for name, null_share, draw in state.non_key:
+            values[name] = None if null_share and chance() < null_share else draw()
         values = {name: values[name] for name in state.columns}  # table column order
         return self._put(commit_ts, state, key, values)
 
@@ -342,11 +477,11 @@ class _Generator:
     def _update(self, commit_ts: int, state: _TableState, key: tuple) -> RowEvent:
         old = state.rows[key]
         new = dict(old)
-        candidates = state.non_key
+        candidates = state.updatable
         chance = self.rng.random
         changes = min(len(candidates), self.rng.randint(1, 3))
-        for name, nullable, draw in self.rng.sample(candidates, changes):
-            new[name] = None if nullable and chance() < _NULL_CHANCE else draw()
+        for name, null_share, draw in self.rng.sample(candidates, changes):
+            new[name] = None if null_share and chance() < null_share else draw()
         for _ in range(20):  # TiDB writes no change event for an UPDATE that changes nothing
             if new != old:
                 break
@@ -380,8 +515,20 @@ class _Generator:
             partition_id=table.partition_of(key),
         )
 
+    def _existing_key(self, state: _TableState) -> tuple:
+        """A live key: in the realistic profile mostly one of the newest (OLTP changes are)."""
+        if self.profile.recent_share and self.rng.random() < self.profile.recent_share:
+            keys = state.live.keys
+            back = min(len(keys) - 1, int(self.rng.expovariate(1 / 300)))
+            return keys[len(keys) - 1 - back]
+        return state.live.choice(self.rng)
+
     def _new_key(self, state: _TableState, touched: set[tuple]) -> tuple:
-        """A key not live and not used in this transaction; now and then a deleted one again."""
+        """A key not live and not used in this transaction; now and then a deleted one again
+        (realistic: the next of a sequence, as AUTO_INCREMENT gives them)."""
+        if self.profile.name == REALISTIC:
+            state.counter += 1
+            return _sequential_key(state.table, state.counter)
         if state.graveyard and self.rng.random() < 0.05:
             key = state.graveyard.pop(self.rng.randrange(len(state.graveyard)))
             if key not in state.live and key not in touched:
@@ -404,23 +551,31 @@ class _Generator:
 
     def _ddl(self, table: TableDef, query: str, action: int) -> None:
         commit_ts = self.next_commit_ts()
-        self.events.append(
-            DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0)
-        )
+        self._send(DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0))
         self.counts["ddl_events"] += 1
 
-    def _milestones(self, transactions: int) -> dict[int, Any]:
-        """One DDL of each kind at fixed fractions of the run (when it is long enough)."""
+    def _milestones(self, transactions: int) -> dict[int, tuple[Callable, tuple]]:
+        """One DDL of each kind at fixed fractions of the run (when it is long enough), as
+        (method, arguments): closures over the generator would make it a reference cycle."""
         if transactions < 10:
             return {}
-        plan = {
-            0.25: lambda: self._add_column("shop.numbers"),
-            0.4: lambda: self._add_column("shop.strings"),
-            0.5: lambda: self._truncate("shop.orders"),
-            0.6: lambda: self._drop_column("shop.times", "c_datetime"),
-            0.8: lambda: self._drop_column("shop.numbers", None),
-        }
-        return {int(transactions * fraction): action for fraction, action in plan.items()}
+        generator = type(self)
+        if self.profile.name == REALISTIC:
+            (first_table, first), (second_table, second) = ADDED_COLUMNS
+            plan = {
+                0.3: (generator._add_column, (first_table, first)),
+                0.6: (generator._add_column, (second_table, second)),
+                0.85: (generator._drop_column, ("shop.orders", "note")),
+            }
+        else:
+            plan = {
+                0.25: (generator._add_column, ("shop.numbers",)),
+                0.4: (generator._add_column, ("shop.strings",)),
+                0.5: (generator._truncate, ("shop.orders",)),
+                0.6: (generator._drop_column, ("shop.times", "c_datetime")),
+                0.8: (generator._drop_column, ("shop.numbers", None)),
+            }
+        return {int(transactions * fraction): step for fraction, step in plan.items()}
 
     def _random_ddl(self) -> None:
         name = self.rng.choice(self.names)
@@ -432,13 +587,13 @@ class _Generator:
         else:
             self._truncate(name)
 
-    def _add_column(self, name: str) -> None:
+    def _add_column(self, name: str, column: ColumnDef | None = None) -> None:
         state = self.states[name]
         self.added_columns += 1
-        column = ColumnDef(f"c_added_{self.added_columns}", self.rng.choice(COLUMN_TYPES))
+        if column is None:
+            column = ColumnDef(f"c_added_{self.added_columns}", self.rng.choice(COLUMN_TYPES))
         state.table = state.table.add_column(column)
-        # Rows are never changed in place: the expected log may hold them (SnapshotRecorder).
-        state.rows = {key: {**values, column.name: None} for key, values in state.rows.items()}
+        state.rows = state.rows.reshaped(state.columns)
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} ADD COLUMN {state.table.columns[-1].sql()}",
@@ -455,10 +610,7 @@ class _Generator:
             added = [c for c in droppable if c.startswith("c_added_")]
             column_name = (added or droppable)[-1]
         state.table = state.table.drop_column(column_name)
-        state.rows = {
-            key: {name: value for name, value in values.items() if name != column_name}
-            for key, values in state.rows.items()
-        }
+        state.rows = state.rows.reshaped(state.columns)
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
@@ -480,21 +632,57 @@ def _key_columns(table: TableDef) -> list[ColumnDef]:
     return [table.by_name[name] for name in table.handle]
 
 
+def _sequential_key(table: TableDef, number: int) -> tuple:
+    """The `number`th key of a table: ids count up; order lines are 1–4 of an order; string
+    keys are SKUs."""
+    columns = _key_columns(table)
+    if len(columns) == 2:
+        return (1_000 + (number - 1) // 4, (number - 1) % 4 + 1)
+    if columns[0].type_code in m.STRING_TYPES:
+        return (f"SKU-{number:06d}",)
+    return (number,)
+
+
 def generate_workload(
     seed: int = 0,
     transactions: int = 200,
     *,
-    resolved_every: tuple[int, int] = (2, 6),
+    resolved_every: tuple[int, int] | None = None,
     ddl: bool = True,
+    profile: str = DDL_HEAVY,
 ) -> Workload:
-    """A reproducible workload: the same arguments always give the same events and snapshots."""
+    """A reproducible workload: the same arguments always give the same events and snapshots.
+
+    Held in memory whole (events, transactions, every table at every resolved TS): for tests
+    and small samples; `iter_workload` streams."""
+    with gc_paused():
+        return _generator(seed, transactions, resolved_every, ddl, profile).run()
+
+
+def iter_workload(
+    emit: Callable[[Event], None],
+    expected: Callable[[dict[str, tuple[str, ...]]], ExpectedLog],
+    seed: int = 0,
+    transactions: int = 200,
+    *,
+    profile: str = DDL_HEAVY,
+) -> Workload:
+    """The same workload as `generate_workload`, each event handed to `emit` as it is made and
+    each resolved TS's expected tables to the log `expected(handle_keys)` builds (which may
+    write them out). The Workload returned holds no events and no transactions."""
+    generator = _generator(seed, transactions, None, True, profile, emit, expected)
+    with gc_paused():
+        return generator.run()
+
+
+def _generator(seed, transactions, resolved_every, ddl, profile, emit=None, expected=ExpectedLog):
+    chosen = profile_named(profile)
     if transactions < 0:
         raise ValueError("transactions must not be negative")
-    low, high = resolved_every
+    low, high = resolved_every = resolved_every or chosen.resolved_every
     if not 1 <= low <= high:
         raise ValueError("resolved_every must be (low, high) with 1 <= low <= high")
-    with gc_paused():
-        return _Generator(seed, transactions, resolved_every, ddl).run()
+    return _Generator(seed, transactions, resolved_every, ddl, chosen, emit, expected)
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,19 @@ from typing import Any
 import yaml
 
 from ticdc_lake import exports
-from ticdc_lake.events import Event, ResolvedEvent, RowEvent
+from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
-from ticdc_lake.workload.dispatch import Routing, route
-from ticdc_lake.workload.generator import Workload, gc_paused, generate_workload
+from ticdc_lake.workload.dispatch import Routing, Segment, route
+from ticdc_lake.workload.generator import (
+    DDL_HEAVY,
+    Workload,
+    default_replays,
+    gc_paused,
+    generate_workload,
+    profile_named,
+)
 
 TIME_ZONE = "UTC"  # the simulated TiCDC server's zone: TIMESTAMP values are local time there
 
@@ -54,6 +62,7 @@ class GenerateOptions:
     """Everything `ticdc-lake generate` can be asked for."""
 
     protocol: str
+    profile: str = DDL_HEAVY  # the library's default; `generate`, demo and bench use REALISTIC
     partitions: int = 4
     seed: int = 0
     transactions: int = 200
@@ -62,7 +71,7 @@ class GenerateOptions:
     file_compression: str = "none"  # whole-file compression: none | gz | zstd
     dispatcher: str = "index-value"  # index-value | table
     idle_partitions: int = 1
-    replays: int = 3
+    replays: int | None = None  # None: the profile's (default_replays)
     tidb_extension: bool = True
     avro_watermarks: bool = False  # Avro's test-only DDL/checkpoint messages
     max_batch_size: int = 16
@@ -72,6 +81,9 @@ class GenerateOptions:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}")
         if self.transactions < 0:
             raise ValueError("transactions must not be negative")
+        profile_named(self.profile)
+        if self.replays is None:
+            object.__setattr__(self, "replays", default_replays(self.profile, self.transactions))
 
     @property
     def carries_watermarks(self) -> bool:
@@ -114,27 +126,27 @@ def encode_routing(
     encoder = make_encoder(routing.protocol, settings)
     encoded: dict[tuple[str, int], EncodedStream] = {}
     with gc_paused():
-        for (topic, partition), segments in sorted(routing.streams.items()):
-            stream = encoded[(topic, partition)] = EncodedStream()
-            clock_ms = 0
-            for segment in segments:
-                newest = max((_ts(event) for event in segment.events), default=0) >> 18
-                clock_ms = clock_ms + 1 if segment.replay else max(clock_ms, newest)
-                first = len(stream.records)
-                for message in encoder.encode(segment.events):
-                    stream.records.append(
-                        KafkaRecord(
-                            topic,
-                            partition,
-                            len(stream.records),
-                            message.key,
-                            message.value,
-                            clock_ms,
-                        )
-                    )
-                if segment.replay and len(stream.records) > first:
-                    stream.replayed_offsets.append((first, len(stream.records) - 1))
+        for key, segments in sorted(routing.streams.items()):
+            stream = encoded[key] = EncodedStream()
+            stream.records.extend(encode_partition(encoder, key, segments, stream.replayed_offsets))
     return encoded
+
+
+def encode_partition(
+    encoder, key: tuple[str, int], segments: Iterable[Segment], replayed: list[tuple[int, int]]
+) -> Iterator[KafkaRecord]:
+    """One partition's records, offsets from 0; the offset ranges of replays go to `replayed`."""
+    topic, partition = key
+    clock_ms = offset = 0
+    for segment in segments:
+        newest = max((_ts(event) for event in segment.events), default=0) >> 18
+        clock_ms = clock_ms + 1 if segment.replay else max(clock_ms, newest)
+        first = offset
+        for message in encoder.encode(segment.events):
+            yield KafkaRecord(topic, partition, offset, message.key, message.value, clock_ms)
+            offset += 1
+        if segment.replay and offset > first:
+            replayed.append((first, offset - 1))
 
 
 def _ts(event: Event) -> int:
@@ -166,7 +178,7 @@ def _write_generated(
 ) -> GeneratedOutput:
     out.mkdir(parents=True, exist_ok=True)
     if workload is None:
-        workload = generate_workload(options.seed, options.transactions)
+        workload = generate_workload(options.seed, options.transactions, profile=options.profile)
     routing = route(
         workload,
         options.protocol,
@@ -187,15 +199,22 @@ def _write_generated(
         )
     workload.expected.write_jsonl(out / "expected.jsonl")
     manifest = build_manifest(workload, routing, encoded, options, out, export_files, schema_dir)
+    config_path = write_manifest_and_config(out, manifest, options, routing, schema_dir)
+    return GeneratedOutput(
+        out, workload, routing, encoded, export_files, manifest, config_path, schema_dir
+    )
+
+
+def write_manifest_and_config(
+    out: Path, manifest: dict, options: GenerateOptions, routing: Routing, schema_dir: Path | None
+) -> Path:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     config_path = out / "pipeline.yaml"
     config_path.write_text(
         PIPELINE_CONFIG_DOC
         + yaml.safe_dump(pipeline_config(options, routing, schema_dir is not None), sort_keys=False)
     )
-    return GeneratedOutput(
-        out, workload, routing, encoded, export_files, manifest, config_path, schema_dir
-    )
+    return config_path
 
 
 def _write_exports(
@@ -225,19 +244,46 @@ def build_manifest(
     export_files: list[Path],
     schema_dir: Path | None,
 ) -> dict[str, Any]:
+    sent = {key: (len(stream.records), stream.replayed_offsets) for key, stream in encoded.items()}
+    row_ts = (e.commit_ts for e in workload.events if isinstance(e, RowEvent))
+    return manifest_of(
+        workload,
+        workload.ddl_events,
+        max(row_ts, default=None),
+        routing,
+        sent,
+        options,
+        out,
+        export_files,
+        schema_dir,
+    )
+
+
+def manifest_of(
+    workload: Workload,
+    ddl_events: list[DdlEvent],
+    last_commit_ts: int | None,
+    routing: Routing,
+    sent: dict[tuple[str, int], tuple[int, list[tuple[int, int]]]],  # messages, replayed offsets
+    options: GenerateOptions,
+    out: Path,
+    export_files: list[Path],
+    schema_dir: Path | None,
+) -> dict[str, Any]:
+    """The manifest from what was generated and sent, whether the workload is held or not."""
     messages = {
         topic: {
-            str(partition): len(stream.records)
-            for (t, partition), stream in sorted(encoded.items())
+            str(partition): count
+            for (t, partition), (count, _) in sorted(sent.items())
             if t == topic
         }
         for topic in routing.topics
     }
     counts = dict(workload.counts)
-    counts["messages"] = sum(len(stream.records) for stream in encoded.values())
+    counts["messages"] = sum(count for count, _ in sent.values())
     counts["replayed_row_events"] = sum(replay["row_events"] for replay in routing.replays)
     counts["replayed_messages"] = sum(
-        last - first + 1 for stream in encoded.values() for first, last in stream.replayed_offsets
+        last - first + 1 for _, spans in sent.values() for first, last in spans
     )
     counts["export_bytes"] = sum(path.stat().st_size for path in export_files)
     return {
@@ -256,7 +302,8 @@ def build_manifest(
         },
         "idle_partitions": list(routing.idle_partitions),
         "replays": [
-            replay | {"offsets": _replayed_offsets(encoded, replay["topic"], replay["partition"])}
+            replay
+            | {"offsets": [list(span) for span in sent[(replay["topic"], replay["partition"])][1]]}
             for replay in routing.replays
         ],
         "tables": {table.full_name: table.describe() for table in workload.tables},
@@ -268,20 +315,14 @@ def build_manifest(
                 "ddl_type": event.ddl_type,
                 "query": event.query,
             }
-            for event in workload.ddl_events
+            for event in ddl_events
         ],
         "resolved": [
             {"ts": point["resolved_ts"], "row_counts": point["row_counts"]}
             for point in workload.expected.points
         ],
-        "last_commit_ts": max(
-            (e.commit_ts for e in workload.events if isinstance(e, RowEvent)), default=None
-        ),
+        "last_commit_ts": last_commit_ts,
     }
-
-
-def _replayed_offsets(encoded, topic: str, partition: int) -> list[list[int]]:
-    return [list(span) for span in encoded[(topic, partition)].replayed_offsets]
 
 
 def pipeline_config(options: GenerateOptions, routing: Routing, has_schemas: bool) -> dict:
