@@ -132,9 +132,11 @@ def test_the_registry_password_never_reaches_output_logs_or_tables(tmp_path, reg
     assert PASSWORD not in said
     assert PASSWORD not in lake
     # Each behaviour was met, and reported: the outage and the server error fail decode (exit
-    # 1), refused credentials are a config error (exit 2), unknown ids are quarantined.
+    # 1), refused credentials are a config error (exit 2), unknown ids are quarantined, which the
+    # decode-rate check then fails (exit 1).
     exits = [line for line in run.stdout.splitlines() if line.startswith("exit ")]
-    assert exits == ["exit 1", "exit 2", "exit 1", "exit 0"], said
+    assert exits == ["exit 1", "exit 2", "exit 1", "exit 1"], said
+    assert "decode_rate: FAILED" in said
     assert "could not be reached" in said and "refused the credentials (HTTP 401)" in said
     assert "failed to give schema id" in said and "is not in schema registry http://" in lake
     assert f"http://{USER}:***@" in said  # the warning about a password in the URL
