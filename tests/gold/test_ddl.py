@@ -120,7 +120,16 @@ def test_column_types_as_mysql_stores_them(text, type_text):
     [
         (
             "ALTER TABLE `s`.`t` ADD COLUMN `a` int NOT NULL DEFAULT 1 AFTER `b`",
-            [d.AddColumns(T("t", "s"), (d.ColumnDef("a", "int", nullable=False),))],
+            [
+                d.AddColumns(
+                    T("t", "s"),
+                    (
+                        d.ColumnDef(
+                            "a", "int", nullable=False, default=d.DefaultValue("literal", "1")
+                        ),
+                    ),
+                )
+            ],
         ),
         (
             "alter table t add (a int, b text)",

@@ -8,8 +8,10 @@ per table per run (MODIFY COLUMN, still a barrier, adds its own).
 
 from __future__ import annotations
 
+import datetime as dt
 import tempfile
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,17 @@ TRUNCATE_BETWEEN = [
     ("update", "a", 2, False),
     ("insert", "a", 1, False),
 ]
+# c1 gets values in the first run; the second drops it and adds it again: the rows already
+# there hold the new column's default, not the old column's values.
+ADDED_AGAIN = [
+    ("insert", "a", 1, False),
+    ("add", "a", 1, False),
+    ("update", "a", 1, False),
+    ("insert", "a", 2, False),
+    ("drop", "a", 0, False),
+    ("add", "a", 1, False),
+    ("insert", "a", 3, False),
+]
 SAME_TS = [
     ("insert", "a", 1, False),
     ("add", "a", 1, True),
@@ -175,6 +188,7 @@ SAME_TS = [
 @example(ADD_BEFORE)
 @example(TRUNCATE_BETWEEN)
 @example(SAME_TS)
+@example(ADDED_AGAIN)
 def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
     assert_fold_equals_barriers(spark, operations)
 
@@ -185,7 +199,9 @@ def test_large_runs_fold_as_small_ones_do(spark, monkeypatch):
     monkeypatch.setattr(compact_stage, "COLLECT_LIMIT", 0)
     monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
     mixed = [("insert", "a", 3, False), ("drop", "a", 0, False), ("insert", "a", 2, False)]
-    assert_fold_equals_barriers(spark, mixed + TRUNCATE_BETWEEN + SAME_TS + ADD_BEFORE)
+    assert_fold_equals_barriers(
+        spark, mixed + TRUNCATE_BETWEEN + SAME_TS + ADD_BEFORE + ADDED_AGAIN
+    )
 
 
 def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of_one_key(
@@ -211,10 +227,10 @@ def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of
 
     first = compact(spark, config, until_ts=1205).tables["s.a"]
     rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
-    # Gold holds what the barrier path gives: the row before ADD COLUMN has c1 NULL.
+    # The row written before ADD COLUMN holds its default, as upstream's does.
     assert rows.column_names == ["id", "v", "_commit_ts", "c1"]
     assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "v": 5, "_commit_ts": 110, "c1": None},
+        {"id": 1, "v": 5, "_commit_ts": 110, "c1": 7},
         {"id": 2, "v": 6, "_commit_ts": 1200, "c1": None},
     ]
     assert first.commits <= 2 and first.ddl == 102
@@ -251,3 +267,55 @@ def test_two_ddls_at_one_ts_on_one_table_are_both_carried_out(spark, tmp_path, m
     rows = gold.to_pyarrow_table()
     assert rows.column_names == ["id", "_commit_ts", "c1"]
     assert rows.to_pylist() == [{"id": 1, "_commit_ts": 110, "c1": None}]
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["barriers", "folded"])
+@pytest.mark.parametrize("executors", [False, True], ids=["driver", "spark"])
+def test_rows_already_in_gold_get_an_added_columns_default(
+    spark, tmp_path, monkeypatch, fold, executors
+):
+    if executors:  # the rewrite by Spark that a large table takes
+        monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
+    ddl_ts = 1 << 40  # 1970-01-13 17:55:41.7760 UTC as a TSO's physical time
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int)", "a")
+    log.row(110, "a", "insert", {"id": _column("c_int", 1, key=True), "v": _column("c_int", 5)})
+    log.row(110, "a", "insert", {"id": _column("c_int", 2, key=True), "v": _column("c_int", 6)})
+    log.resolved(120)
+    log.row(130, "a", "update", {"id": _column("c_int", 2, key=True), "v": _column("c_int", 7)})
+    log.ddl(
+        ddl_ts,
+        "ALTER TABLE s.a ADD COLUMN status enum('new','paid') NOT NULL DEFAULT 'paid', "
+        "ADD COLUMN note varchar(8) NOT NULL, ADD COLUMN amount decimal(6,2) DEFAULT '1.5', "
+        "ADD COLUMN at timestamp(3) NULL DEFAULT CURRENT_TIMESTAMP(3), ADD COLUMN gone int",
+        "a",
+    )
+    log.row(
+        ddl_ts + 10,
+        "a",
+        "insert",
+        {
+            "id": _column("c_int", 3, key=True),
+            "v": _column("c_int", 8),
+            "status": _column("c_enum", 1),
+            "note": _column("c_varchar", "x"),
+        },
+    )
+    log.resolved(ddl_ts + 20)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    compact(spark, config, until_ts=120, fold_ddl=fold)
+    compact(spark, config, fold_ddl=fold)
+
+    rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist()
+    at = dt.datetime.fromtimestamp((ddl_ts >> 18) / 1000, dt.UTC)
+    already = {"status": "paid", "note": "", "amount": Decimal("1.50"), "at": at, "gone": None}
+    assert sorted(rows, key=lambda r: r["id"]) == [
+        {"id": 1, "v": 5, "_commit_ts": 110, **already},  # in gold before the DDL
+        {"id": 2, "v": 7, "_commit_ts": 130, **already},  # changed by the run, before it
+        {"id": 3, "v": 8, "_commit_ts": ddl_ts + 10, "status": "new", "note": "x",
+         "amount": None, "at": None, "gone": None},  # written after it, as its image says
+    ]  # fmt: skip

@@ -78,6 +78,7 @@ class Create(Effect):
 @dataclass(frozen=True)
 class AddColumns(Effect):
     columns: tuple[tuple[str, ColumnSpec], ...] = ()
+    definitions: tuple[d.ColumnDef, ...] = ()  # with their DEFAULTs, for the rows already there
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ class Catalog:
         kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
         self.tables[action.table] = dataclasses.replace(info, columns=kept + action.columns)
         specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
-        return [AddColumns(action.table, specs)]
+        return [AddColumns(action.table, specs, action.columns)]
 
     def _drop_columns(self, action: d.DropColumns, note: str) -> list[Effect]:
         info = self.info(action.table)

@@ -34,6 +34,21 @@ class TableName:
         return f"{self.schema}.{self.name}"
 
 
+# DefaultValue kinds
+LITERAL, NULL_DEFAULT, NOW, EXPRESSION = "literal", "null", "now", "expression"
+_NOW_WORDS = {"current_timestamp", "now", "localtime", "localtimestamp"}
+
+
+@dataclass(frozen=True)
+class DefaultValue:
+    """A column's DEFAULT: a literal (its text, or its bytes for b'..', x'..' and 0x..), NULL,
+    the current time (CURRENT_TIMESTAMP and its synonyms), or an expression gold cannot run."""
+
+    kind: str
+    text: str | None = None
+    binary: bytes | None = None
+
+
 @dataclass(frozen=True)
 class ColumnDef:
     """A column as a DDL defines it. ``type_text`` is in ``mysql.parse_column_type`` form."""
@@ -45,6 +60,7 @@ class ColumnDef:
     unique: bool = False  # UNIQUE written on the column itself
     binary_charset: bool = False  # CHARACTER SET binary: a CHAR/VARCHAR/TEXT holding bytes
     generated: bool = False
+    default: DefaultValue | None = None  # None: no DEFAULT clause
 
 
 @dataclass(frozen=True)
@@ -314,6 +330,14 @@ _TYPE_NAMES = {
 }  # fmt: skip
 
 
+def _bytes_literal(base: str, digits: str) -> bytes:
+    """The bytes of b'0101' or x'ff' (also 0b0101, 0xff): big-endian, as MySQL stores them."""
+    if base == "x":
+        return bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits)
+    value = int(digits or "0", 2)
+    return value.to_bytes(max(1, (len(digits) + 7) // 8), "big")
+
+
 def _quote_element(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -332,6 +356,7 @@ class _Column:
     unique: bool = False
     binary_charset: bool = False
     generated: bool = False
+    default: DefaultValue | None = None
     keys: list[str] = field(default_factory=list)
 
     def build(self) -> ColumnDef:
@@ -343,6 +368,7 @@ class _Column:
             unique=self.unique,
             binary_charset=self.binary_charset,
             generated=self.generated,
+            default=self.default,
         )
 
 
@@ -659,8 +685,10 @@ class _Parser:
             elif self.accept("COLLATE"):
                 self.accept_punct("=")
                 self.identifier("a collation")
-            elif self.accept("DEFAULT") or self.accept_sequence("ON", "UPDATE"):
-                self._expression_value()
+            elif self.accept("DEFAULT"):
+                column.default = self._default_value()
+            elif self.accept_sequence("ON", "UPDATE"):
+                self._default_value()
             elif self.accept("COMMENT"):
                 self.accept_punct("=")
                 self.advance()
@@ -691,26 +719,40 @@ class _Parser:
             else:
                 raise self.fail("a column attribute (NOT NULL, DEFAULT, COMMENT, ...)")
 
-    def _expression_value(self) -> None:
+    def _default_value(self) -> DefaultValue:
         """A DEFAULT or ON UPDATE value: a literal, a function call or an expression in ()."""
-        while self.accept_punct("-") or self.accept_punct("+"):
-            pass
+        sign = ""
+        while self.is_punct("-") or self.is_punct("+"):
+            if self.advance().text == "-":
+                sign = "" if sign else "-"
         if self.is_punct("("):
             self.skip_balanced()
-            return
+            return DefaultValue(EXPRESSION)
         token = self.advance()
-        if token.kind == WORD and token.text.startswith("_") and self.token.kind == STRING:
-            self.advance()  # _utf8mb4'text'
-        elif (
-            token.kind == WORD
-            and token.text.lower() in ("b", "x", "n")
-            and (self.token.kind == STRING)
-        ):
-            self.advance()  # b'101', x'ff', N'text'
-        elif token.kind == WORD and self.is_punct("("):
-            self.skip_balanced()  # CURRENT_TIMESTAMP(3), NOW()
-        elif token.kind == END:
+        word = token.text.lower() if token.kind == WORD else None
+        if token.kind == END:
             raise DdlParseError(self.query, token.position, "a value", token.describe())
+        if token.kind == STRING:
+            return DefaultValue(LITERAL, token.text)
+        if token.kind == NUMBER:
+            return DefaultValue(LITERAL, sign + token.text)
+        if word is None:
+            return DefaultValue(EXPRESSION)
+        if self.token.kind == STRING and (
+            word.startswith("_") or word in ("n", "date", "time", "timestamp")
+        ):
+            return DefaultValue(LITERAL, self.advance().text)  # _utf8mb4'a', N'a', DATE '...'
+        if self.token.kind == STRING and word in ("b", "x"):
+            return DefaultValue(LITERAL, binary=_bytes_literal(word, self.advance().text))
+        if re.fullmatch(r"0x[0-9a-f]+|0b[01]+", word):
+            return DefaultValue(LITERAL, binary=_bytes_literal(word[1], word[2:]))
+        if word == "null":
+            return DefaultValue(NULL_DEFAULT)
+        if word in ("true", "false"):
+            return DefaultValue(LITERAL, "1" if word == "true" else "0")
+        if self.is_punct("("):
+            self.skip_balanced()  # CURRENT_TIMESTAMP(3), NOW(), UUID()
+        return DefaultValue(NOW if word in _NOW_WORDS else EXPRESSION)
 
     def _table_options(self) -> Partitioning | None:
         """Table options after CREATE TABLE's ')' (ignored) and the partitioning, if any."""

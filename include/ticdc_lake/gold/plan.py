@@ -25,6 +25,7 @@ from typing import Any
 from ticdc_lake import mysql as m
 from ticdc_lake.gold import catalog as c
 from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold.defaults import AddedValue, added_values
 from ticdc_lake.gold.exceptions import DdlParseError
 
 # ActionTypes (PROTOCOLS.md §1.4) that change neither columns, rows nor names: no need to parse.
@@ -119,6 +120,11 @@ class Barrier:
             if e.table == table or (isinstance(e, c.Move) and e.new == table)
         ]
 
+    def added_values(self, effect: c.AddColumns, zones: dict[str, str]) -> tuple[AddedValue, ...]:
+        """What the rows already there hold in the columns ``effect`` adds."""
+        zone = zones.get(self.ddl.record.topic, "UTC")
+        return added_values(effect.definitions, self.ts, zone)
+
     def folds_into(self, table: c.TableName) -> bool:
         """Whether the table's segment can carry this DDL (it then does not split it)."""
         effects = self.effects_on(table)
@@ -132,11 +138,13 @@ class Barrier:
 @dataclass(frozen=True)
 class FoldPoint:
     """What a folded DDL does to the changes before it: a reset (TRUNCATE, CREATE TABLE)
-    discards them; a DROP COLUMN takes the column out of their images."""
+    discards them; a DROP COLUMN takes the column out of their images; an ADD COLUMN puts in
+    the value the rows already there get (gold/defaults.py)."""
 
     ts: int
     reset: bool
     dropped: tuple[str, ...]
+    added: tuple[AddedValue, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,13 +156,20 @@ class Segment:
     folds: tuple[Barrier, ...]
     catalog: c.Catalog  # what its changes are typed by: the catalog after its last DDL
 
-    def points(self, table: c.TableName) -> list[FoldPoint]:
+    def points(self, table: c.TableName, zones: dict[str, str]) -> list[FoldPoint]:
+        """``zones``: topic -> the time zone upstream's time values are read in."""
         points = []
         for barrier in self.folds:
             effects = barrier.effects_on(table)
             reset = any(isinstance(e, (c.Truncate, c.Create)) for e in effects)
             dropped = [n for e in effects if isinstance(e, c.DropColumns) for n in e.names]
-            points.append(FoldPoint(barrier.ts, reset, tuple(dropped)))
+            added = [
+                value
+                for e in effects
+                if isinstance(e, c.AddColumns)
+                for value in barrier.added_values(e, zones)
+            ]
+            points.append(FoldPoint(barrier.ts, reset, tuple(dropped), tuple(added)))
         return points
 
 

@@ -24,9 +24,19 @@ In order (stages/compact.py strings them together):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 POSITION = ("topic", "partition", "offset", "index")
 NO_SEGMENT_TS = None
@@ -160,27 +170,44 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     """Carry out a segment's folded DDLs (``points``: plan.FoldPoint by (schema, table,
     segment)) on the changes before them (by ``order_ts``; a change at a DDL's TS comes after
     it): a change before a reset (TRUNCATE, CREATE TABLE) is dropped, a change before a DROP
-    COLUMN loses the column from its images (a column added again later is another column).
-    Handle-key columns stay: the key is what the change is merged by.
+    COLUMN loses the column from its images (a column added again later is another column), a
+    change before an ADD COLUMN gains the value the rows already there get. Handle-key columns
+    stay: the key is what the change is merged by.
 
     A broadcast join with each segment's TS ranges between its DDLs, as in ``with_segment``.
     """
+    element = changes.schema["columns"].dataType.elementType
     ranges = []
     for (schema, table, segment), folds in points.items():
         stamps = sorted({point.ts for point in folds})
         for number, high in enumerate(stamps):
             later = [point for point in folds if point.ts >= high]
             reset = any(point.reset for point in later)
-            dropped = sorted({name for point in later for name in point.dropped})
-            if reset or dropped:
+            final = _columns_after(later)
+            added = [
+                tuple(value.image_element()[name] for name in element.fieldNames())
+                for value in final.values()
+                if value is not None
+            ]
+            if reset or final:
                 low = stamps[number - 1] if number else None
-                ranges.append((schema, table, segment, low, high, reset, dropped))
+                ranges.append((schema, table, segment, low, high, reset, sorted(final), added))
     if not ranges:
         return changes
     folds = changes.sparkSession.createDataFrame(
         ranges,
-        "_fold_schema string, _fold_table string, _fold_segment int, _low long, _high long, "
-        "_reset boolean, _dropped array<string>",
+        StructType(
+            [
+                StructField("_fold_schema", StringType()),
+                StructField("_fold_table", StringType()),
+                StructField("_fold_segment", IntegerType()),
+                StructField("_low", LongType()),
+                StructField("_high", LongType()),
+                StructField("_reset", BooleanType()),
+                StructField("_dropped", ArrayType(StringType())),
+                StructField("_added", ArrayType(element)),
+            ]
+        ),
     )
     order_ts, low = F.col("order_ts"), F.col("_low")
     match = (
@@ -193,20 +220,39 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     dropped = F.col("_dropped")
     handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
 
-    def stripped(image: str) -> Column:
+    def refolded(image: str) -> Column:
         kept = F.filter(
             F.col(image),
             lambda c: ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"]),
         )
-        return F.when(dropped.isNull(), F.col(image)).otherwise(kept)
+        unchanged = dropped.isNull() | F.col(image).isNull()
+        return F.when(unchanged, F.col(image)).otherwise(F.concat(kept, F.col("_added")))
 
     return (
         changes.join(F.broadcast(folds), match, "left")
         .where(~F.coalesce(F.col("_reset"), F.lit(False)))
-        .withColumn("columns", stripped("columns"))
-        .withColumn("old_columns", stripped("old_columns"))
-        .drop("_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_dropped")
+        .withColumn("columns", refolded("columns"))
+        .withColumn("old_columns", refolded("old_columns"))
+        .drop(*_FOLD_COLUMNS)
     )
+
+
+_FOLD_COLUMNS = (
+    "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_dropped", "_added",
+)  # fmt: skip
+
+
+def _columns_after(points: Sequence) -> dict[str, Any]:
+    """The columns the folded DDLs ``points`` (in order) change in the images before them:
+    name -> the AddedValue the column ends with, or None where it ends dropped (or added
+    without a value: NULL, as an image without it reads)."""
+    final: dict[str, Any] = {}
+    for point in points:
+        for name in point.dropped:
+            final[name] = None
+        for value in point.added:
+            final[value.name] = None if value.is_null else value
+    return final
 
 
 def _key_text(image: Column, handle: Column) -> Column:

@@ -140,19 +140,26 @@ class GoldTable:
         upserts = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
         return self._replace(table, upserts, version)
 
-    def reshape(self, schema: pa.Schema, version: int) -> bool:
+    def reshape(
+        self, schema: pa.Schema, version: int, values: dict[str, pa.Scalar] | None = None
+    ) -> bool:
         """Give the table ``schema``'s columns, in its order: columns it lacks dropped, new
-        ones NULL. Only added columns: metadata only; else a rewrite (on the driver when the
-        table is small enough, else by Spark)."""
+        ones NULL, or the value ``values`` gives them in every row (an added column's
+        default; a column that is there takes it too: it was dropped and added again). Only
+        NULL columns added: metadata only; else a rewrite (on the driver when the table is
+        small enough, else by Spark)."""
         table = self._pending(version)
-        if table is None:
-            return False
+        return table is not None and self._reshape(table, schema, version, values or {})
+
+    def _reshape(
+        self, table: DeltaTable, schema: pa.Schema, version: int, values: dict[str, pa.Scalar]
+    ) -> bool:
         present = table_schema(table).to_arrow()
-        if present.names == schema.names:
+        values = {n: v for n, v in values.items() if v.is_valid or n in present.names}
+        if present.names == schema.names and not values:
             return False
-        if not set(present.names) - set(schema.names) and schema.names[: len(present)] == list(
-            present.names
-        ):
+        appended = schema.names[: len(present)] == list(present.names)
+        if appended and not values:
             added = [f for f in schema if f.name not in present.names]
             table.alter.add_columns(
                 DeltaSchema.from_arrow(pa.schema(added)).fields,
@@ -160,13 +167,20 @@ class GoldTable:
             )
             return True
         if _row_count(table) > DRIVER_REWRITE_ROWS:
-            return self._write(reshaped(schema)(read_delta(self.spark, self.path)), version)
+            frame = reshaped(schema, values)(read_delta(self.spark, self.path))
+            return self._write(frame, version)
         rows = table.to_pyarrow_table()
-        columns = [
-            rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-            for f in schema
-        ]
-        return self._replace(table, pa.Table.from_arrays(columns, schema=schema), version)
+
+        def column(field: pa.Field) -> pa.Array:
+            if field.name in values:
+                return pa.repeat(values[field.name], rows.num_rows)
+            if field.name in rows.column_names:
+                return rows.column(field.name)
+            return pa.nulls(rows.num_rows, field.type)
+
+        return self._replace(
+            table, pa.Table.from_arrays([column(f) for f in schema], schema=schema), version
+        )
 
     # --- DDL effects ---------------------------------------------------------------------
 
@@ -213,20 +227,20 @@ class GoldTable:
             return False
         return self._replace(table, table_schema(table).to_arrow().empty_table(), version)
 
-    def add_columns(self, added: list[pa.Field], version: int) -> bool:
+    def add_columns(
+        self, added: list[pa.Field], version: int, values: dict[str, pa.Scalar] | None = None
+    ) -> bool:
+        """Columns appended (Delta appends them after _commit_ts; a new table has them
+        before it), NULL or with the value ``values`` gives them in every row."""
         table = self._pending(version)
         if table is None:
             return False
-        present = table_schema(table).to_arrow().names
-        fields = [f for f in added if f.name not in present]
+        present = table_schema(table).to_arrow()
+        fields = [f for f in added if f.name not in present.names]
         if not fields:
             return False
-        # Metadata only. Columns go before _commit_ts in a new table; Delta appends them here.
-        table.alter.add_columns(
-            DeltaSchema.from_arrow(pa.schema(fields)).fields,
-            commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
-        )
-        return True
+        schema = pa.schema([*present, *fields])
+        return self._reshape(table, schema, version, values or {})
 
     def rewrite(self, transform, version: int) -> bool:
         """Replace the rows with ``transform(rows)`` (a DataFrame → DataFrame)."""
@@ -268,13 +282,17 @@ def drop_columns(names: tuple[str, ...]):
     return transform
 
 
-def reshaped(schema: pa.Schema):
-    """The frame with ``schema``'s columns in its order (missing ones NULL)."""
+def reshaped(schema: pa.Schema, values: dict[str, pa.Scalar] | None = None):
+    """The frame with ``schema``'s columns in its order (missing ones NULL, those in
+    ``values`` that value in every row)."""
+    values = values or {}
 
     def transform(frame: DataFrame) -> DataFrame:
         return frame.select(
             *[
-                F.col(f"`{f.name}`")
+                _literal(values[f.name]).alias(f.name)
+                if f.name in values
+                else F.col(f"`{f.name}`")
                 if f.name in frame.columns
                 else F.lit(None).cast(t.delta_type_name(f.type)).alias(f.name)
                 for f in schema
@@ -282,6 +300,19 @@ def reshaped(schema: pa.Schema):
         )
 
     return transform
+
+
+def _literal(value: pa.Scalar) -> Column:
+    """A Spark literal of a gold value: from text (time values keep their instant or wall
+    clock whatever the driver's zone), or bytes."""
+    python = value.as_py()
+    if python is None or isinstance(python, bytes):
+        literal = F.lit(python)
+    elif hasattr(python, "isoformat"):
+        literal = F.lit(python.isoformat())
+    else:
+        literal = F.lit(str(python))
+    return literal.cast(t.delta_type_name(value.type))
 
 
 def alter_column(old: str, new: str, target: pa.DataType | None):

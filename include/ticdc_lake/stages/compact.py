@@ -568,7 +568,9 @@ class _ChangefeedRun:
             splits[(name.schema, name.name)] = [segment.end for segment in segments[:-1]]
             for segment in segments:
                 if segment.folds:
-                    points[(name.schema, name.name, segment.number)] = segment.points(name)
+                    points[(name.schema, name.name, segment.number)] = segment.points(
+                        name, self.zones
+                    )
         handles = self._fallback_handles(timeline)
         applying = with_segment(selected.where(F.col("selected")), splits)
         applying = with_folds(applying, points)
@@ -822,7 +824,7 @@ class _Steps:
                 reshape = versions.ddl(item.name, segment.folds[-1].ts, number)
                 if reshape is None:
                     raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
-                item.commits += item.ddl_gold().reshape(shape.schema, reshape)
+                item.commits += item.ddl_gold().reshape(shape.schema, reshape, shape.values)
             if step.key not in reduced.keys:
                 if shape.reset:
                     item.commits += self._emptied(item, shape.schema, version)
@@ -843,9 +845,10 @@ class _Steps:
 
     def _shape(self, item: _TableWork, segment: Segment) -> _Shape:
         """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
-        CREATE TABLE's columns, added ones appended (after _commit_ts), dropped ones gone."""
+        CREATE TABLE's columns, added ones appended (after _commit_ts) with the value the rows
+        already there get, dropped ones gone."""
         present = item.gold.schema()
-        schema, reset = present, False
+        schema, reset, values = present, False, {}
         for barrier in segment.folds:
             for effect in _combined(barrier.effects_on(item.name)):
                 if isinstance(effect, Inconsistent):
@@ -853,23 +856,42 @@ class _Steps:
                     continue
                 item.ddl += 1
                 if isinstance(effect, Create):
-                    item.dropped, reset = False, True
+                    item.dropped, reset, values = False, True, {}
                     if effect.columns:
                         schema = _create_schema(effect.columns)
                 elif isinstance(effect, Truncate):
-                    reset = True
+                    reset, values = True, {}
                 elif schema is None:
                     continue  # no gold table: nothing to change
                 elif isinstance(effect, AddColumns):
-                    new = [(n, spec) for n, spec in effect.columns if n not in schema.names]
-                    for name, spec in new:
-                        schema = schema.append(pa.field(name, _gold_arrow(spec)))
+                    for name, value in self._added(effect, barrier, schema).items():
+                        schema = schema.append(pa.field(name, value.type))
+                        values[name] = value
                 elif isinstance(effect, DropColumns):
                     for name in effect.names:
                         if name in schema.names:
                             schema = schema.remove(schema.get_field_index(name))
-        changed = schema is not None and (present is None or schema.names != present.names)
-        return _Shape(schema, reset, changed)
+                            values.pop(name, None)
+        changed = schema is not None and (
+            present is None or schema.names != present.names or bool(values)
+        )
+        return _Shape(schema, reset, changed, values)
+
+    def _added(
+        self, effect: AddColumns, barrier: Barrier, schema: pa.Schema
+    ) -> dict[str, pa.Scalar]:
+        """The columns ``effect`` adds to gold's ``schema`` (those it lacks), each with the
+        value the rows already there get, typed as gold's column."""
+        specs = dict(effect.columns)
+        where = barrier.ddl.record.describe()
+        return {
+            value.name: value.gold_value(_gold_arrow(specs[value.name]), self._zone(barrier), where)
+            for value in barrier.added_values(effect, self.zones)
+            if value.name not in schema.names
+        }
+
+    def _zone(self, barrier: Barrier) -> str:
+        return self.zones.get(barrier.ddl.record.topic, "UTC")
 
     def _emptied(self, item: _TableWork, schema: pa.Schema | None, version: int) -> int:
         """A reset without changes after it: gold empty, with ``schema``."""
@@ -989,8 +1011,11 @@ class _Steps:
             else:
                 item.commits += gold.empty(version)
         elif isinstance(effect, AddColumns):
-            fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
-            item.commits += gold.add_columns(fields, version)
+            present = gold.schema()
+            if present is not None:
+                added = self._added(effect, barrier, present)
+                fields = [pa.field(name, value.type) for name, value in added.items()]
+                item.commits += gold.add_columns(fields, version, added)
         elif isinstance(effect, DropColumns):
             present = gold.schema()
             if present is not None and any(n in present.names for n in effect.names):
@@ -1094,6 +1119,7 @@ class _Shape:
     schema: pa.Schema | None  # None: no gold table yet
     reset: bool  # emptied (TRUNCATE, CREATE TABLE): the changes replace its rows
     changed: bool  # columns differ from gold's
+    values: dict[str, pa.Scalar]  # added columns: the value the rows already there get
 
 
 @dataclass
@@ -1310,7 +1336,9 @@ def _combined(effects: list[Effect]) -> list[Effect]:
             and isinstance(last, AddColumns)
             and last.table == effect.table
         ):
-            combined[-1] = AddColumns(effect.table, last.columns + effect.columns)
+            combined[-1] = AddColumns(
+                effect.table, last.columns + effect.columns, last.definitions + effect.definitions
+            )
         elif (
             isinstance(effect, DropColumns)
             and isinstance(last, DropColumns)
