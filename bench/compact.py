@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 from deltalake import DeltaTable, write_deltalake
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import open_table
 from ticdc_lake.delta.read import table_schema
@@ -63,11 +63,11 @@ CREATE = (
     "`note` varchar(40), `at` datetime(6), PRIMARY KEY (`id`))"
 )
 COLUMNS = [  # name, type code, flags
-    ("id", m.TYPE_LONGLONG, m.FLAG_BINARY | m.FLAG_HANDLE_KEY | m.FLAG_PRIMARY_KEY),
-    ("qty", m.TYPE_LONG, m.FLAG_BINARY | m.FLAG_NULLABLE),
-    ("price", m.TYPE_NEWDECIMAL, m.FLAG_BINARY | m.FLAG_NULLABLE),
-    ("note", m.TYPE_VARCHAR, m.FLAG_NULLABLE),
-    ("at", m.TYPE_DATETIME, m.FLAG_BINARY | m.FLAG_NULLABLE),
+    ("id", mysql.TYPE_LONGLONG, mysql.FLAG_BINARY | mysql.FLAG_HANDLE_KEY | mysql.FLAG_PRIMARY_KEY),
+    ("qty", mysql.TYPE_LONG, mysql.FLAG_BINARY | mysql.FLAG_NULLABLE),
+    ("price", mysql.TYPE_NEWDECIMAL, mysql.FLAG_BINARY | mysql.FLAG_NULLABLE),
+    ("note", mysql.TYPE_VARCHAR, mysql.FLAG_NULLABLE),
+    ("at", mysql.TYPE_DATETIME, mysql.FLAG_BINARY | mysql.FLAG_NULLABLE),
 ]
 
 
@@ -162,7 +162,7 @@ def build_base(spark, config, layout: LakeLayout, rows: int, rng) -> None:
     """A gold table of ``rows`` rows and its state at TS rows + 10 (see the module docstring)."""
     ddl = pa.Table.from_pylist(
         [{"event_id": "create", "commit_ts": 1, "schema": "b", "table": "t", "query": CREATE,
-          "ddl_type": m.ACTION_CREATE_TABLE, "topic": TOPIC, "partition": 0, "offset": 0,
+          "ddl_type": mysql.ACTION_CREATE_TABLE, "topic": TOPIC, "partition": 0, "offset": 0,
           "index": 0, "bronze_batch": 0}],
         schema=DDL_SCHEMA,
     )  # fmt: skip

@@ -11,7 +11,7 @@ import datetime as dt
 import json
 
 from hypothesis import strategies as st
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import (
     BY_NAME,
     COLUMN_TYPES,
@@ -33,17 +33,17 @@ texts = st.text(st.characters(codec="utf-8"), max_size=40)
 
 def _datetime_text(column_type: ColumnType) -> st.SearchStrategy[str]:
     fsp = column_type.parsed.length or 0
-    if column_type.type_code == m.TYPE_TIMESTAMP:
+    if column_type.type_code == mysql.TYPE_TIMESTAMP:
         moments = st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18))
         zero = st.nothing()
     else:
         moments = st.datetimes(dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31))
         zero = st.just(
             "0000-00-00"
-            if column_type.type_code == m.TYPE_DATE
+            if column_type.type_code == mysql.TYPE_DATE
             else "0000-00-00 00:00:00" + fraction(fsp, 0)
         )
-    if column_type.type_code == m.TYPE_DATE:
+    if column_type.type_code == mysql.TYPE_DATE:
         return zero | moments.map(lambda moment: moment.strftime("%Y-%m-%d"))
     return zero | moments.map(
         lambda moment: moment.strftime("%Y-%m-%d %H:%M:%S") + fraction(fsp, moment.microsecond)
@@ -54,28 +54,28 @@ def values(column_type: ColumnType) -> st.SearchStrategy:
     """Non-NULL values of `column_type`, in the event model's representation."""
     code, parsed = column_type.type_code, column_type.parsed
     if code in (
-        m.TYPE_TINY,
-        m.TYPE_SHORT,
-        m.TYPE_INT24,
-        m.TYPE_LONG,
-        m.TYPE_LONGLONG,
-        m.TYPE_YEAR,
-        m.TYPE_BIT,
+        mysql.TYPE_TINY,
+        mysql.TYPE_SHORT,
+        mysql.TYPE_INT24,
+        mysql.TYPE_LONG,
+        mysql.TYPE_LONGLONG,
+        mysql.TYPE_YEAR,
+        mysql.TYPE_BIT,
     ):
         low, high = integer_range(column_type)
-        if code == m.TYPE_YEAR:
+        if code == mysql.TYPE_YEAR:
             return st.just(0) | st.integers(low, high)
         return st.integers(low, high)
-    if code == m.TYPE_FLOAT:
+    if code == mysql.TYPE_FLOAT:
         return st.floats(width=32, allow_nan=False, allow_infinity=False)
-    if code == m.TYPE_DOUBLE:
+    if code == mysql.TYPE_DOUBLE:
         return st.floats(allow_nan=False, allow_infinity=False)
-    if code == m.TYPE_NEWDECIMAL:
+    if code == mysql.TYPE_NEWDECIMAL:
         limit = 10**parsed.length - 1
         return st.integers(-limit, limit).map(lambda n: format_decimal(n, parsed.scale or 0))
-    if code in (m.TYPE_DATE, m.TYPE_DATETIME, m.TYPE_TIMESTAMP):
+    if code in (mysql.TYPE_DATE, mysql.TYPE_DATETIME, mysql.TYPE_TIMESTAMP):
         return _datetime_text(column_type)
-    if code == m.TYPE_DURATION:
+    if code == mysql.TYPE_DURATION:
         return st.builds(
             lambda negative, h, mi, s, us: (
                 f"{'-' if negative else ''}{h:02d}:{mi:02d}:{s:02d}"
@@ -87,21 +87,21 @@ def values(column_type: ColumnType) -> st.SearchStrategy:
             st.integers(0, 59),
             st.integers(0, 999999),
         )
-    if code == m.TYPE_ENUM:
+    if code == mysql.TYPE_ENUM:
         return st.integers(1, len(parsed.elements))
-    if code == m.TYPE_SET:
+    if code == mysql.TYPE_SET:
         return st.integers(0, (1 << len(parsed.elements)) - 1)
-    if code == m.TYPE_JSON:
+    if code == mysql.TYPE_JSON:
         documents = st.dictionaries(
             texts, st.integers(-(2**53), 2**53) | texts | st.none(), max_size=3
         )
         return documents.map(lambda d: json.dumps(d, ensure_ascii=False, separators=(", ", ": ")))
-    if m.is_binary_string(code, column_type.flags):
-        if code == m.TYPE_STRING:
+    if mysql.is_binary_string(code, column_type.flags):
+        if code == mysql.TYPE_STRING:
             return st.binary(min_size=parsed.length, max_size=parsed.length)
         return st.binary(max_size=parsed.length or 300)
     text = st.text(st.characters(codec="utf-8"), max_size=min(parsed.length or 300, 300))
-    return text.map(lambda s: s.rstrip(" ")) if code == m.TYPE_STRING else text
+    return text.map(lambda s: s.rstrip(" ")) if code == mysql.TYPE_STRING else text
 
 
 def nullable_values(column_type: ColumnType) -> st.SearchStrategy:
@@ -147,12 +147,12 @@ def row_events(draw, column_types=COLUMN_TYPES, ops=OPS, partition_ids=True, nam
 
 
 DDL_TYPES = (
-    m.ACTION_CREATE_TABLE,
-    m.ACTION_ADD_COLUMN,
-    m.ACTION_DROP_COLUMN,
-    m.ACTION_TRUNCATE_TABLE,
-    m.ACTION_MODIFY_COLUMN,
-    m.ACTION_RENAME_TABLE,
+    mysql.ACTION_CREATE_TABLE,
+    mysql.ACTION_ADD_COLUMN,
+    mysql.ACTION_DROP_COLUMN,
+    mysql.ACTION_TRUNCATE_TABLE,
+    mysql.ACTION_MODIFY_COLUMN,
+    mysql.ACTION_RENAME_TABLE,
 )
 
 

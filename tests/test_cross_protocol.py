@@ -15,7 +15,7 @@ import dataclasses
 from collections import Counter
 
 import pytest
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.events import DELETE, UPDATE, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
@@ -110,13 +110,15 @@ def test_canal_json_loses_partition_ids_some_ddl_types_and_most_flags(decoded_by
     _, _, decoded = decoded_by_protocol["canal-json"]
     rows = rows_of(decoded)
     assert {e.partition_id for e in rows} == {None}
-    assert not any(c.flags & (m.FLAG_NULLABLE | m.FLAG_UNIQUE_KEY) for c in all_columns(rows))
+    assert not any(
+        c.flags & (mysql.FLAG_NULLABLE | mysql.FLAG_UNIQUE_KEY) for c in all_columns(rows)
+    )
     accounts = [e for e in rows if e.table == "accounts"]
     assert accounts and all(e.handle_key == () for e in accounts)  # a unique-key handle
     ddl_types = {
         e.ddl_type for events in decoded.values() for e in events if isinstance(e, DdlEvent)
     }
-    assert ddl_types == {m.ACTION_CREATE_TABLE, m.ACTION_TRUNCATE_TABLE, None}
+    assert ddl_types == {mysql.ACTION_CREATE_TABLE, mysql.ACTION_TRUNCATE_TABLE, None}
     assert {c.mysql_type for c in all_columns(rows)} == {
         None,
         "date",
@@ -148,9 +150,15 @@ def test_avro_loses_old_images_delete_rows_and_commit_ts_and_int_widths(decoded_
     assert all(set(e.old_columns) == set(e.handle_key) for e in deletes)
     assert all(e.old_columns is None for e in events if e.op == UPDATE)
     codes = {c.type_code for c in all_columns(events)}
-    assert not codes & {m.TYPE_TINY, m.TYPE_SHORT, m.TYPE_INT24, m.TYPE_STRING, m.TYPE_BLOB}
+    assert not codes & {
+        mysql.TYPE_TINY,
+        mysql.TYPE_SHORT,
+        mysql.TYPE_INT24,
+        mysql.TYPE_STRING,
+        mysql.TYPE_BLOB,
+    }
     accounts = [e for e in events if e.table == "accounts" and e.op != DELETE]
-    assert all(e.columns["code"].flags & m.FLAG_PRIMARY_KEY for e in accounts)
+    assert all(e.columns["code"].flags & mysql.FLAG_PRIMARY_KEY for e in accounts)
 
 
 def common(event: RowEvent) -> tuple:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import COLUMN_TYPES
 from ticdc_lake.events import DELETE, INSERT, UPDATE, DdlEvent, ResolvedEvent, RowEvent, json_value
 from ticdc_lake.exports import read_exports
@@ -49,12 +49,12 @@ def test_tables_cover_every_column_type_and_every_kind_of_handle():
     assert covered == {column_type.name for column_type in COLUMN_TYPES}
     assert tables["orders"].partition_ids == (131, 132, 133, 134)
     code = tables["accounts"].by_name["code"]
-    assert code.flags & m.FLAG_HANDLE_KEY and code.flags & m.FLAG_UNIQUE_KEY
-    assert not code.flags & (m.FLAG_PRIMARY_KEY | m.FLAG_NULLABLE)
+    assert code.flags & mysql.FLAG_HANDLE_KEY and code.flags & mysql.FLAG_UNIQUE_KEY
+    assert not code.flags & (mysql.FLAG_PRIMARY_KEY | mysql.FLAG_NULLABLE)
     for name in ("order_id", "line_no"):
         flags = tables["order_items"].by_name[name].flags
-        assert flags & m.FLAG_MULTIPLE_KEY and flags & m.FLAG_PRIMARY_KEY
-    assert tables["numbers"].by_name["c_int"].flags == m.FLAG_BINARY | m.FLAG_NULLABLE
+        assert flags & mysql.FLAG_MULTIPLE_KEY and flags & mysql.FLAG_PRIMARY_KEY
+    assert tables["numbers"].by_name["c_int"].flags == mysql.FLAG_BINARY | mysql.FLAG_NULLABLE
 
 
 def test_values_include_nulls_unicode_binary_extremes_and_zero_dates(workload):
@@ -69,7 +69,7 @@ def test_values_include_nulls_unicode_binary_extremes_and_zero_dates(workload):
     assert any(isinstance(v, bytes) for v in values)
     assert any(isinstance(v, str) and not v.isascii() for v in values)
     assert any(isinstance(v, str) and v.startswith("0000-00-00") for v in values)
-    assert m.UINT64_MAX in values and -(2**63) in values
+    assert mysql.UINT64_MAX in values and -(2**63) in values
 
 
 def test_commit_ts_are_tsos_increasing_per_transaction(workload):
@@ -129,21 +129,21 @@ def test_ddl_changes_the_columns_of_later_rows(workload):
         if isinstance(event, DdlEvent):
             kinds.add(event.ddl_type)
             name = f"{event.schema}.{event.table}"
-            if event.ddl_type == m.ACTION_CREATE_TABLE:
+            if event.ddl_type == mysql.ACTION_CREATE_TABLE:
                 columns[name] = re.findall(r"`([^`]+)` [a-z]", event.query)
-            elif event.ddl_type == m.ACTION_ADD_COLUMN:
+            elif event.ddl_type == mysql.ACTION_ADD_COLUMN:
                 columns[name].append(re.search(r"ADD COLUMN `([^`]+)`", event.query)[1])
-            elif event.ddl_type == m.ACTION_DROP_COLUMN:
+            elif event.ddl_type == mysql.ACTION_DROP_COLUMN:
                 columns[name].remove(re.search(r"DROP COLUMN `([^`]+)`", event.query)[1])
         elif isinstance(event, RowEvent):
             for image in (event.columns, event.old_columns):
                 if image:
                     assert list(image) == columns[f"{event.schema}.{event.table}"]
     assert {
-        m.ACTION_CREATE_TABLE,
-        m.ACTION_ADD_COLUMN,
-        m.ACTION_DROP_COLUMN,
-        m.ACTION_TRUNCATE_TABLE,
+        mysql.ACTION_CREATE_TABLE,
+        mysql.ACTION_ADD_COLUMN,
+        mysql.ACTION_DROP_COLUMN,
+        mysql.ACTION_TRUNCATE_TABLE,
     } <= kinds
 
 
@@ -151,7 +151,7 @@ def test_partitioned_rows_carry_their_partition_and_truncate_renews_the_ids(work
     truncate_ts = next(
         e.commit_ts
         for e in workload.ddl_events
-        if e.ddl_type == m.ACTION_TRUNCATE_TABLE and e.table == "orders"
+        if e.ddl_type == mysql.ACTION_TRUNCATE_TABLE and e.table == "orders"
     )
     orders = [e for e in workload.row_events if e.table == "orders"]
     before = {e.partition_id for e in orders if e.commit_ts < truncate_ts}
@@ -170,19 +170,19 @@ def straightforward_replay(events):
     for event in events:
         if isinstance(event, DdlEvent):
             name = f"{event.schema}.{event.table}"
-            if event.ddl_type == m.ACTION_CREATE_TABLE:
+            if event.ddl_type == mysql.ACTION_CREATE_TABLE:
                 tables[name] = (re.findall(r"`([^`]+)` [a-z]", event.query), {})
-            elif event.ddl_type == m.ACTION_ADD_COLUMN:
+            elif event.ddl_type == mysql.ACTION_ADD_COLUMN:
                 column = re.search(r"ADD COLUMN `([^`]+)`", event.query)[1]
                 tables[name][0].append(column)
                 for row in tables[name][1].values():
                     row[column] = None
-            elif event.ddl_type == m.ACTION_DROP_COLUMN:
+            elif event.ddl_type == mysql.ACTION_DROP_COLUMN:
                 column = re.search(r"DROP COLUMN `([^`]+)`", event.query)[1]
                 tables[name][0].remove(column)
                 for row in tables[name][1].values():
                     del row[column]
-            elif event.ddl_type == m.ACTION_TRUNCATE_TABLE:
+            elif event.ddl_type == mysql.ACTION_TRUNCATE_TABLE:
                 tables[name][1].clear()
         elif isinstance(event, RowEvent):
             rows = tables[f"{event.schema}.{event.table}"][1]

@@ -22,8 +22,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports
-from ticdc_lake import mysql as m
+from ticdc_lake import exports, mysql
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
@@ -265,7 +264,7 @@ def last_writers(workload: Workload, ts: int) -> dict[str, dict[tuple[str, ...],
             continue
         name = f"{event.schema}.{event.table}"
         if isinstance(event, DdlEvent):
-            if event.ddl_type == m.ACTION_TRUNCATE_TABLE:
+            if event.ddl_type == mysql.ACTION_TRUNCATE_TABLE:
                 writers[name].clear()
             continue
         keys = workload.expected.handle_keys[name]
@@ -379,7 +378,7 @@ def untruncated_tables(workload: Workload) -> set[str]:
     """The tables gold can get right without watermarks: those never truncated. Avro sends
     no DDL at all, and Canal-JSON without the extension sends a TRUNCATE to partition 0 with
     no commit TS, so nothing orders it against the rows of the other partitions."""
-    truncate = m.ACTION_TRUNCATE_TABLE
+    truncate = mysql.ACTION_TRUNCATE_TABLE
     truncated = {f"{e.schema}.{e.table}" for e in workload.ddl_events if e.ddl_type == truncate}
     assert truncated, "the workload truncates a table"
     return set(workload.expected.handle_keys) - truncated

@@ -15,7 +15,7 @@ from itertools import pairwise
 
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.delta import read_delta
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold.state import read_state
@@ -77,7 +77,7 @@ def test_the_workload_has_every_case_the_issue_names(lake):
     assert manifest["counts"]["replayed_row_events"] > 0
     assert all(replay["offsets"] for replay in manifest["replays"])
     kinds = {e.ddl_type for e in workload.ddl_events if e.commit_ts <= final_target(lake)}
-    assert {m.ACTION_ADD_COLUMN, m.ACTION_DROP_COLUMN, m.ACTION_TRUNCATE_TABLE} <= kinds
+    assert {mysql.ACTION_ADD_COLUMN, mysql.ACTION_DROP_COLUMN, mysql.ACTION_TRUNCATE_TABLE} <= kinds
     # No row event reaches the idle partition (with watermarks, resolved events still do).
     assert routing.idle_partitions == (lakes.PARTITIONS - 1,)
     changes = lakes.silver_changes(lake.layout)

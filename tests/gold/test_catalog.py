@@ -5,21 +5,36 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from ticdc_lake import mysql as m
-from ticdc_lake.gold import catalog as c
-from ticdc_lake.gold import ddl as d
+from ticdc_lake import mysql
+from ticdc_lake.gold.catalog import (
+    _NOT_LITERAL,
+    AddColumns,
+    AlterColumn,
+    Catalog,
+    Create,
+    Drop,
+    DropColumns,
+    Effect,
+    Inconsistent,
+    Move,
+    PartitionRows,
+    TableName,
+    Truncate,
+    literal,
+)
+from ticdc_lake.gold.ddl import parse_ddl
 from ticdc_lake.gold.plan import DdlRecord, build_timeline, parse_record, unique_records
 from ticdc_lake.workload import generate_workload
 
-T = c.TableName
+T = TableName
 
 
-def fold(*queries: str) -> tuple[c.Catalog, list[list[c.Effect]]]:
-    catalog = c.Catalog()
+def fold(*queries: str) -> tuple[Catalog, list[list[Effect]]]:
+    catalog = Catalog()
     effects = []
     for query in queries:
         found = []
-        for action in d.parse_ddl(query, "db"):
+        for action in parse_ddl(query, "db"):
             found.extend(catalog.apply(action))
         effects.append(found)
     return catalog, effects
@@ -27,9 +42,9 @@ def fold(*queries: str) -> tuple[c.Catalog, list[list[c.Effect]]]:
 
 def test_folding_the_generated_ddl_log_gives_the_final_tables():
     workload = generate_workload(seed=5, transactions=1500)
-    catalog = c.Catalog()
+    catalog = Catalog()
     for event in workload.ddl_events:
-        for action in d.parse_ddl(event.query, event.schema):
+        for action in parse_ddl(event.query, event.schema):
             catalog.apply(action)
     for name, table in workload.final_tables.items():
         info = catalog.info(T(*name.split(".")))
@@ -49,13 +64,13 @@ def test_column_ddls_and_their_effects():
         "ALTER TABLE t RENAME COLUMN c TO e",
     )
     create, change, modify, change_key, rename = effects
-    assert isinstance(create[0], c.Create) and [n for n, _ in create[0].columns] == ["id", "a", "b"]
-    assert isinstance(change[0], c.AddColumns) and change[0].columns[0][1].elements == ("x", "y")
-    assert change[1] == c.DropColumns(T("db", "t"), ("a",))
+    assert isinstance(create[0], Create) and [n for n, _ in create[0].columns] == ["id", "a", "b"]
+    assert isinstance(change[0], AddColumns) and change[0].columns[0][1].elements == ("x", "y")
+    assert change[1] == DropColumns(T("db", "t"), ("a",))
     assert modify[0].old_name == modify[0].new_name == "b"
     assert modify[0].spec.mysql_type == "varchar(50)"
     assert (change_key[0].old_name, change_key[0].new_name) == ("id", "key_id")
-    assert rename[0] == c.AlterColumn(T("db", "t"), "c", "e", None)
+    assert rename[0] == AlterColumn(T("db", "t"), "c", "e", None)
     info = catalog.info(T("db", "t"))
     assert [col.name for col in info.columns] == ["key_id", "b", "e"]
     assert info.handle == ("key_id",)  # the key follows its column's new name
@@ -73,11 +88,11 @@ def test_table_ddls_and_their_effects():
     )
     _, if_not_exists, rename, truncate, like, drop, drop_schema = effects
     assert if_not_exists == []  # the table exists: nothing happens
-    assert rename == [c.Move(T("db", "a"), T("db", "b"))]
-    assert truncate == [c.Truncate(T("db", "b"))]
-    assert isinstance(like[0], c.Create) and [n for n, _ in like[0].columns] == ["id"]
-    assert drop == [c.Drop(T("db", "c"))]
-    assert drop_schema == [c.Drop(T("db", "b"))]  # a and c are gone already
+    assert rename == [Move(T("db", "a"), T("db", "b"))]
+    assert truncate == [Truncate(T("db", "b"))]
+    assert isinstance(like[0], Create) and [n for n, _ in like[0].columns] == ["id"]
+    assert drop == [Drop(T("db", "c"))]
+    assert drop_schema == [Drop(T("db", "b"))]  # a and c are gone already
     assert not catalog.known(T("db", "b"))
 
 
@@ -106,21 +121,21 @@ def test_dropped_and_truncated_partitions_name_their_rows():
         "ALTER TABLE r TRUNCATE PARTITION p2",
     )
     truncated, dropped, after_drop = effects[1:]
-    assert truncated[0].rows == c.PartitionRows("range", "id", ranges=((None, 10), (20, None)))
-    assert dropped[0].rows == c.PartitionRows("range", "id", ranges=((10, 20),))
+    assert truncated[0].rows == PartitionRows("range", "id", ranges=((None, 10), (20, None)))
+    assert dropped[0].rows == PartitionRows("range", "id", ranges=((10, 20),))
     # With p1 gone, p2 starts where p0 ends.
-    assert after_drop[0].rows == c.PartitionRows("range", "id", ranges=((10, None),))
+    assert after_drop[0].rows == PartitionRows("range", "id", ranges=((10, None),))
     _, effects = fold(
         "CREATE TABLE l (c varchar(2)) PARTITION BY LIST COLUMNS (c) "
         "(PARTITION a VALUES IN ('x', NULL), PARTITION b VALUES IN ('y'))",
         "ALTER TABLE l TRUNCATE PARTITION a",
     )
-    assert effects[1][0].rows == c.PartitionRows("list", "c", values=("x", None))
+    assert effects[1][0].rows == PartitionRows("list", "c", values=("x", None))
     _, effects = fold(
         "CREATE TABLE h (id int) PARTITION BY HASH (id) PARTITIONS 4",
         "ALTER TABLE h TRUNCATE PARTITION p1, p3",
     )
-    assert effects[1][0].rows == c.PartitionRows("hash", "id", remainders=(1, 3), modulus=4)
+    assert effects[1][0].rows == PartitionRows("hash", "id", remainders=(1, 3), modulus=4)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +152,7 @@ def test_dropped_and_truncated_partitions_name_their_rows():
 )  # fmt: skip
 def test_partition_changes_gold_cannot_reproduce_mark_the_table(create, ddl, reason):
     _, effects = fold(create, ddl)
-    assert effects[1] and all(isinstance(e, c.Inconsistent) for e in effects[1])
+    assert effects[1] and all(isinstance(e, Inconsistent) for e in effects[1])
     assert reason in effects[1][0].reason
 
 
@@ -153,10 +168,10 @@ def test_partition_ddls_that_move_no_rows_have_no_effect():
 
 
 def test_literals():
-    assert c.literal("10") == 10 and c.literal("-3") == -3
-    assert c.literal("1.50") == Decimal("1.50")
-    assert c.literal("'it''s'") == "it's" and c.literal("NULL") is None
-    assert c.literal("TO_DAYS('2020-01-01')") is c._NOT_LITERAL
+    assert literal("10") == 10 and literal("-3") == -3
+    assert literal("1.50") == Decimal("1.50")
+    assert literal("'it''s'") == "it's" and literal("NULL") is None
+    assert literal("TO_DAYS('2020-01-01')") is _NOT_LITERAL
 
 
 def _record(ts, query, *, partition=0, offset=0, batch=0, ddl_type=None, event_id=None):
@@ -194,12 +209,14 @@ def test_timeline_splits_history_from_barriers_and_keeps_what_is_not_yet_due():
                 _record(20, "ALTER TABLE t ADD COLUMN b int", offset=1),
                 _record(30, "ALTER TABLE t DROP COLUMN a", offset=2),
                 _record(40, "TRUNCATE TABLE t", offset=3),
-                _record(35, "ALTER TABLE t ADD INDEX i (b)", offset=4, ddl_type=m.ACTION_ADD_INDEX),
+                _record(
+                    35, "ALTER TABLE t ADD INDEX i (b)", offset=4, ddl_type=mysql.ACTION_ADD_INDEX
+                ),
             ]
         )
     ]
     timeline = build_timeline(
-        parsed, initial=c.Catalog(), applied_ts=20, applied_batch=-1, target_ts=35
+        parsed, initial=Catalog(), applied_ts=20, applied_batch=-1, target_ts=35
     )
     name = T("db", "t")
     assert [col.name for col in timeline.history.info(name).columns] == ["id", "a", "b"]
@@ -213,10 +230,10 @@ def test_timeline_splits_history_from_barriers_and_keeps_what_is_not_yet_due():
 def test_a_ddl_without_ts_in_a_changefeed_with_ts_only_marks_the_table():
     parsed = [parse_record(r) for r in unique_records([_record(None, "TRUNCATE TABLE t")])]
     timeline = build_timeline(
-        parsed, initial=c.Catalog(), applied_ts=0, applied_batch=-1, target_ts=100
+        parsed, initial=Catalog(), applied_ts=0, applied_batch=-1, target_ts=100
     )
     (barrier,) = timeline.barriers
-    assert isinstance(barrier.effects[0], c.Inconsistent)
+    assert isinstance(barrier.effects[0], Inconsistent)
     assert "cannot be placed" in barrier.effects[0].reason
 
 
@@ -224,8 +241,8 @@ def test_an_unreadable_ddl_marks_its_table_and_says_why():
     parsed = parse_record(unique_records([_record(5, "ALTER TABLE t FROB")])[0])
     assert parsed.error and "FROB" in parsed.error
     timeline = build_timeline(
-        [parsed], initial=c.Catalog(), applied_ts=0, applied_batch=-1, target_ts=10
+        [parsed], initial=Catalog(), applied_ts=0, applied_batch=-1, target_ts=10
     )
     (effect,) = timeline.barriers[0].effects
-    assert isinstance(effect, c.Inconsistent) and "not understood" in effect.reason
+    assert isinstance(effect, Inconsistent) and "not understood" in effect.reason
     assert "commit TS 5" in effect.reason and "offset 0" in effect.reason

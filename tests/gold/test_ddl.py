@@ -6,26 +6,26 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ticdc_lake.cases import COLUMN_TYPES
-from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold import ddl
 from ticdc_lake.gold.exceptions import DdlParseError
 from ticdc_lake.workload import generate_workload
 from ticdc_lake.workload.tables import PRIMARY, canonical_tables
 
 
-def one(query: str, schema: str = "db") -> d.Action:
-    actions = d.parse_ddl(query, schema)
+def one(query: str, schema: str = "db") -> ddl.Action:
+    actions = ddl.parse_ddl(query, schema)
     assert len(actions) == 1, actions
     return actions[0]
 
 
-def T(name: str, schema: str = "db") -> d.TableName:  # reads like a constructor
-    return d.TableName(schema, name)
+def T(name: str, schema: str = "db") -> ddl.TableName:  # reads like a constructor
+    return ddl.TableName(schema, name)
 
 
 @pytest.mark.parametrize("table", canonical_tables(), ids=lambda t: t.name)
 def test_generator_create_table_gives_every_column_key_and_partitioning(table):
     action = one(table.create_sql(), "other")
-    assert isinstance(action, d.CreateTable)
+    assert isinstance(action, ddl.CreateTable)
     assert action.table == T(table.name, table.schema)
     assert [(c.name, c.type_text, c.nullable) for c in action.columns] == [
         (c.name, c.mysql_type, c.nullable) for c in table.columns
@@ -121,11 +121,11 @@ def test_column_types_as_mysql_stores_them(text, type_text):
         (
             "ALTER TABLE `s`.`t` ADD COLUMN `a` int NOT NULL DEFAULT 1 AFTER `b`",
             [
-                d.AddColumns(
+                ddl.AddColumns(
                     T("t", "s"),
                     (
-                        d.ColumnDef(
-                            "a", "int", nullable=False, default=d.DefaultValue("literal", "1")
+                        ddl.ColumnDef(
+                            "a", "int", nullable=False, default=ddl.DefaultValue("literal", "1")
                         ),
                     ),
                 )
@@ -133,53 +133,53 @@ def test_column_types_as_mysql_stores_them(text, type_text):
         ),
         (
             "alter table t add (a int, b text)",
-            [d.AddColumns(T("t"), (d.ColumnDef("a", "int"), d.ColumnDef("b", "text")))],
+            [ddl.AddColumns(T("t"), (ddl.ColumnDef("a", "int"), ddl.ColumnDef("b", "text")))],
         ),
         (
             "ALTER TABLE t ADD a int FIRST, ADD COLUMN IF NOT EXISTS b int",
             [
-                d.AddColumns(T("t"), (d.ColumnDef("a", "int"),)),
-                d.AddColumns(T("t"), (d.ColumnDef("b", "int"),)),
+                ddl.AddColumns(T("t"), (ddl.ColumnDef("a", "int"),)),
+                ddl.AddColumns(T("t"), (ddl.ColumnDef("b", "int"),)),
             ],
         ),
         (
             "ALTER TABLE t DROP COLUMN a, DROP b",
-            [d.DropColumns(T("t"), ("a",)), d.DropColumns(T("t"), ("b",))],
+            [ddl.DropColumns(T("t"), ("a",)), ddl.DropColumns(T("t"), ("b",))],
         ),
         (
             "ALTER TABLE t MODIFY COLUMN a bigint unsigned NOT NULL COMMENT 'x' AFTER b",
-            [d.ModifyColumn(T("t"), "a", d.ColumnDef("a", "bigint unsigned", nullable=False))],
+            [ddl.ModifyColumn(T("t"), "a", ddl.ColumnDef("a", "bigint unsigned", nullable=False))],
         ),
         (
             "ALTER TABLE t CHANGE a b varchar(10) CHARACTER SET binary FIRST",
-            [d.ModifyColumn(T("t"), "a", d.ColumnDef("b", "varchar(10)", binary_charset=True))],
+            [ddl.ModifyColumn(T("t"), "a", ddl.ColumnDef("b", "varchar(10)", binary_charset=True))],
         ),
-        ("ALTER TABLE t RENAME COLUMN a TO b", [d.RenameColumn(T("t"), "a", "b")]),
-        ("ALTER TABLE t RENAME TO u2.t2", [d.RenameTable(T("t"), T("t2", "u2"))]),
-        ("ALTER TABLE t RENAME AS t2", [d.RenameTable(T("t"), T("t2"))]),
-        ("ALTER TABLE t ADD PRIMARY KEY (a, b)", [d.SetPrimaryKey(T("t"), ("a", "b"))]),
-        ("ALTER TABLE t DROP PRIMARY KEY", [d.SetPrimaryKey(T("t"), None)]),
+        ("ALTER TABLE t RENAME COLUMN a TO b", [ddl.RenameColumn(T("t"), "a", "b")]),
+        ("ALTER TABLE t RENAME TO u2.t2", [ddl.RenameTable(T("t"), T("t2", "u2"))]),
+        ("ALTER TABLE t RENAME AS t2", [ddl.RenameTable(T("t"), T("t2"))]),
+        ("ALTER TABLE t ADD PRIMARY KEY (a, b)", [ddl.SetPrimaryKey(T("t"), ("a", "b"))]),
+        ("ALTER TABLE t DROP PRIMARY KEY", [ddl.SetPrimaryKey(T("t"), None)]),
         (
             "ALTER TABLE t ADD CONSTRAINT uk UNIQUE KEY (c)",
-            [d.AddUniqueKey(T("t"), ("c",))],
+            [ddl.AddUniqueKey(T("t"), ("c",))],
         ),
         (
             "RENAME TABLE a TO b, x.c TO x.d",
-            [d.RenameTable(T("a"), T("b")), d.RenameTable(T("c", "x"), T("d", "x"))],
+            [ddl.RenameTable(T("a"), T("b")), ddl.RenameTable(T("c", "x"), T("d", "x"))],
         ),
-        ("TRUNCATE TABLE `s`.`t`", [d.TruncateTable(T("t", "s"))]),
-        ("truncate t", [d.TruncateTable(T("t"))]),
-        ("DROP TABLE IF EXISTS a, s.b", [d.DropTable(T("a")), d.DropTable(T("b", "s"))]),
-        ("DROP DATABASE IF EXISTS `shop`", [d.DropSchema(None, "shop")]),
-        ("CREATE TABLE b LIKE a", [d.CreateTable(T("b"), like=T("a"))]),
+        ("TRUNCATE TABLE `s`.`t`", [ddl.TruncateTable(T("t", "s"))]),
+        ("truncate t", [ddl.TruncateTable(T("t"))]),
+        ("DROP TABLE IF EXISTS a, s.b", [ddl.DropTable(T("a")), ddl.DropTable(T("b", "s"))]),
+        ("DROP DATABASE IF EXISTS `shop`", [ddl.DropSchema(None, "shop")]),
+        ("CREATE TABLE b LIKE a", [ddl.CreateTable(T("b"), like=T("a"))]),
         (
             "CREATE TABLE IF NOT EXISTS b (LIKE s.a)",
-            [d.CreateTable(T("b"), like=T("a", "s"), if_not_exists=True)],
+            [ddl.CreateTable(T("b"), like=T("a", "s"), if_not_exists=True)],
         ),
     ],
 )
 def test_alter_rename_truncate_drop(query, expected):
-    assert d.parse_ddl(query, "db") == expected
+    assert ddl.parse_ddl(query, "db") == expected
 
 
 def test_partition_ddls():
@@ -210,27 +210,27 @@ def test_partition_ddls():
         "p2",
     )
     table = T("t")
-    assert d.parse_ddl(
+    assert ddl.parse_ddl(
         "ALTER TABLE t ADD PARTITION (PARTITION p2 VALUES LESS THAN (30))", "db"
-    ) == [d.AddPartitions(table, (d.PartitionDef("p2", ("30",)),))]
-    assert d.parse_ddl("ALTER TABLE t ADD PARTITION PARTITIONS 2", "db") == [
-        d.AddPartitions(table, count=2)
+    ) == [ddl.AddPartitions(table, (ddl.PartitionDef("p2", ("30",)),))]
+    assert ddl.parse_ddl("ALTER TABLE t ADD PARTITION PARTITIONS 2", "db") == [
+        ddl.AddPartitions(table, count=2)
     ]
-    assert d.parse_ddl("ALTER TABLE t DROP PARTITION p0, p1", "db") == [
-        d.DropPartitions(table, ("p0", "p1"))
+    assert ddl.parse_ddl("ALTER TABLE t DROP PARTITION p0, p1", "db") == [
+        ddl.DropPartitions(table, ("p0", "p1"))
     ]
-    assert d.parse_ddl("ALTER TABLE t TRUNCATE PARTITION ALL", "db") == [
-        d.TruncatePartitions(table, ())
+    assert ddl.parse_ddl("ALTER TABLE t TRUNCATE PARTITION ALL", "db") == [
+        ddl.TruncatePartitions(table, ())
     ]
     reorganized = one(
         "ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p01 VALUES LESS THAN (20))"
     )
     assert reorganized.names == ("p0", "p1") and reorganized.definitions[0].name == "p01"
     assert one("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE u WITHOUT VALIDATION") == (
-        d.ExchangePartition(table, "p0", T("u"))
+        ddl.ExchangePartition(table, "p0", T("u"))
     )
-    assert one("ALTER TABLE t REMOVE PARTITIONING") == d.Repartition(table, None)
-    assert one("ALTER TABLE t COALESCE PARTITION 2") == d.Repartition(table, None, 2)
+    assert one("ALTER TABLE t REMOVE PARTITIONING") == ddl.Repartition(table, None)
+    assert one("ALTER TABLE t COALESCE PARTITION 2") == ddl.Repartition(table, None, 2)
     assert one("ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 8").partitioning.count == 8
 
 
@@ -255,7 +255,7 @@ def test_partition_ddls():
     ],
 )
 def test_statements_gold_ignores_are_no_ops(query):
-    assert all(isinstance(action, d.NoOp) for action in d.parse_ddl(query, "db"))
+    assert all(isinstance(action, ddl.NoOp) for action in ddl.parse_ddl(query, "db"))
 
 
 @pytest.mark.parametrize(
@@ -273,7 +273,7 @@ def test_statements_gold_ignores_are_no_ops(query):
 )
 def test_unreadable_ddl_says_where_and_what_was_expected(query, expected):
     with pytest.raises(DdlParseError) as error:
-        d.parse_ddl(query, "db")
+        ddl.parse_ddl(query, "db")
     assert expected in str(error.value)
     assert error.value.query == query
     assert 0 <= error.value.position <= len(query)
@@ -301,7 +301,7 @@ def test_any_quoted_names_and_canonical_types_round_trip(table, columns):
     )
     key = quote(columns[0][0])
     action = one(f"CREATE TABLE {quote('s')}.{quote(table)} ({definitions}, PRIMARY KEY ({key}))")
-    assert action.table == d.TableName("s", table)
+    assert action.table == ddl.TableName("s", table)
     assert [(c.name, c.type_text, c.nullable) for c in action.columns] == [
         (name, column_type.mysql_type, nullable and i > 0)
         for i, (name, column_type, nullable) in enumerate(columns)

@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold import ddl
 from ticdc_lake.gold.catalog import AddColumns, Catalog
 from ticdc_lake.gold.defaults import added_values
 from ticdc_lake.gold.types import ColumnSpec, gold_type
@@ -17,7 +17,7 @@ DDL_TS = int(dt.datetime(2024, 3, 1, 12, 34, 56, 789000, tzinfo=dt.UTC).timestam
 
 def added(definition: str):
     """The value the rows already there get in the one column ``definition`` adds."""
-    (action,) = d.parse_ddl(f"ALTER TABLE s.t ADD COLUMN {definition}", "s")
+    (action,) = ddl.parse_ddl(f"ALTER TABLE s.t ADD COLUMN {definition}", "s")
     (value,) = added_values(action.columns, DDL_TS, "Asia/Shanghai")
     return value
 
@@ -30,29 +30,29 @@ def gold(definition: str):
 @pytest.mark.parametrize(
     ("definition", "kind", "text", "binary"),
     [
-        ("c int NOT NULL DEFAULT -5", d.LITERAL, "-5", None),
-        ("c decimal(5,2) DEFAULT - -1.5", d.LITERAL, "1.5", None),
-        ("c varchar(9) DEFAULT _utf8mb4'new' COMMENT 'x'", d.LITERAL, "new", None),
-        ("c varchar(9) DEFAULT N'it''s'", d.LITERAL, "it's", None),
-        ("c bit(3) DEFAULT b'101'", d.LITERAL, None, b"\x05"),
-        ("c varbinary(4) DEFAULT 0xff01", d.LITERAL, None, b"\xff\x01"),
-        ("c varbinary(4) DEFAULT x'0a'", d.LITERAL, None, b"\x0a"),
-        ("c bool DEFAULT true", d.LITERAL, "1", None),
-        ("c date DEFAULT DATE '2020-02-29'", d.LITERAL, "2020-02-29", None),
-        ("c int DEFAULT NULL", d.NULL_DEFAULT, None, None),
-        ("c timestamp(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)", d.NOW,
+        ("c int NOT NULL DEFAULT -5", ddl.LITERAL, "-5", None),
+        ("c decimal(5,2) DEFAULT - -1.5", ddl.LITERAL, "1.5", None),
+        ("c varchar(9) DEFAULT _utf8mb4'new' COMMENT 'x'", ddl.LITERAL, "new", None),
+        ("c varchar(9) DEFAULT N'it''s'", ddl.LITERAL, "it's", None),
+        ("c bit(3) DEFAULT b'101'", ddl.LITERAL, None, b"\x05"),
+        ("c varbinary(4) DEFAULT 0xff01", ddl.LITERAL, None, b"\xff\x01"),
+        ("c varbinary(4) DEFAULT x'0a'", ddl.LITERAL, None, b"\x0a"),
+        ("c bool DEFAULT true", ddl.LITERAL, "1", None),
+        ("c date DEFAULT DATE '2020-02-29'", ddl.LITERAL, "2020-02-29", None),
+        ("c int DEFAULT NULL", ddl.NULL_DEFAULT, None, None),
+        ("c timestamp(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)", ddl.NOW,
          None, None),
-        ("c datetime DEFAULT now()", d.NOW, None, None),
-        ("c char(36) DEFAULT (uuid())", d.EXPRESSION, None, None),
+        ("c datetime DEFAULT now()", ddl.NOW, None, None),
+        ("c char(36) DEFAULT (uuid())", ddl.EXPRESSION, None, None),
     ],
 )  # fmt: skip
 def test_default_clauses_are_read(definition, kind, text, binary):
-    (action,) = d.parse_ddl(f"ALTER TABLE s.t ADD COLUMN {definition}", "s")
-    assert action.columns[0].default == d.DefaultValue(kind, text, binary)
+    (action,) = ddl.parse_ddl(f"ALTER TABLE s.t ADD COLUMN {definition}", "s")
+    assert action.columns[0].default == ddl.DefaultValue(kind, text, binary)
 
 
 def test_a_column_without_default_has_none():
-    (action,) = d.parse_ddl("ALTER TABLE s.t ADD COLUMN c int NOT NULL COMMENT 'x'", "s")
+    (action,) = ddl.parse_ddl("ALTER TABLE s.t ADD COLUMN c int NOT NULL COMMENT 'x'", "s")
     assert action.columns[0].default is None
 
 
@@ -103,8 +103,8 @@ def test_a_default_that_does_not_fit_its_column_names_the_ddl():
 
 def test_the_catalog_carries_the_definitions_with_their_defaults():
     catalog = Catalog()
-    catalog.apply(d.parse_ddl("CREATE TABLE s.t (id int PRIMARY KEY)", "s")[0])
-    (effect,) = catalog.apply(d.parse_ddl("ALTER TABLE s.t ADD c int DEFAULT 3", "s")[0])
+    catalog.apply(ddl.parse_ddl("CREATE TABLE s.t (id int PRIMARY KEY)", "s")[0])
+    (effect,) = catalog.apply(ddl.parse_ddl("ALTER TABLE s.t ADD c int DEFAULT 3", "s")[0])
     assert isinstance(effect, AddColumns)
     assert effect.columns == (("c", ColumnSpec.from_ddl(effect.definitions[0])),)
-    assert effect.definitions[0].default == d.DefaultValue(d.LITERAL, "3")
+    assert effect.definitions[0].default == ddl.DefaultValue(ddl.LITERAL, "3")

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.events import json_value
-from ticdc_lake.gold import types as t
+from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, column_values, convert
 from ticdc_lake.gold.ddl import ColumnDef
 from ticdc_lake.gold.exceptions import ConversionError
@@ -66,9 +66,9 @@ DDL_TYPES = {
 def test_every_canonical_column_has_its_documented_gold_type():
     assert set(DDL_TYPES) == {c.name for c in COLUMN_TYPES}
     for column_type in COLUMN_TYPES:
-        spec = t.ColumnSpec.from_ddl(ColumnDef(column_type.name, column_type.mysql_type))
+        spec = gold_types.ColumnSpec.from_ddl(ColumnDef(column_type.name, column_type.mysql_type))
         assert spec.type_code == column_type.type_code, column_type.name
-        assert t.gold_type(spec).delta == DDL_TYPES[column_type.name], column_type.name
+        assert gold_types.gold_type(spec).delta == DDL_TYPES[column_type.name], column_type.name
 
 
 def test_row_types_without_the_full_type_keep_what_cannot_be_typed_exactly():
@@ -76,7 +76,9 @@ def test_row_types_without_the_full_type_keep_what_cannot_be_typed_exactly():
 
     def from_code(name: str) -> str:
         column_type = BY_NAME[name]
-        return t.gold_type(t.ColumnSpec.from_row(column_type.type_code, column_type.flags, None))
+        return gold_types.gold_type(
+            gold_types.ColumnSpec.from_row(column_type.type_code, column_type.flags, None)
+        )
 
     assert from_code("c_decimal").delta == "string"  # precision unknown: the exact text
     assert from_code("c_enum").delta == "integer"  # members unknown: the index
@@ -87,10 +89,20 @@ def test_row_types_without_the_full_type_keep_what_cannot_be_typed_exactly():
     assert from_code("c_varchar").delta == "string"
     assert from_code("c_timestamp").delta == "timestamp"
     # Canal-JSON's bare mysqlType, and Avro's full DECIMAL/ENUM types.
-    assert t.gold_type(t.ColumnSpec.from_row(None, 0, "int unsigned")).delta == "long"
-    assert t.gold_type(t.ColumnSpec.from_row(None, 0, "varbinary")).delta == "binary"
-    assert t.gold_type(t.ColumnSpec.from_row(m.TYPE_NEWDECIMAL, 0, "decimal")).delta == "string"
-    enum = t.gold_type(t.ColumnSpec.from_row(m.TYPE_ENUM, 0, "enum('x','y')"))
+    assert (
+        gold_types.gold_type(gold_types.ColumnSpec.from_row(None, 0, "int unsigned")).delta
+        == "long"
+    )
+    assert (
+        gold_types.gold_type(gold_types.ColumnSpec.from_row(None, 0, "varbinary")).delta == "binary"
+    )
+    assert (
+        gold_types.gold_type(
+            gold_types.ColumnSpec.from_row(mysql.TYPE_NEWDECIMAL, 0, "decimal")
+        ).delta
+        == "string"
+    )
+    enum = gold_types.gold_type(gold_types.ColumnSpec.from_row(mysql.TYPE_ENUM, 0, "enum('x','y')"))
     assert (enum.delta, enum.members) == ("string", ("x", "y"))
 
 
@@ -121,7 +133,7 @@ def test_column_values_align_with_rows_whatever_the_order_and_absences():
 def _convert(name: str, raw: list, zone: str = "UTC", mysql_type: str | None = None):
     column_type = BY_NAME[name]
     definition = ColumnDef(name, mysql_type or column_type.mysql_type)
-    gold = t.gold_type(t.ColumnSpec.from_ddl(definition))
+    gold = gold_types.gold_type(gold_types.ColumnSpec.from_ddl(definition))
     images = _image_array([{name: make_column(column_type, value)} for value in raw])
     values = column_values(images, [name])[name]
     origin = Origin("s.t", *(pa.array([v] * len(raw)) for v in ("topic", 1, 7)))
@@ -169,7 +181,7 @@ def test_extremes_fit_exactly():
     assert typed.to_pylist() == [Decimal(2**64 - 1), Decimal(0)]
     typed, _ = _convert("c_decimal", ["-99999999999999.999999", "0.000001"])
     assert typed.to_pylist() == [Decimal("-99999999999999.999999"), Decimal("0.000001")]
-    typed, _ = _convert("c_float", [m.float32(3.4028234663852886e38)])
+    typed, _ = _convert("c_float", [mysql.float32(3.4028234663852886e38)])
     assert typed.to_pylist() == [3.4028234663852886e38]
     typed, _ = _convert("c_decimal_wide", ["1." + "0" * 30])
     assert typed.to_pylist() == ["1." + "0" * 30]

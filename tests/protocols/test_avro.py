@@ -21,7 +21,7 @@ import fastavro
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
@@ -56,7 +56,7 @@ from tests.strategies import (
 
 AVRO = "avro/"
 TOPIC = "cdc.testdb.avroencode"
-KEY = m.FLAG_HANDLE_KEY | m.FLAG_PRIMARY_KEY
+KEY = mysql.FLAG_HANDLE_KEY | mysql.FLAG_PRIMARY_KEY
 
 
 def _settings(registry=None, *, extension=True, **options) -> CodecSettings:
@@ -84,36 +84,36 @@ def _framed(registry: InMemorySchemaRegistry, subject: str, schema: dict, native
 
 CASES = load_vector(AVRO + "column_type_cases.json")
 GO_TYPES = {
-    "TypeTiny": m.TYPE_TINY,
-    "TypeShort": m.TYPE_SHORT,
-    "TypeInt24": m.TYPE_INT24,
-    "TypeLong": m.TYPE_LONG,
-    "TypeLonglong": m.TYPE_LONGLONG,
-    "TypeFloat": m.TYPE_FLOAT,
-    "TypeDouble": m.TYPE_DOUBLE,
-    "TypeBit": m.TYPE_BIT,
-    "TypeNewDecimal": m.TYPE_NEWDECIMAL,
-    "TypeTinyBlob": m.TYPE_TINY_BLOB,
-    "TypeMediumBlob": m.TYPE_MEDIUM_BLOB,
-    "TypeBlob": m.TYPE_BLOB,
-    "TypeLongBlob": m.TYPE_LONG_BLOB,
-    "TypeVarchar": m.TYPE_VARCHAR,
-    "TypeVarString": m.TYPE_VAR_STRING,
-    "TypeString": m.TYPE_STRING,
-    "TypeEnum": m.TYPE_ENUM,
-    "TypeSet": m.TYPE_SET,
-    "TypeJSON": m.TYPE_JSON,
-    "TypeDate": m.TYPE_DATE,
-    "TypeDatetime": m.TYPE_DATETIME,
-    "TypeTimestamp": m.TYPE_TIMESTAMP,
-    "TypeDuration": m.TYPE_DURATION,
-    "TypeYear": m.TYPE_YEAR,
+    "TypeTiny": mysql.TYPE_TINY,
+    "TypeShort": mysql.TYPE_SHORT,
+    "TypeInt24": mysql.TYPE_INT24,
+    "TypeLong": mysql.TYPE_LONG,
+    "TypeLonglong": mysql.TYPE_LONGLONG,
+    "TypeFloat": mysql.TYPE_FLOAT,
+    "TypeDouble": mysql.TYPE_DOUBLE,
+    "TypeBit": mysql.TYPE_BIT,
+    "TypeNewDecimal": mysql.TYPE_NEWDECIMAL,
+    "TypeTinyBlob": mysql.TYPE_TINY_BLOB,
+    "TypeMediumBlob": mysql.TYPE_MEDIUM_BLOB,
+    "TypeBlob": mysql.TYPE_BLOB,
+    "TypeLongBlob": mysql.TYPE_LONG_BLOB,
+    "TypeVarchar": mysql.TYPE_VARCHAR,
+    "TypeVarString": mysql.TYPE_VAR_STRING,
+    "TypeString": mysql.TYPE_STRING,
+    "TypeEnum": mysql.TYPE_ENUM,
+    "TypeSet": mysql.TYPE_SET,
+    "TypeJSON": mysql.TYPE_JSON,
+    "TypeDate": mysql.TYPE_DATE,
+    "TypeDatetime": mysql.TYPE_DATETIME,
+    "TypeTimestamp": mysql.TYPE_TIMESTAMP,
+    "TypeDuration": mysql.TYPE_DURATION,
+    "TypeYear": mysql.TYPE_YEAR,
 }
 # What each upstream case decodes to in the event model (the test inputs of avroTestColumns).
 DECODED = {
     "bit": 683,
     "decimal": "129012",  # the test column had no M,D, so scale 0: 129012.123 was cut to 129012
-    "float": m.float32(3.14),
+    "float": mysql.float32(3.14),
     "double": 3.14,
     "enum": 1,
     "set": 1,
@@ -155,14 +155,14 @@ def _native(case: dict, text: str | None = None):
 
 
 def _case_column(case: dict, nullable: bool = False) -> Column:
-    flags = case["ticdc_flag"] | (m.FLAG_NULLABLE if nullable else 0)
+    flags = case["ticdc_flag"] | (mysql.FLAG_NULLABLE if nullable else 0)
     mysql_type = f"{case['column']}('a','b')" if case["column"] in ("enum", "set") else None
     return Column(GO_TYPES[case["mysql_type"]], flags, _decoded(case), mysql_type)
 
 
 def _avroencode_image() -> dict[str, Column]:
     """tiflow's avroencode test table: `id`, then every case column and its nullable twin."""
-    image = {"id": Column(m.TYPE_LONG, 0, 1)}
+    image = {"id": Column(mysql.TYPE_LONG, 0, 1)}
     for case in CASES["cases"]:
         image[case["column"]] = _case_column(case)
         image[case["column"] + "nullable"] = dataclasses.replace(
@@ -238,8 +238,8 @@ def test_decoder_reads_rows_written_with_tiflows_schemas(vector, nulls):
         expected[case["column"] + "nullable"] = None if nulls else decoded
     assert {name: column.value for name, column in event.columns.items()} == expected
     assert list(event.columns)[-1] == ("id" if checksum else "yearnullable")
-    assert event.columns["longlongunsigned"].flags == m.FLAG_UNSIGNED
-    assert event.columns["tinyblobnullable"].flags == m.FLAG_BINARY | m.FLAG_NULLABLE
+    assert event.columns["longlongunsigned"].flags == mysql.FLAG_UNSIGNED
+    assert event.columns["tinyblobnullable"].flags == mysql.FLAG_BINARY | mysql.FLAG_NULLABLE
     assert event.columns["enum"].mysql_type == "enum('a','b')"
     assert event.columns["decimal"].mysql_type == (None if checksum else "decimal(10,0)")
 
@@ -306,11 +306,11 @@ def test_checkpoint_and_ddl_test_only_messages_both_ways():
     decoder = AvroDecoder(_settings())
     assert decoder.decode(_record(None, checkpoint)) == [ResolvedEvent(1591943372224, TOPIC, 3, 7)]
     assert decoder.decode(_record(None, ddl)) == [
-        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, m.ACTION_CREATE_TABLE, TOPIC, 3, 7)
+        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, mysql.ACTION_CREATE_TABLE, TOPIC, 3, 7)
     ]
     events = [
         ResolvedEvent(1591943372224, "t", 0, 0),
-        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, m.ACTION_CREATE_TABLE, "t", 0, 0),
+        DdlEvent(417318403368288260, "test", "t", DDL_QUERY, mysql.ACTION_CREATE_TABLE, "t", 0, 0),
     ]
     messages = AvroEncoder(_settings(enable_watermark=True)).encode(events)
     assert [(message.key, message.value) for message in messages] == [
@@ -326,7 +326,7 @@ def _orders(op=INSERT, *, commit_ts=1 << 62, amount="-12.50", note="hi", uid=(1 
     """A keyed row: handle key `id`, a decimal, a nullable text and an unsigned bigint."""
     image = {
         "id": make_column(BY_NAME["c_bigint"], 42, key=True),
-        "amount": Column(m.TYPE_NEWDECIMAL, m.FLAG_BINARY, amount, "decimal(8,2)"),
+        "amount": Column(mysql.TYPE_NEWDECIMAL, mysql.FLAG_BINARY, amount, "decimal(8,2)"),
         "note": make_column(BY_NAME["c_varchar"], note),
         "uid": make_column(BY_NAME["c_bigint_unsigned"], uid),
     }
@@ -356,9 +356,9 @@ def test_update_carries_new_values_and_key_columns_are_flagged():
     assert (event.op, event.commit_ts, event.old_columns) == (UPDATE, 1 << 62, None)
     assert event.handle_key == ("id",)
     assert event.columns["id"].flags == KEY  # TiDB's binary-charset bit is not carried
-    assert event.columns["amount"] == Column(m.TYPE_NEWDECIMAL, 0, "-12.50", "decimal(8,2)")
+    assert event.columns["amount"] == Column(mysql.TYPE_NEWDECIMAL, 0, "-12.50", "decimal(8,2)")
     assert event.columns["uid"] == Column(
-        m.TYPE_LONGLONG, m.FLAG_UNSIGNED | m.FLAG_NULLABLE, (1 << 64) - 1
+        mysql.TYPE_LONGLONG, mysql.FLAG_UNSIGNED | mysql.FLAG_NULLABLE, (1 << 64) - 1
     )
 
 
@@ -369,7 +369,7 @@ def test_delete_is_rebuilt_from_the_tombstones_key():
     assert event.commit_ts is None  # a tombstone carries none: never invented
     assert event.handle_key_only
     assert event.columns is None
-    assert event.old_columns == {"id": Column(m.TYPE_LONGLONG, KEY, 42)}
+    assert event.old_columns == {"id": Column(mysql.TYPE_LONGLONG, KEY, 42)}
 
 
 def test_delete_marker_value_gives_the_commit_ts():
@@ -419,7 +419,7 @@ def test_nullable_columns_with_a_default_put_null_second():
         "precision": 8,
         "scale": 2,
     }
-    assert event.columns["note"] == Column(m.TYPE_VARCHAR, m.FLAG_NULLABLE, None)
+    assert event.columns["note"] == Column(mysql.TYPE_VARCHAR, mysql.FLAG_NULLABLE, None)
 
 
 def test_bigint_unsigned_in_long_mode_wraps_and_is_restored():
@@ -465,8 +465,8 @@ def test_decimal_text_keeps_the_declared_scale():
 def test_enum_and_set_members_may_hold_escaped_commas():
     assert split_allowed("a\\,b,c") == ("a,b", "c")
     assert split_allowed("") == ("",)
-    column = Column(m.TYPE_ENUM, m.FLAG_NULLABLE, 2, "enum('x,y','it''s')")
-    image = {"e": column, "s": Column(m.TYPE_SET, 0, 0b101, "set('p','q','r')")}
+    column = Column(mysql.TYPE_ENUM, mysql.FLAG_NULLABLE, 2, "enum('x,y','it''s')")
+    image = {"e": column, "s": Column(mysql.TYPE_SET, 0, 0b101, "set('p','q','r')")}
     settings = _settings()
     _, [event] = _round_trip([_insert(image)], settings)
     fields = json.loads(settings.schema_source.get_schema(1).text)["fields"]
@@ -495,7 +495,7 @@ def test_bit_bytes_of_any_length_are_big_endian():
     decoder = AvroDecoder(_settings(registry))
     for data, number in [(b"\x02\xab", 683), (b"\x00\x00\x02\xab", 683), (b"\x00", 0), (b"", 0)]:
         [event] = decoder.decode(_record(None, _framed(registry, "s", schema, {"b": data})))
-        assert event.columns["b"] == Column(m.TYPE_BIT, 0, number, "bit(10)")
+        assert event.columns["b"] == Column(mysql.TYPE_BIT, 0, number, "bit(10)")
 
 
 def test_events_avro_cannot_carry_are_left_out():
@@ -504,7 +504,7 @@ def test_events_avro_cannot_carry_are_left_out():
         _insert(keyless),
         dataclasses.replace(_insert(keyless), op=DELETE, columns=None, old_columns=keyless),
         ResolvedEvent(5, "t", 0, 0),
-        DdlEvent(5, "s", "t", "truncate table t", m.ACTION_TRUNCATE_TABLE, "t", 0, 0),
+        DdlEvent(5, "s", "t", "truncate table t", mysql.ACTION_TRUNCATE_TABLE, "t", 0, 0),
     ]
     [insert] = AvroEncoder(_settings()).encode(events)
     assert insert.key is None
@@ -658,24 +658,24 @@ def _settings_for(mode: dict, defaults: dict) -> CodecSettings:
 def _expected_column(column: Column, is_key: bool, mode: dict) -> Column:
     """What Avro keeps of a column: the tidb_type's type code, the flags it tells, the value."""
     code, flags = column.type_code, column.flags
-    parsed = m.parse_column_type(column.mysql_type)
-    if code in (m.TYPE_TINY, m.TYPE_SHORT, m.TYPE_INT24):
-        code = m.TYPE_LONG
-    elif code in m.STRING_TYPES | m.BLOB_TYPES:
-        code = m.TYPE_LONG_BLOB if column.flags & m.FLAG_BINARY else m.TYPE_VARCHAR
-    kept = column.flags & m.FLAG_NULLABLE
-    if column.type_code in m.INTEGER_TYPES:
-        kept |= flags & m.FLAG_UNSIGNED
-    if code == m.TYPE_LONG_BLOB:
-        kept |= m.FLAG_BINARY
+    parsed = mysql.parse_column_type(column.mysql_type)
+    if code in (mysql.TYPE_TINY, mysql.TYPE_SHORT, mysql.TYPE_INT24):
+        code = mysql.TYPE_LONG
+    elif code in mysql.STRING_TYPES | mysql.BLOB_TYPES:
+        code = mysql.TYPE_LONG_BLOB if column.flags & mysql.FLAG_BINARY else mysql.TYPE_VARCHAR
+    kept = column.flags & mysql.FLAG_NULLABLE
+    if column.type_code in mysql.INTEGER_TYPES:
+        kept |= flags & mysql.FLAG_UNSIGNED
+    if code == mysql.TYPE_LONG_BLOB:
+        kept |= mysql.FLAG_BINARY
     if is_key:
         kept |= KEY
     mysql_type = None
-    if code == m.TYPE_NEWDECIMAL and mode["decimal_handling"] == "precise":
+    if code == mysql.TYPE_NEWDECIMAL and mode["decimal_handling"] == "precise":
         mysql_type = f"decimal({parsed.length},{parsed.scale or 0})"
-    elif code == m.TYPE_BIT:
+    elif code == mysql.TYPE_BIT:
         mysql_type = f"bit({parsed.length})"
-    elif code in (m.TYPE_ENUM, m.TYPE_SET, m.TYPE_JSON):
+    elif code in (mysql.TYPE_ENUM, mysql.TYPE_SET, mysql.TYPE_JSON):
         mysql_type = column.mysql_type
     return Column(code, kept, column.value, mysql_type)
 
@@ -685,7 +685,7 @@ def _expected(event, mode: dict) -> list:
     if not isinstance(event, RowEvent):
         return [event] if mode["enable_watermark"] and mode["extension"] else []
     image = event.old_columns if event.op == DELETE else event.columns
-    keys = {name for name, column in image.items() if column.flags & m.FLAG_HANDLE_KEY}
+    keys = {name for name, column in image.items() if column.flags & mysql.FLAG_HANDLE_KEY}
 
     def kept(columns):
         return {n: _expected_column(c, n in keys, mode) for n, c in columns.items()}
@@ -794,7 +794,7 @@ def _corpus(registry: InMemorySchemaRegistry) -> list[tuple[bytes | None, bytes 
 
 
 def _ddl_event() -> DdlEvent:
-    return DdlEvent(7, "shop", "everything", DDL_QUERY, m.ACTION_CREATE_TABLE, TOPIC, 0, 0)
+    return DdlEvent(7, "shop", "everything", DDL_QUERY, mysql.ACTION_CREATE_TABLE, TOPIC, 0, 0)
 
 
 def _mutate(data: bytes, rng: random.Random) -> bytes:

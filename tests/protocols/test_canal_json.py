@@ -18,7 +18,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
@@ -35,42 +35,42 @@ from ticdc_lake.records import KafkaRecord
 from tests.conftest import load_vector
 from tests.strategies import partition_streams, row_events, without_coordinates
 
-BIN, UNS = m.FLAG_BINARY, m.FLAG_UNSIGNED
-KEY = m.FLAG_PRIMARY_KEY | m.FLAG_HANDLE_KEY
+BIN, UNS = mysql.FLAG_BINARY, mysql.FLAG_UNSIGNED
+KEY = mysql.FLAG_PRIMARY_KEY | mysql.FLAG_HANDLE_KEY
 
 # The oracle for bare mysqlType names, written out from PROTOCOLS.md §4 and TiDB's TypeToStr.
 BARE_NAMES = {
-    m.TYPE_TINY: "tinyint",
-    m.TYPE_SHORT: "smallint",
-    m.TYPE_INT24: "mediumint",
-    m.TYPE_LONG: "int",
-    m.TYPE_LONGLONG: "bigint",
-    m.TYPE_FLOAT: "float",
-    m.TYPE_DOUBLE: "double",
-    m.TYPE_NEWDECIMAL: "decimal",
-    m.TYPE_DATE: "date",
-    m.TYPE_DATETIME: "datetime",
-    m.TYPE_TIMESTAMP: "timestamp",
-    m.TYPE_DURATION: "time",
-    m.TYPE_YEAR: "year",
-    m.TYPE_ENUM: "enum",
-    m.TYPE_SET: "set",
-    m.TYPE_BIT: "bit",
-    m.TYPE_JSON: "json",
-    m.TYPE_VARCHAR: "varchar",
-    m.TYPE_STRING: "char",
-    m.TYPE_TINY_BLOB: "tinytext",
-    m.TYPE_BLOB: "text",
-    m.TYPE_MEDIUM_BLOB: "mediumtext",
-    m.TYPE_LONG_BLOB: "longtext",
+    mysql.TYPE_TINY: "tinyint",
+    mysql.TYPE_SHORT: "smallint",
+    mysql.TYPE_INT24: "mediumint",
+    mysql.TYPE_LONG: "int",
+    mysql.TYPE_LONGLONG: "bigint",
+    mysql.TYPE_FLOAT: "float",
+    mysql.TYPE_DOUBLE: "double",
+    mysql.TYPE_NEWDECIMAL: "decimal",
+    mysql.TYPE_DATE: "date",
+    mysql.TYPE_DATETIME: "datetime",
+    mysql.TYPE_TIMESTAMP: "timestamp",
+    mysql.TYPE_DURATION: "time",
+    mysql.TYPE_YEAR: "year",
+    mysql.TYPE_ENUM: "enum",
+    mysql.TYPE_SET: "set",
+    mysql.TYPE_BIT: "bit",
+    mysql.TYPE_JSON: "json",
+    mysql.TYPE_VARCHAR: "varchar",
+    mysql.TYPE_STRING: "char",
+    mysql.TYPE_TINY_BLOB: "tinytext",
+    mysql.TYPE_BLOB: "text",
+    mysql.TYPE_MEDIUM_BLOB: "mediumtext",
+    mysql.TYPE_LONG_BLOB: "longtext",
 }
 CODES = {name: code for code, name in BARE_NAMES.items()} | {
-    "binary": m.TYPE_STRING,
-    "varbinary": m.TYPE_VARCHAR,
-    "tinyblob": m.TYPE_TINY_BLOB,
-    "blob": m.TYPE_BLOB,
-    "mediumblob": m.TYPE_MEDIUM_BLOB,
-    "longblob": m.TYPE_LONG_BLOB,
+    "binary": mysql.TYPE_STRING,
+    "varbinary": mysql.TYPE_VARCHAR,
+    "tinyblob": mysql.TYPE_TINY_BLOB,
+    "blob": mysql.TYPE_BLOB,
+    "mediumblob": mysql.TYPE_MEDIUM_BLOB,
+    "longblob": mysql.TYPE_LONG_BLOB,
 }
 # Types whose bare name is the whole type: the decoder can keep it as Column.mysql_type.
 PARAMETERLESS = {"date", "json", "tinytext", "text", "mediumtext", "longtext"} | {
@@ -84,7 +84,7 @@ TEXT_BASES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "
 
 def bare_name(type_code: int, flags: int) -> str:
     name = BARE_NAMES[type_code]
-    if m.is_binary_string(type_code, flags):
+    if mysql.is_binary_string(type_code, flags):
         name = name.replace("text", "blob").replace("char", "binary")
     if flags & UNS and name not in ("bit", "year"):
         name += " unsigned"
@@ -144,12 +144,12 @@ def go_value(case: dict):
         return int(number.group(1))
     if literal := re.fullmatch(r'\[\]uint8\("(.*)"\)', text):
         raw = literal.group(1).encode()
-        return raw if m.is_binary_string(code, case["flag"]) else raw.decode()
+        return raw if mysql.is_binary_string(code, case["flag"]) else raw.decode()
     value = json.loads(text)
-    if code in m.INTEGER_TYPES or code == m.TYPE_YEAR:
+    if code in mysql.INTEGER_TYPES or code == mysql.TYPE_YEAR:
         return int(value)
-    if code == m.TYPE_FLOAT:
-        return m.float32(value)
+    if code == mysql.TYPE_FLOAT:
+        return mysql.float32(value)
     return value
 
 
@@ -174,7 +174,9 @@ def test_column_value_cases_decode_to_event_values(case):
     assert column.value == go_value(case)
     assert type(column.value) is type(go_value(case))
     assert column.type_code == code
-    assert column.flags & UNS == (flags & UNS or (UNS if code in (m.TYPE_BIT, m.TYPE_YEAR) else 0))
+    assert column.flags & UNS == (
+        flags & UNS or (UNS if code in (mysql.TYPE_BIT, mysql.TYPE_YEAR) else 0)
+    )
 
 
 @pytest.mark.parametrize("case", COLUMN_VALUE_CASES, ids=lambda case: case["column"])
@@ -187,14 +189,14 @@ def test_column_value_cases_encode_as_tiflow(case):
     expected = None if go_value(case) is None else wire_text(case)
     assert document["data"] == [{"c": expected}]
     assert document["mysqlType"] == {"c": bare_name(code, flags)}
-    assert document["pkNames"] == (["c"] if flags & m.FLAG_PRIMARY_KEY else [])
+    assert document["pkNames"] == (["c"] if flags & mysql.FLAG_PRIMARY_KEY else [])
 
 
 TYPE_CASES = load_vector("canal_json/mysqltype_sqltype_cases.json")["cases"]
 
 
 def type_case_column(case: dict, value=None) -> Column:
-    parsed = m.parse_column_type(case["mysqlType_content_compatible"])
+    parsed = mysql.parse_column_type(case["mysqlType_content_compatible"])
     flags = 0 if parsed.base in TEXT_BASES else BIN
     if parsed.unsigned or parsed.base in ("bit", "year"):
         flags |= UNS
@@ -265,7 +267,7 @@ def test_docs_ddl_query_is_decoded_with_its_commit_ts():
         schema="test",
         table="",
         query="drop database if exists test",
-        ddl_type=m.ACTION_DROP_SCHEMA,  # QUERY, recognisable by its first words
+        ddl_type=mysql.ACTION_DROP_SCHEMA,  # QUERY, recognisable by its first words
         topic="canal",
         partition=0,
         offset=0,
@@ -281,7 +283,7 @@ def test_docs_insert_is_decoded_with_typed_values():
     assert {name: column.value for name, column in event.columns.items()} == expected["row"]
     assert event.handle_key == tuple(expected["pk"])
     assert event.columns["id"].flags == BIN | KEY
-    assert event.columns["c_bigint"].type_code == m.TYPE_LONGLONG
+    assert event.columns["c_bigint"].type_code == mysql.TYPE_LONGLONG
 
 
 def test_docs_watermark_is_a_resolved_event():
@@ -301,7 +303,7 @@ def test_docs_varbinary_round_trips_byte_for_byte():
     )
     [event] = decode(value)
     assert event.columns["c_varbinary"].value == raw
-    column = Column(m.TYPE_VARCHAR, BIN | m.FLAG_NULLABLE, raw, "varbinary(16)")
+    column = Column(mysql.TYPE_VARCHAR, BIN | mysql.FLAG_NULLABLE, raw, "varbinary(16)")
     row = RowEvent(1 << 18, "d", "t", "insert", {"c_varbinary": column}, None, "t", 0, 0)
     [message] = CanalJsonEncoder().encode([row])
     assert b'"data":[{"c_varbinary":' + literal.encode() + b"}]" in message.value
@@ -328,7 +330,8 @@ def test_employee_insert_update_delete_without_extension():
 
 
 TIFLOW = {
-    m["name"]: m for m in load_vector("canal_json/tiflow_test_watermark_and_ddl.json")["messages"]
+    message["name"]: message
+    for message in load_vector("canal_json/tiflow_test_watermark_and_ddl.json")["messages"]
 }
 FIXED_BUILD_TIME = CodecSettings(options=(("build_time_ms", 1469579899),))
 
@@ -350,7 +353,7 @@ def test_tiflow_ddl_decodes_and_encodes_byte_for_byte():
         "cdc",
         "person",
         expected["query"],
-        m.ACTION_CREATE_TABLE,
+        mysql.ACTION_CREATE_TABLE,
         "canal",
         0,
         0,
@@ -366,7 +369,7 @@ def test_historical_hyphenated_extension_gives_the_commit_ts():
     )
     assert event.commit_ts == vector["expected"]["commitTs"]
     assert (event.schema, event.query) == ("gc_safepoint", "CREATE DATABASE gc_safepoint")
-    assert event.ddl_type == m.ACTION_CREATE_SCHEMA
+    assert event.ddl_type == mysql.ACTION_CREATE_SCHEMA
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,13 +395,13 @@ def test_update_old_with_only_changed_columns_is_completed_from_data():
 @pytest.mark.parametrize(
     ("canal_type", "query", "ddl_type"),
     [
-        ("CREATE", "create table t (a int)", m.ACTION_CREATE_TABLE),
-        ("ERASE", "drop table t", m.ACTION_DROP_TABLE),
-        ("TRUNCATE", "truncate table t", m.ACTION_TRUNCATE_TABLE),
+        ("CREATE", "create table t (a int)", mysql.ACTION_CREATE_TABLE),
+        ("ERASE", "drop table t", mysql.ACTION_DROP_TABLE),
+        ("TRUNCATE", "truncate table t", mysql.ACTION_TRUNCATE_TABLE),
         ("ALTER", "alter table t add column b int", None),
         ("RENAME", "rename table t to u", None),
         ("CINDEX", "create index i on t (a)", None),
-        ("QUERY", "CREATE  DATABASE IF NOT EXISTS d", m.ACTION_CREATE_SCHEMA),
+        ("QUERY", "CREATE  DATABASE IF NOT EXISTS d", mysql.ACTION_CREATE_SCHEMA),
         ("QUERY", "create view v as select 1", None),
     ],
 )
@@ -445,14 +448,14 @@ def test_easyjson_escaping():
 @pytest.mark.parametrize(
     ("value", "bits", "text"),
     [
-        (m.float32(3.14), 32, "3.14"),
+        (mysql.float32(3.14), 32, "3.14"),
         (2.71, 64, "2.71"),
         (1.0, 64, "1"),
         (-0.0, 64, "-0"),
         (1e-7, 64, "0.0000001"),
         (1e21, 64, "1000000000000000000000"),
-        (m.float32(3.4028234663852886e38), 32, "340282350000000000000000000000000000000"),
-        (m.float32(1e-45), 32, "0.000000000000000000000000000000000000000000001"),
+        (mysql.float32(3.4028234663852886e38), 32, "340282350000000000000000000000000000000"),
+        (mysql.float32(1e-45), 32, "0.000000000000000000000000000000000000000000001"),
         (float("nan"), 64, "NaN"),
         (float("-inf"), 64, "-Inf"),
     ],
@@ -463,12 +466,12 @@ def test_go_float_formatting(value, bits, text):
 
 def test_float32_text_reads_back_at_every_power_of_two():
     for exponent in range(-149, 128):
-        value = m.float32(2.0**exponent)
-        assert m.float32(float(go_float_text(value, 32))) == value
+        value = mysql.float32(2.0**exponent)
+        assert mysql.float32(float(go_float_text(value, 32))) == value
 
 
 def test_watermarks_need_the_extension_and_ddl_loses_it():
-    ddl = DdlEvent(3 << 18, "d", "t", "truncate table t", m.ACTION_TRUNCATE_TABLE, "t", 0, 0)
+    ddl = DdlEvent(3 << 18, "d", "t", "truncate table t", mysql.ACTION_TRUNCATE_TABLE, "t", 0, 0)
     plain = CanalJsonEncoder(CodecSettings(enable_tidb_extension=False))
     [message] = plain.encode([ResolvedEvent(9, "t", 0, 0), ddl])
     document = orjson.loads(message.value)
@@ -491,15 +494,15 @@ def test_large_message_handling_needs_its_settings():
 # ---------------------------------------------------------------------------------------------
 
 KEPT_DDL_TYPES = {
-    m.ACTION_CREATE_TABLE: m.ACTION_CREATE_TABLE,
-    m.ACTION_DROP_TABLE: m.ACTION_DROP_TABLE,
-    m.ACTION_TRUNCATE_TABLE: m.ACTION_TRUNCATE_TABLE,
+    mysql.ACTION_CREATE_TABLE: mysql.ACTION_CREATE_TABLE,
+    mysql.ACTION_DROP_TABLE: mysql.ACTION_DROP_TABLE,
+    mysql.ACTION_TRUNCATE_TABLE: mysql.ACTION_TRUNCATE_TABLE,
 }
 
 
 def canal_view(column: Column, content_compatible: bool) -> Column:
     """What Canal-JSON keeps of a column: type, value, the type-implied flags, the PK."""
-    flags = column.flags & (BIN | UNS) | (KEY if column.flags & m.FLAG_PRIMARY_KEY else 0)
+    flags = column.flags & (BIN | UNS) | (KEY if column.flags & mysql.FLAG_PRIMARY_KEY else 0)
     kept = content_compatible or column.mysql_type in PARAMETERLESS
     return Column(column.type_code, flags, column.value, column.mysql_type if kept else None)
 
@@ -646,7 +649,7 @@ def test_handle_key_only_large_messages():
     event = every_type_row()
     [decoded] = round_trip([event], settings)
     assert decoded.handle_key_only
-    assert decoded.columns == {"id": Column(m.TYPE_LONGLONG, BIN | KEY, 42, None)}
+    assert decoded.columns == {"id": Column(mysql.TYPE_LONGLONG, BIN | KEY, 42, None)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -791,7 +794,7 @@ def test_fuzzed_messages_raise_only_decode_errors_with_coordinates():
 def test_float32_text_is_positional_and_reads_back(value):
     text = go_float_text(value, 32)
     assert "e" not in text.lower()
-    assert m.float32(float(text)) == value
+    assert mysql.float32(float(text)) == value
 
 
 @given(value=st.floats(allow_nan=False, allow_infinity=False))

@@ -8,7 +8,7 @@ import math
 
 import orjson
 import pytest
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.errors import DecodeError
 from ticdc_lake.events import INSERT, Column, RowEvent
@@ -209,7 +209,7 @@ ENCODED_CASES = [
     ("avro", typed("c_double", -math.inf), ["-inf", "DOUBLE"]),
     (
         "avro",
-        Column(m.TYPE_NEWDECIMAL, m.FLAG_BINARY, "123456.78", DECIMAL_5_2),
+        Column(mysql.TYPE_NEWDECIMAL, mysql.FLAG_BINARY, "123456.78", DECIMAL_5_2),
         ["'123456.78'", DECIMAL_5_2, "3 digits before"],
     ),
 ]
@@ -254,8 +254,8 @@ EDGE_VALUES = [
     typed("c_float", 3.4028234663852886e38),
     typed("c_double", -1.7976931348623157e308),
     typed("c_decimal_wide", "-" + "9" * 35 + "." + "9" * 30),
-    Column(m.TYPE_NEWDECIMAL, m.FLAG_BINARY, "-999.99", DECIMAL_5_2),
-    Column(m.TYPE_NEWDECIMAL, m.FLAG_BINARY, "0.50", DECIMAL_5_2),
+    Column(mysql.TYPE_NEWDECIMAL, mysql.FLAG_BINARY, "-999.99", DECIMAL_5_2),
+    Column(mysql.TYPE_NEWDECIMAL, mysql.FLAG_BINARY, "0.50", DECIMAL_5_2),
     typed("c_json", '{"a": [1, 2.5, null, "x"], "b": {}}'),
     typed("c_json", "18446744073709551615"),
 ]
@@ -279,35 +279,47 @@ def test_edge_values_of_every_type_still_decode(protocol):
 @pytest.mark.parametrize(
     ("type_code", "unsigned", "mysql_type", "fits", "does_not_fit"),
     [
-        (m.TYPE_TINY, False, None, [-128, 127, "aa"], [-129, 128]),
-        (m.TYPE_TINY, True, None, [0, 255], [-1, 256]),
-        (m.TYPE_SHORT, True, None, [65535], [65536]),
-        (m.TYPE_INT24, False, None, [-(2**23)], [2**23]),
-        (m.TYPE_LONG, False, None, [2**31 - 1], [2**31]),
-        (m.TYPE_LONGLONG, True, None, [2**64 - 1], [2**64]),
-        (m.TYPE_YEAR, True, None, [0, 1901, 2155], [1, 1900, 2156, -1]),
-        (m.TYPE_BIT, True, "bit(1)", [683, 2**64 - 1], [-1, 2**64]),
-        (m.TYPE_SET, False, None, [0, 2**64 - 1], [-5, 2**64]),
-        (m.TYPE_SET, False, "set('a','b','c')", [7], [8]),
-        (m.TYPE_ENUM, False, None, [0, 65535], [-1, 65536]),
-        (m.TYPE_ENUM, False, "enum('a')", [0, 1], [2]),
-        (m.TYPE_FLOAT, False, None, [0.0, -3.4e38], [math.inf, -math.inf, math.nan]),
-        (m.TYPE_DOUBLE, False, None, [5e-324], [math.nan]),
-        (m.TYPE_NEWDECIMAL, False, None, ["0", "-1.5", "007.10"], ["", "1.", ".5", "+1", "1e5"]),
-        (m.TYPE_NEWDECIMAL, False, "decimal(5,2)", ["999.99", "0.00"], ["1000.00", "1.234"]),
-        (m.TYPE_NEWDECIMAL, False, "decimal(10,0)", ["1234567890"], ["1.5", "12345678901"]),
-        (m.TYPE_DATE, False, None, ["0000-00-00", "9999-12-31"], ["2024-02-32", "24-01-01"]),
-        (m.TYPE_DATE, False, None, [], ["2024-01-01 00:00:00", "２０２４-01-01"]),
+        (mysql.TYPE_TINY, False, None, [-128, 127, "aa"], [-129, 128]),
+        (mysql.TYPE_TINY, True, None, [0, 255], [-1, 256]),
+        (mysql.TYPE_SHORT, True, None, [65535], [65536]),
+        (mysql.TYPE_INT24, False, None, [-(2**23)], [2**23]),
+        (mysql.TYPE_LONG, False, None, [2**31 - 1], [2**31]),
+        (mysql.TYPE_LONGLONG, True, None, [2**64 - 1], [2**64]),
+        (mysql.TYPE_YEAR, True, None, [0, 1901, 2155], [1, 1900, 2156, -1]),
+        (mysql.TYPE_BIT, True, "bit(1)", [683, 2**64 - 1], [-1, 2**64]),
+        (mysql.TYPE_SET, False, None, [0, 2**64 - 1], [-5, 2**64]),
+        (mysql.TYPE_SET, False, "set('a','b','c')", [7], [8]),
+        (mysql.TYPE_ENUM, False, None, [0, 65535], [-1, 65536]),
+        (mysql.TYPE_ENUM, False, "enum('a')", [0, 1], [2]),
+        (mysql.TYPE_FLOAT, False, None, [0.0, -3.4e38], [math.inf, -math.inf, math.nan]),
+        (mysql.TYPE_DOUBLE, False, None, [5e-324], [math.nan]),
         (
-            m.TYPE_DATETIME,
+            mysql.TYPE_NEWDECIMAL,
+            False,
+            None,
+            ["0", "-1.5", "007.10"],
+            ["", "1.", ".5", "+1", "1e5"],
+        ),
+        (mysql.TYPE_NEWDECIMAL, False, "decimal(5,2)", ["999.99", "0.00"], ["1000.00", "1.234"]),
+        (mysql.TYPE_NEWDECIMAL, False, "decimal(10,0)", ["1234567890"], ["1.5", "12345678901"]),
+        (mysql.TYPE_DATE, False, None, ["0000-00-00", "9999-12-31"], ["2024-02-32", "24-01-01"]),
+        (mysql.TYPE_DATE, False, None, [], ["2024-01-01 00:00:00", "２０２４-01-01"]),
+        (
+            mysql.TYPE_DATETIME,
             False,
             None,
             ["2024-01-01 00:00:00", "2024-01-01 23:59:59.123456"],
             ["2024-01-01", "2024-01-01 00:00:00.1234567", "2024-01-01 00:00:00."],
         ),
-        (m.TYPE_DURATION, False, None, ["-838:59:59", "100:00:00", "-00:00:01.5"], ["24:60:00"]),
-        (m.TYPE_JSON, False, None, ["null", "[]", '"x"', "1e308"], ["", "{", "1e400", "NaN"]),
-        (m.TYPE_VARCHAR, False, None, ["anything"], []),
+        (
+            mysql.TYPE_DURATION,
+            False,
+            None,
+            ["-838:59:59", "100:00:00", "-00:00:01.5"],
+            ["24:60:00"],
+        ),
+        (mysql.TYPE_JSON, False, None, ["null", "[]", '"x"', "1e308"], ["", "{", "1e400", "NaN"]),
+        (mysql.TYPE_VARCHAR, False, None, ["anything"], []),
     ],
 )
 def test_value_check(type_code, unsigned, mysql_type, fits, does_not_fit):
@@ -329,31 +341,31 @@ ODD_VALUES = (
     [
         Column(code, flags, value, mysql_type)
         for code, flags, mysql_type in [
-            (m.TYPE_TINY, 0, None),
-            (m.TYPE_TINY, m.FLAG_UNSIGNED, None),
-            (m.TYPE_INT24, m.FLAG_UNSIGNED, None),
-            (m.TYPE_LONG, 0, None),
-            (m.TYPE_LONGLONG, 0, None),
-            (m.TYPE_LONGLONG, m.FLAG_UNSIGNED, None),
-            (m.TYPE_YEAR, m.FLAG_UNSIGNED, None),
-            (m.TYPE_BIT, m.FLAG_UNSIGNED, "bit(3)"),
-            (m.TYPE_SET, 0, None),
-            (m.TYPE_SET, 0, "set('a')"),
-            (m.TYPE_ENUM, 0, None),
+            (mysql.TYPE_TINY, 0, None),
+            (mysql.TYPE_TINY, mysql.FLAG_UNSIGNED, None),
+            (mysql.TYPE_INT24, mysql.FLAG_UNSIGNED, None),
+            (mysql.TYPE_LONG, 0, None),
+            (mysql.TYPE_LONGLONG, 0, None),
+            (mysql.TYPE_LONGLONG, mysql.FLAG_UNSIGNED, None),
+            (mysql.TYPE_YEAR, mysql.FLAG_UNSIGNED, None),
+            (mysql.TYPE_BIT, mysql.FLAG_UNSIGNED, "bit(3)"),
+            (mysql.TYPE_SET, 0, None),
+            (mysql.TYPE_SET, 0, "set('a')"),
+            (mysql.TYPE_ENUM, 0, None),
         ]
         for value in INTEGERS
     ]
     + [
         Column(code, 1, text, mysql_type)
         for code, mysql_type in [
-            (m.TYPE_DATE, None),
-            (m.TYPE_DATETIME, None),
-            (m.TYPE_TIMESTAMP, None),
-            (m.TYPE_DURATION, None),
-            (m.TYPE_NEWDECIMAL, None),
-            (m.TYPE_NEWDECIMAL, "decimal(5,2)"),
-            (m.TYPE_DECIMAL_OLD, None),
-            (m.TYPE_JSON, None),
+            (mysql.TYPE_DATE, None),
+            (mysql.TYPE_DATETIME, None),
+            (mysql.TYPE_TIMESTAMP, None),
+            (mysql.TYPE_DURATION, None),
+            (mysql.TYPE_NEWDECIMAL, None),
+            (mysql.TYPE_NEWDECIMAL, "decimal(5,2)"),
+            (mysql.TYPE_DECIMAL_OLD, None),
+            (mysql.TYPE_JSON, None),
         ]
         for text in [
             "",
@@ -394,10 +406,10 @@ ODD_VALUES = (
     ]
     + [
         Column(code, 1, value, None)
-        for code in (m.TYPE_FLOAT, m.TYPE_DOUBLE)
+        for code in (mysql.TYPE_FLOAT, mysql.TYPE_DOUBLE)
         for value in (0.0, -1.5, math.inf, -math.inf, math.nan, 1, "1.5")
     ]
-    + [Column(m.TYPE_VARCHAR, 0, "x", None), Column(None, 0, 5, None), Column(300, 0, 5, None)]
+    + [Column(mysql.TYPE_VARCHAR, 0, "x", None), Column(None, 0, 5, None), Column(300, 0, 5, None)]
 )
 
 
@@ -411,7 +423,7 @@ def test_the_compiled_check_never_passes_what_values_py_refuses(module):
         if module.events_fit(events):
             assert events_problem(events) is None, column
     # Only TIME at 838 hours and full types naming DECIMAL precision or members are left.
-    typed_codes = {m.TYPE_NEWDECIMAL, m.TYPE_ENUM, m.TYPE_SET}
+    typed_codes = {mysql.TYPE_NEWDECIMAL, mysql.TYPE_ENUM, mysql.TYPE_SET}
     for column in EDGE_VALUES:
         fits = module.events_fit([row(column)])
         assert fits or "838:" in str(column.value) or column.type_code in typed_codes, column

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.config import ChangefeedConfig
 from ticdc_lake.delta import read_delta
@@ -117,7 +117,7 @@ def test_the_workload_has_every_case_the_issue_names(lake):
     assert any(replay["row_events"] for replay in streams.routing.replays)
     assert streams.routing.idle_partitions == (3,)
     kinds = {e.ddl_type for e in workload.ddl_events if e.commit_ts <= lake.second_mark}
-    assert {m.ACTION_ADD_COLUMN, m.ACTION_DROP_COLUMN, m.ACTION_TRUNCATE_TABLE} <= kinds
+    assert {mysql.ACTION_ADD_COLUMN, mysql.ACTION_DROP_COLUMN, mysql.ACTION_TRUNCATE_TABLE} <= kinds
     # Some DDLs fall between the two watermarks: the second run crosses barriers.
     assert any(lake.first_mark < e.commit_ts <= lake.second_mark for e in workload.ddl_events)
     assert lake.first_mark in workload.resolved_ts and lake.first_mark < lake.second_mark

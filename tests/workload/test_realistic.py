@@ -8,7 +8,7 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import COLUMN_TYPES
 from ticdc_lake.events import DELETE, INSERT, UPDATE, RowEvent
 from ticdc_lake.workload import generate_workload
@@ -56,10 +56,12 @@ def test_tables_cover_every_column_type_and_every_kind_of_handle():
     covered = {(c.type_code, c.column_type.flags) for t in tables.values() for c in t.columns}
     assert {(t.type_code, t.flags) for t in COLUMN_TYPES} <= covered
     names = {c.column_type.name for t in tables.values() for c in t.columns}
-    assert {t.name for t in COLUMN_TYPES if t.type_code not in (m.TYPE_ENUM, m.TYPE_SET)} <= names
+    assert {
+        t.name for t in COLUMN_TYPES if t.type_code not in (mysql.TYPE_ENUM, mysql.TYPE_SET)
+    } <= names
     assert len(tables["orders"].partition_ids) == 4
     sku = tables["products"].by_name["sku"]
-    assert sku.flags & m.FLAG_UNIQUE_KEY and not sku.flags & m.FLAG_PRIMARY_KEY
+    assert sku.flags & mysql.FLAG_UNIQUE_KEY and not sku.flags & mysql.FLAG_PRIMARY_KEY
     assert tables["order_items"].handle == ("order_id", "line_no")
 
 

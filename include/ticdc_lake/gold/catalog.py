@@ -22,24 +22,24 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ticdc_lake.gold import ddl as d
+from ticdc_lake.gold import ddl
 from ticdc_lake.gold.types import ColumnSpec
 
-TableName = d.TableName
+TableName = ddl.TableName
 
 
 @dataclass(frozen=True)
 class TableInfo:
     name: TableName
-    columns: tuple[d.ColumnDef, ...] = ()  # the DDL-defined columns, in table order
+    columns: tuple[ddl.ColumnDef, ...] = ()  # the DDL-defined columns, in table order
     complete: bool = False  # a CREATE TABLE was seen: `columns` are all the columns
     primary_key: tuple[str, ...] | None = None
     unique_keys: tuple[tuple[str, ...], ...] = ()
-    partitioning: d.Partitioning | None = None
+    partitioning: ddl.Partitioning | None = None
     partitioning_known: bool = False  # False: the table may be partitioned in ways unknown
     exists: bool = True
 
-    def column(self, name: str) -> d.ColumnDef | None:
+    def column(self, name: str) -> ddl.ColumnDef | None:
         for column in self.columns:
             if column.name == name:
                 return column
@@ -78,7 +78,7 @@ class Create(Effect):
 @dataclass(frozen=True)
 class AddColumns(Effect):
     columns: tuple[tuple[str, ColumnSpec], ...] = ()
-    definitions: tuple[d.ColumnDef, ...] = ()  # with their DEFAULTs, for the rows already there
+    definitions: tuple[ddl.ColumnDef, ...] = ()  # with their DEFAULTs, for the rows already there
 
 
 @dataclass(frozen=True)
@@ -147,14 +147,14 @@ class Catalog:
     def copy(self) -> Catalog:
         return Catalog(dict(self.tables))
 
-    def apply(self, action: d.Action, note: str = "") -> list[Effect]:
+    def apply(self, action: ddl.Action, note: str = "") -> list[Effect]:
         """Fold one action in; return its effects on gold. ``note`` names the DDL in reasons."""
         handler = getattr(self, f"_{_snake(type(action).__name__)}")
         return handler(action, note)
 
     # --- tables --------------------------------------------------------------------------
 
-    def _create_table(self, action: d.CreateTable, note: str) -> list[Effect]:
+    def _create_table(self, action: ddl.CreateTable, note: str) -> list[Effect]:
         name = action.table
         if action.if_not_exists and self.known(name):
             return []
@@ -177,14 +177,14 @@ class Catalog:
         self.tables[name] = info
         return [Create(name, tuple(info.specs.items()), replace=True)]
 
-    def _truncate_table(self, action: d.TruncateTable, note: str) -> list[Effect]:
+    def _truncate_table(self, action: ddl.TruncateTable, note: str) -> list[Effect]:
         return [Truncate(action.table)]
 
-    def _drop_table(self, action: d.DropTable, note: str) -> list[Effect]:
+    def _drop_table(self, action: ddl.DropTable, note: str) -> list[Effect]:
         self.tables[action.table] = dataclasses.replace(self.info(action.table), exists=False)
         return [Drop(action.table)]
 
-    def _drop_schema(self, action: d.DropSchema, note: str) -> list[Effect]:
+    def _drop_schema(self, action: ddl.DropSchema, note: str) -> list[Effect]:
         effects: list[Effect] = []
         for name, info in list(self.tables.items()):
             if name.schema == action.schema and info.exists:
@@ -192,7 +192,7 @@ class Catalog:
                 effects.append(Drop(name))
         return effects
 
-    def _rename_table(self, action: d.RenameTable, note: str) -> list[Effect]:
+    def _rename_table(self, action: ddl.RenameTable, note: str) -> list[Effect]:
         old, new = action.table, action.new
         info = self.info(old)
         self.tables[new] = dataclasses.replace(info, name=new, exists=True)
@@ -201,20 +201,20 @@ class Catalog:
 
     # --- columns -------------------------------------------------------------------------
 
-    def _add_columns(self, action: d.AddColumns, note: str) -> list[Effect]:
+    def _add_columns(self, action: ddl.AddColumns, note: str) -> list[Effect]:
         info = self.info(action.table)
         kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
         self.tables[action.table] = dataclasses.replace(info, columns=kept + action.columns)
         specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
         return [AddColumns(action.table, specs, action.columns)]
 
-    def _drop_columns(self, action: d.DropColumns, note: str) -> list[Effect]:
+    def _drop_columns(self, action: ddl.DropColumns, note: str) -> list[Effect]:
         info = self.info(action.table)
         columns = tuple(c for c in info.columns if c.name not in action.names)
         self.tables[action.table] = dataclasses.replace(info, columns=columns)
         return [DropColumns(action.table, action.names)]
 
-    def _modify_column(self, action: d.ModifyColumn, note: str) -> list[Effect]:
+    def _modify_column(self, action: ddl.ModifyColumn, note: str) -> list[Effect]:
         info = self.info(action.table)
         column = action.column
         if info.column(action.old_name) is not None:
@@ -235,7 +235,7 @@ class Catalog:
             AlterColumn(action.table, action.old_name, column.name, ColumnSpec.from_ddl(column))
         ]
 
-    def _rename_column(self, action: d.RenameColumn, note: str) -> list[Effect]:
+    def _rename_column(self, action: ddl.RenameColumn, note: str) -> list[Effect]:
         info = self.info(action.table)
         columns = tuple(
             dataclasses.replace(c, name=action.new_name) if c.name == action.old_name else c
@@ -252,7 +252,7 @@ class Catalog:
         )
         return [AlterColumn(action.table, action.old_name, action.new_name, None)]
 
-    def _set_primary_key(self, action: d.SetPrimaryKey, note: str) -> list[Effect]:
+    def _set_primary_key(self, action: ddl.SetPrimaryKey, note: str) -> list[Effect]:
         info = self.info(action.table)
         columns = info.columns
         if action.columns:
@@ -265,7 +265,7 @@ class Catalog:
         )
         return []
 
-    def _add_unique_key(self, action: d.AddUniqueKey, note: str) -> list[Effect]:
+    def _add_unique_key(self, action: ddl.AddUniqueKey, note: str) -> list[Effect]:
         info = self.info(action.table)
         if action.columns:
             self.tables[action.table] = dataclasses.replace(
@@ -273,18 +273,18 @@ class Catalog:
             )
         return []
 
-    def _no_op(self, action: d.NoOp, note: str) -> list[Effect]:
+    def _no_op(self, action: ddl.NoOp, note: str) -> list[Effect]:
         return []
 
     # --- partitions ----------------------------------------------------------------------
 
-    def _set_partitioning(self, name: TableName, partitioning: d.Partitioning | None) -> None:
+    def _set_partitioning(self, name: TableName, partitioning: ddl.Partitioning | None) -> None:
         info = self.info(name)
         self.tables[name] = dataclasses.replace(
             info, partitioning=partitioning, partitioning_known=info.partitioning_known
         )
 
-    def _add_partitions(self, action: d.AddPartitions, note: str) -> list[Effect]:
+    def _add_partitions(self, action: ddl.AddPartitions, note: str) -> list[Effect]:
         partitioning = self.info(action.table).partitioning
         if partitioning is not None:
             if action.count:
@@ -298,7 +298,7 @@ class Catalog:
             self._set_partitioning(action.table, partitioning)
         return []  # a new partition holds no rows
 
-    def _drop_partitions(self, action: d.DropPartitions, note: str) -> list[Effect]:
+    def _drop_partitions(self, action: ddl.DropPartitions, note: str) -> list[Effect]:
         effects = self._partition_rows(action.table, action.names, "DROP PARTITION", note)
         partitioning = self.info(action.table).partitioning
         if partitioning is not None and partitioning.definitions:
@@ -308,12 +308,12 @@ class Catalog:
             )
         return effects
 
-    def _truncate_partitions(self, action: d.TruncatePartitions, note: str) -> list[Effect]:
+    def _truncate_partitions(self, action: ddl.TruncatePartitions, note: str) -> list[Effect]:
         if not action.names:
             return [Truncate(action.table)]
         return self._partition_rows(action.table, action.names, "TRUNCATE PARTITION", note)
 
-    def _reorganize_partitions(self, action: d.ReorganizePartitions, note: str) -> list[Effect]:
+    def _reorganize_partitions(self, action: ddl.ReorganizePartitions, note: str) -> list[Effect]:
         partitioning = self.info(action.table).partitioning
         if partitioning is not None and partitioning.definitions:
             definitions = list(partitioning.definitions)
@@ -326,14 +326,14 @@ class Catalog:
             )
         return []  # rows move between partitions; none change
 
-    def _exchange_partition(self, action: d.ExchangePartition, note: str) -> list[Effect]:
+    def _exchange_partition(self, action: ddl.ExchangePartition, note: str) -> list[Effect]:
         reason = (
             f"{note}EXCHANGE PARTITION {action.name} WITH TABLE {action.other} swapped rows "
             "without row events: gold cannot reproduce them"
         )
         return [Inconsistent(action.table, reason), Inconsistent(action.other, reason)]
 
-    def _repartition(self, action: d.Repartition, note: str) -> list[Effect]:
+    def _repartition(self, action: ddl.Repartition, note: str) -> list[Effect]:
         info = self.info(action.table)
         if action.coalesce is not None:
             if info.partitioning is not None:
@@ -362,7 +362,7 @@ def _snake(name: str) -> str:
 
 
 def partition_rows(
-    partitioning: d.Partitioning | None, names: tuple[str, ...]
+    partitioning: ddl.Partitioning | None, names: tuple[str, ...]
 ) -> tuple[PartitionRows | None, str]:
     """The rows held by the named partitions, or None and why they cannot be told."""
     if partitioning is None:

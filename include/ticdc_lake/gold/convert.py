@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ticdc_lake.gold import types as t
+from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.exceptions import ConversionError
 from ticdc_lake.values import enum_index_limit, set_mask_limit
 
@@ -86,7 +86,7 @@ def column_values(images: pa.Array, names: Sequence[str]) -> dict[str, Values]:
 
 def convert(
     values: Values,
-    gold: t.GoldType,
+    gold: gold_types.GoldType,
     target: pa.DataType,
     column: str,
     origin: Origin,
@@ -112,39 +112,41 @@ def _text(values: Values) -> pa.Array:
     return pc.coalesce(values.text, values.binary.cast(pa.string()))
 
 
-def _convert(values: Values, gold: t.GoldType, zones: pa.Array | None) -> tuple[pa.Array, int]:
+def _convert(
+    values: Values, gold: gold_types.GoldType, zones: pa.Array | None
+) -> tuple[pa.Array, int]:
     kind = gold.kind
-    if kind == t.BYTES:
+    if kind == gold_types.BYTES:
         if values.text.null_count == len(values.text):
             return values.binary, 0
         return pc.coalesce(values.binary, values.text.cast(pa.binary())), 0
     text = _text(values)
-    if kind == t.TEXT:
+    if kind == gold_types.TEXT:
         return text, 0
-    if kind == t.INTEGER:
+    if kind == gold_types.INTEGER:
         return text.cast(pa.int64()).cast(gold.arrow), 0
-    if kind == t.DECIMAL:
+    if kind == gold_types.DECIMAL:
         return text.cast(gold.arrow), 0
-    if kind == t.FLOAT:
+    if kind == gold_types.FLOAT:
         return text.cast(gold.arrow), 0
-    if kind in (t.DATE, t.DATETIME, t.TIMESTAMP):
+    if kind in (gold_types.DATE, gold_types.DATETIME, gold_types.TIMESTAMP):
         zero = pc.fill_null(pc.match_substring_regex(text, _ZERO_DATE), False)
         nulled = pc.sum(zero).as_py() or 0
         text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
-        if kind == t.DATE:
+        if kind == gold_types.DATE:
             return text.cast(pa.date32()), nulled
-        wall_clock = text.cast(t.WALL_CLOCK)
-        if kind == t.DATETIME:
+        wall_clock = text.cast(gold_types.WALL_CLOCK)
+        if kind == gold_types.DATETIME:
             return wall_clock, nulled
         return _to_utc(wall_clock, zones), nulled
-    if kind == t.ENUM_NAME:
+    if kind == gold_types.ENUM_NAME:
         index = text.cast(pa.int64())
         # Index 0 is MySQL's "invalid value" member, the empty string.
         names = pa.array(["", *gold.members], pa.string())
         if len(index) and (pc.max(index).as_py() or 0) > enum_index_limit(gold.members):
             raise ValueError(f"ENUM index above the {len(gold.members)} members")
         return names.take(index), 0
-    if kind == t.SET_NAMES:
+    if kind == gold_types.SET_NAMES:
         return _set_names(text.cast(pa.int64()), gold.members), 0
     raise ValueError(f"unknown conversion kind {kind!r}")
 
@@ -159,9 +161,9 @@ def _to_utc(wall_clock: pa.Array, zones: pa.Array | None) -> pa.Array:
         zoneinfo.ZoneInfo(zone)  # a clear error for a bad zone name
         local = pc.assume_timezone(
             wall_clock, zone, ambiguous="earliest", nonexistent="raise"
-        ).cast(t.UTC_TIMESTAMP)
+        ).cast(gold_types.UTC_TIMESTAMP)
         result = local if result is None else pc.if_else(pc.equal(zones, zone), local, result)
-    return result if result is not None else wall_clock.cast(t.UTC_TIMESTAMP)
+    return result if result is not None else wall_clock.cast(gold_types.UTC_TIMESTAMP)
 
 
 def _set_names(mask: pa.Array, members: tuple[str, ...]) -> pa.Array:
@@ -177,7 +179,7 @@ def _set_names(mask: pa.Array, members: tuple[str, ...]) -> pa.Array:
 
 def _explain(
     values: Values,
-    gold: t.GoldType,
+    gold: gold_types.GoldType,
     target: pa.DataType,
     column: str,
     origin: Origin,
@@ -196,13 +198,13 @@ def _explain(
             if value is None:
                 value = values.binary[row].as_py()
             reason = " ".join(str(error).split())
-            if gold.kind == t.TIMESTAMP:
+            if gold.kind == gold_types.TIMESTAMP:
                 reason += "; is the topic's time-zone in the pipeline config TiCDC's?"
             return ConversionError(
                 f"{origin.table}.{column}: value {value!r} does not fit the gold type "
-                f"{t.delta_type_name(target)} ({reason}); change at {origin.describe(row)}"
+                f"{gold_types.delta_type_name(target)} ({reason}); change at {origin.describe(row)}"
             )
     return ConversionError(
         f"{origin.table}.{column}: values do not fit the gold type "
-        f"{t.delta_type_name(target)}: {exc}"
+        f"{gold_types.delta_type_name(target)}: {exc}"
     )

@@ -16,19 +16,25 @@ from typing import Any
 
 import pyarrow as pa
 
-from ticdc_lake import mysql as m
-from ticdc_lake.gold import ddl as d
-from ticdc_lake.gold import types as t
+from ticdc_lake import mysql
+from ticdc_lake.gold import ddl
+from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, Values, convert
 from ticdc_lake.gold.types import ColumnSpec
 
 _ZERO_TEXT = {
-    t.INTEGER: "0", t.DECIMAL: "0", t.FLOAT: "0", t.TEXT: "", t.SET_NAMES: "0",
-    t.ENUM_NAME: "1", t.DATE: "0000-00-00", t.DATETIME: "0000-00-00 00:00:00",
-    t.TIMESTAMP: "0000-00-00 00:00:00",
-}  # fmt: skip
-_ZERO_TEXT_BY_TYPE = {m.TYPE_JSON: "null", m.TYPE_DURATION: "00:00:00"}
-_INTEGER_CODES = {*m.INTEGER_TYPES, m.TYPE_BIT, m.TYPE_YEAR}
+    gold_types.INTEGER: "0",
+    gold_types.DECIMAL: "0",
+    gold_types.FLOAT: "0",
+    gold_types.TEXT: "",
+    gold_types.SET_NAMES: "0",
+    gold_types.ENUM_NAME: "1",
+    gold_types.DATE: "0000-00-00",
+    gold_types.DATETIME: "0000-00-00 00:00:00",
+    gold_types.TIMESTAMP: "0000-00-00 00:00:00",
+}
+_ZERO_TEXT_BY_TYPE = {mysql.TYPE_JSON: "null", mysql.TYPE_DURATION: "00:00:00"}
+_INTEGER_CODES = {*mysql.INTEGER_TYPES, mysql.TYPE_BIT, mysql.TYPE_YEAR}
 
 
 @dataclass(frozen=True)
@@ -62,13 +68,13 @@ class AddedValue:
         values = Values(pa.array([self.text], pa.string()), pa.array([self.binary], pa.binary()))
         origin = Origin(where, pa.array([None]), pa.array([None]), pa.array([None]))
         typed, _ = convert(
-            values, t.gold_type(self.spec), arrow, self.name, origin, pa.array([zone])
+            values, gold_types.gold_type(self.spec), arrow, self.name, origin, pa.array([zone])
         )
         return typed[0]
 
 
 def added_values(
-    columns: tuple[d.ColumnDef, ...], ddl_ts: int | None, zone: str
+    columns: tuple[ddl.ColumnDef, ...], ddl_ts: int | None, zone: str
 ) -> tuple[AddedValue, ...]:
     """The value each added column holds in the rows already there (``zone``: the time zone
     upstream's time literals and the DDL's own time are read in; without the DDL's TS, the
@@ -81,38 +87,38 @@ def added_values(
 
 
 def _image_value(
-    column: d.ColumnDef, spec: ColumnSpec, ddl_ts: int | None, zone: str
+    column: ddl.ColumnDef, spec: ColumnSpec, ddl_ts: int | None, zone: str
 ) -> tuple[str | None, bytes | None]:
     default = column.default
-    kind = t.gold_type(spec).kind
-    if column.generated or (default is not None and default.kind == d.NULL_DEFAULT):
+    kind = gold_types.gold_type(spec).kind
+    if column.generated or (default is not None and default.kind == ddl.NULL_DEFAULT):
         return None, None
-    if default is None or default.kind == d.EXPRESSION:
+    if default is None or default.kind == ddl.EXPRESSION:
         return (None, None) if column.nullable else _zero(spec, kind)
-    if default.kind == d.NOW:
+    if default.kind == ddl.NOW:
         return (None, None) if ddl_ts is None else (_ddl_time(ddl_ts, zone, kind), None)
     return _literal(default, spec, kind)
 
 
 def _zero(spec: ColumnSpec, kind: str) -> tuple[str | None, bytes | None]:
-    if kind == t.BYTES:
-        return None, b"\0" * (spec.length or 0) if spec.type_code == m.TYPE_STRING else b""
-    if kind == t.ENUM_NAME and not spec.elements:
+    if kind == gold_types.BYTES:
+        return None, b"\0" * (spec.length or 0) if spec.type_code == mysql.TYPE_STRING else b""
+    if kind == gold_types.ENUM_NAME and not spec.elements:
         return None, None
     return _ZERO_TEXT_BY_TYPE.get(spec.type_code, _ZERO_TEXT.get(kind)), None
 
 
 def _ddl_time(ddl_ts: int, zone: str, kind: str) -> str:
     physical = dt.datetime.fromtimestamp((ddl_ts >> 18) / 1000, zoneinfo.ZoneInfo(zone))
-    if kind == t.DATE:
+    if kind == gold_types.DATE:
         return physical.strftime("%Y-%m-%d")
     return physical.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def _literal(
-    default: d.DefaultValue, spec: ColumnSpec, kind: str
+    default: ddl.DefaultValue, spec: ColumnSpec, kind: str
 ) -> tuple[str | None, bytes | None]:
-    if kind == t.BYTES:
+    if kind == gold_types.BYTES:
         return None, default.binary if default.binary is not None else default.text.encode()
     if default.binary is not None and spec.type_code in _INTEGER_CODES:
         return str(int.from_bytes(default.binary, "big")), None
@@ -120,10 +126,10 @@ def _literal(
     if text is None:
         text = default.binary.decode("utf-8", errors="replace")
     members = [member.lower() for member in spec.elements or ()]
-    if kind == t.ENUM_NAME:
+    if kind == gold_types.ENUM_NAME:
         # MySQL compares members case-insensitively; an unknown one is its invalid value, 0.
         return str(members.index(text.lower()) + 1 if text.lower() in members else 0), None
-    if kind == t.SET_NAMES:
+    if kind == gold_types.SET_NAMES:
         chosen = {name.lower() for name in text.split(",") if name}
         return str(sum(1 << i for i, member in enumerate(members) if member in chosen)), None
     return text, None

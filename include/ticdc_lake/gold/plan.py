@@ -22,17 +22,27 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ticdc_lake import mysql as m
-from ticdc_lake.gold import catalog as c
-from ticdc_lake.gold import ddl as d
+from ticdc_lake import mysql
+from ticdc_lake.gold.catalog import (
+    AddColumns,
+    Catalog,
+    Create,
+    DropColumns,
+    Effect,
+    Inconsistent,
+    Move,
+    TableName,
+    Truncate,
+)
+from ticdc_lake.gold.ddl import Action, NoOp, parse_ddl
 from ticdc_lake.gold.defaults import AddedValue, added_values
 from ticdc_lake.gold.exceptions import DdlParseError
 
 # ActionTypes (PROTOCOLS.md §1.4) that change neither columns, rows nor names: no need to parse.
 HARMLESS_ACTIONS = frozenset(
-    {m.ACTION_CREATE_SCHEMA, m.ACTION_ADD_INDEX, m.ACTION_DROP_INDEX, 9, 10, 13, 15, 16, 17, 18,
-     21, 22, 24, 26, 27, 28, 30, 31, 34, 35, 36, 39, 40, 41, 43, 44, 45, 48, *range(49, 60),
-     65, 67, 68, 69, 70}
+    {mysql.ACTION_CREATE_SCHEMA, mysql.ACTION_ADD_INDEX, mysql.ACTION_DROP_INDEX, 9, 10, 13, 15,
+     16, 17, 18, 21, 22, 24, 26, 27, 28, 30, 31, 34, 35, 36, 39, 40, 41, 43, 44, 45, 48,
+     *range(49, 60), 65, 67, 68, 69, 70}
 )  # fmt: skip
 
 
@@ -64,12 +74,12 @@ class DdlRecord:
 @dataclass
 class ParsedDdl:
     record: DdlRecord
-    actions: list[d.Action] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
     error: str | None = None
 
     @property
-    def table(self) -> c.TableName:
-        return c.TableName(self.record.schema, self.record.table)
+    def table(self) -> TableName:
+        return TableName(self.record.schema, self.record.table)
 
 
 def unique_records(rows: list[dict[str, Any]]) -> list[DdlRecord]:
@@ -89,49 +99,47 @@ def unique_records(rows: list[dict[str, Any]]) -> list[DdlRecord]:
 
 def parse_record(record: DdlRecord) -> ParsedDdl:
     if record.ddl_type in HARMLESS_ACTIONS:
-        return ParsedDdl(record, [d.NoOp(None, f"DDL type {record.ddl_type}")])
+        return ParsedDdl(record, [NoOp(None, f"DDL type {record.ddl_type}")])
     try:
-        return ParsedDdl(record, d.parse_ddl(record.query, record.schema))
+        return ParsedDdl(record, parse_ddl(record.query, record.schema))
     except DdlParseError as exc:
         return ParsedDdl(record, [], str(exc))
 
 
 # Effects a segment's merge can carry: they change columns, empty the table, or only mark it.
-FOLDABLE = (c.AddColumns, c.DropColumns, c.Truncate, c.Create, c.Inconsistent)
+FOLDABLE = (AddColumns, DropColumns, Truncate, Create, Inconsistent)
 
 
 @dataclass
 class Barrier:
     ddl: ParsedDdl
-    effects: list[c.Effect]
-    catalog: c.Catalog  # right after the DDL
+    effects: list[Effect]
+    catalog: Catalog  # right after the DDL
     ts: int | None
 
     @property
-    def tables(self) -> set[c.TableName]:
+    def tables(self) -> set[TableName]:
         touched = {effect.table for effect in self.effects if effect.table is not None}
-        touched |= {e.new for e in self.effects if isinstance(e, c.Move) and e.new is not None}
+        touched |= {e.new for e in self.effects if isinstance(e, Move) and e.new is not None}
         return touched
 
-    def effects_on(self, table: c.TableName) -> list[c.Effect]:
+    def effects_on(self, table: TableName) -> list[Effect]:
         return [
-            e
-            for e in self.effects
-            if e.table == table or (isinstance(e, c.Move) and e.new == table)
+            e for e in self.effects if e.table == table or (isinstance(e, Move) and e.new == table)
         ]
 
-    def added_values(self, effect: c.AddColumns, zones: dict[str, str]) -> tuple[AddedValue, ...]:
+    def added_values(self, effect: AddColumns, zones: dict[str, str]) -> tuple[AddedValue, ...]:
         """What the rows already there hold in the columns ``effect`` adds."""
         zone = zones.get(self.ddl.record.topic, "UTC")
         return added_values(effect.definitions, self.ts, zone)
 
-    def folds_into(self, table: c.TableName) -> bool:
+    def folds_into(self, table: TableName) -> bool:
         """Whether the table's segment can carry this DDL (it then does not split it)."""
         effects = self.effects_on(table)
         return (
             self.ts is not None
             and bool(effects)
-            and all(isinstance(e, FOLDABLE) and not isinstance(e, c.Move) for e in effects)
+            and all(isinstance(e, FOLDABLE) and not isinstance(e, Move) for e in effects)
         )
 
 
@@ -154,19 +162,19 @@ class Segment:
     number: int
     end: int | None  # the TS of the barrier closing it; None: the run's last segment
     folds: tuple[Barrier, ...]
-    catalog: c.Catalog  # what its changes are typed by: the catalog after its last DDL
+    catalog: Catalog  # what its changes are typed by: the catalog after its last DDL
 
-    def points(self, table: c.TableName, zones: dict[str, str]) -> list[FoldPoint]:
+    def points(self, table: TableName, zones: dict[str, str]) -> list[FoldPoint]:
         """``zones``: topic -> the time zone upstream's time values are read in."""
         points = []
         for barrier in self.folds:
             effects = barrier.effects_on(table)
-            reset = any(isinstance(e, (c.Truncate, c.Create)) for e in effects)
-            dropped = [n for e in effects if isinstance(e, c.DropColumns) for n in e.names]
+            reset = any(isinstance(e, (Truncate, Create)) for e in effects)
+            dropped = [n for e in effects if isinstance(e, DropColumns) for n in e.names]
             added = [
                 value
                 for e in effects
-                if isinstance(e, c.AddColumns)
+                if isinstance(e, AddColumns)
                 for value in barrier.added_values(e, zones)
             ]
             points.append(FoldPoint(barrier.ts, reset, tuple(dropped), tuple(added)))
@@ -175,11 +183,11 @@ class Segment:
 
 @dataclass
 class Timeline:
-    history: c.Catalog  # the catalog at the TS already applied
+    history: Catalog  # the catalog at the TS already applied
     barriers: list[Barrier]
     fold: bool = True  # False: every barrier splits (the reference path)
 
-    def segments_of(self, table: c.TableName) -> list[Segment]:
+    def segments_of(self, table: TableName) -> list[Segment]:
         """The table's segments in order. A non-last segment is typed by the catalog right
         after its last DDL; the last one by the catalog after all of the table's barriers,
         DDLs without a TS included: they are applied after the changes, but what they say
@@ -201,7 +209,7 @@ class Timeline:
         segments.append(Segment(len(segments), None, tuple(folds), last))
         return segments
 
-    def catalog_for_segment(self, table: c.TableName, segment: int) -> c.Catalog:
+    def catalog_for_segment(self, table: TableName, segment: int) -> Catalog:
         """The catalog that a table's segment ``segment`` is typed by when every barrier splits
         (``fold`` False): the one right after the barrier that opens it."""
         mine = self.barriers_of(table)
@@ -210,19 +218,19 @@ class Timeline:
             return mine[-1].catalog if mine else self.history
         return self.history if segment == 0 else known[segment - 1].catalog
 
-    def splits(self, barrier: Barrier, table: c.TableName) -> bool:
+    def splits(self, barrier: Barrier, table: TableName) -> bool:
         """Whether the barrier's effects on the table are carried out as a step of their own."""
         return not (self.fold and barrier.folds_into(table))
 
-    def barriers_of(self, table: c.TableName) -> list[Barrier]:
+    def barriers_of(self, table: TableName) -> list[Barrier]:
         return [barrier for barrier in self.barriers if table in barrier.tables]
 
 
-def _effects(parsed: ParsedDdl, catalog: c.Catalog) -> list[c.Effect]:
+def _effects(parsed: ParsedDdl, catalog: Catalog) -> list[Effect]:
     note = f"{parsed.record.describe()}: "
     if parsed.error is not None:
-        return [c.Inconsistent(parsed.table, f"{note}not understood: {parsed.error}")]
-    effects: list[c.Effect] = []
+        return [Inconsistent(parsed.table, f"{note}not understood: {parsed.error}")]
+    effects: list[Effect] = []
     for action in parsed.actions:
         effects.extend(catalog.apply(action, note))
     return effects
@@ -231,7 +239,7 @@ def _effects(parsed: ParsedDdl, catalog: c.Catalog) -> list[c.Effect]:
 def build_timeline(
     parsed: list[ParsedDdl],
     *,
-    initial: c.Catalog,
+    initial: Catalog,
     applied_ts: int,
     applied_batch: int,
     target_ts: int | None,
@@ -261,7 +269,7 @@ def build_timeline(
             # Applied after the run's changes: a CREATE TABLE must not empty the rows that
             # came after it.
             effects = [
-                dataclasses.replace(e, replace=False) if isinstance(e, c.Create) else e
+                dataclasses.replace(e, replace=False) if isinstance(e, Create) else e
                 for e in effects
             ]
         if ts is None and target_ts is not None:
@@ -270,14 +278,14 @@ def build_timeline(
                 "with commit TSs; it was not applied"
             )
             tables = {e.table for e in effects if e.table is not None} or {ddl.table}
-            effects = [c.Inconsistent(name, reason) for name in sorted(tables, key=str)]
+            effects = [Inconsistent(name, reason) for name in sorted(tables, key=str)]
         barriers.append(Barrier(ddl, effects, catalog.copy(), ts))
     return Timeline(_history(parsed, initial, applied_ts, applied_batch), barriers, fold)
 
 
 def _history(
-    parsed: list[ParsedDdl], initial: c.Catalog, applied_ts: int, applied_batch: int
-) -> c.Catalog:
+    parsed: list[ParsedDdl], initial: Catalog, applied_ts: int, applied_batch: int
+) -> Catalog:
     catalog = initial.copy()
     for ddl in parsed:
         ts = ddl.record.commit_ts

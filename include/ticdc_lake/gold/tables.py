@@ -29,8 +29,8 @@ from pyspark.sql.types import StructType
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
 from ticdc_lake.delta.read import table_schema
 from ticdc_lake.delta.txn import already_committed, commit_properties
-from ticdc_lake.gold import catalog as c
-from ticdc_lake.gold import types as t
+from ticdc_lake.gold import catalog
+from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, column_values, convert
 from ticdc_lake.gold.exceptions import ConversionError, GoldError
 
@@ -59,14 +59,19 @@ class TypedSegment:
 def arrow_struct(schema: pa.Schema) -> StructType:
     """The Spark schema of an Arrow schema made of gold's types."""
     fields = [
-        {"name": f.name, "type": t.delta_type_name(f.type), "nullable": True, "metadata": {}}
+        {
+            "name": f.name,
+            "type": gold_types.delta_type_name(f.type),
+            "nullable": True,
+            "metadata": {},
+        }
         for f in schema
     ]
     return StructType.fromJson({"type": "struct", "fields": fields})
 
 
 class GoldTable:
-    def __init__(self, spark: SparkSession, name: c.TableName, path: Path, app_id: str):
+    def __init__(self, spark: SparkSession, name: catalog.TableName, path: Path, app_id: str):
         self.spark = spark
         self.name = name
         self.path = path
@@ -294,7 +299,7 @@ def reshaped(schema: pa.Schema, values: dict[str, pa.Scalar] | None = None):
                 if f.name in values
                 else F.col(f"`{f.name}`")
                 if f.name in frame.columns
-                else F.lit(None).cast(t.delta_type_name(f.type)).alias(f.name)
+                else F.lit(None).cast(gold_types.delta_type_name(f.type)).alias(f.name)
                 for f in schema
             ]
         )
@@ -312,7 +317,7 @@ def _literal(value: pa.Scalar) -> Column:
         literal = F.lit(python.isoformat())
     else:
         literal = F.lit(str(python))
-    return literal.cast(t.delta_type_name(value.type))
+    return literal.cast(gold_types.delta_type_name(value.type))
 
 
 def alter_column(old: str, new: str, target: pa.DataType | None):
@@ -324,7 +329,7 @@ def alter_column(old: str, new: str, target: pa.DataType | None):
             value = F.col(f"`{name}`")
             if name == old:
                 if target is not None:
-                    value = value.cast(t.delta_type_name(target))
+                    value = value.cast(gold_types.delta_type_name(target))
                 value = value.alias(new)
             columns.append(value)
         return frame.select(*columns)
@@ -332,7 +337,7 @@ def alter_column(old: str, new: str, target: pa.DataType | None):
     return transform
 
 
-def partition_condition(rows: c.PartitionRows) -> Column:
+def partition_condition(rows: catalog.PartitionRows) -> Column:
     """True for the rows a DROP/TRUNCATE PARTITION removes."""
     column = F.col(f"`{rows.column}`")
     if rows.kind == "hash":
@@ -357,7 +362,7 @@ def partition_condition(rows: c.PartitionRows) -> Column:
     return condition
 
 
-def delete_rows(rows: c.PartitionRows):
+def delete_rows(rows: catalog.PartitionRows):
     def transform(frame: DataFrame) -> DataFrame:
         if rows.column not in frame.columns:
             raise GoldError(f"partition column {rows.column!r} is not a gold column")
@@ -371,13 +376,13 @@ def delete_rows(rows: c.PartitionRows):
 DESCRIPTION = ("name", "type_code", "flags", "mysql_type")
 
 
-def specs_of(descriptions: list[dict]) -> dict[str, t.ColumnSpec]:
+def specs_of(descriptions: list[dict]) -> dict[str, gold_types.ColumnSpec]:
     """Each column's spec from (name, type_code, flags, mysql_type) descriptions in the order
     the columns first appear; a full type text (sent with some rows only, e.g. Canal-JSON)
     beats a bare one."""
-    specs: dict[str, t.ColumnSpec] = {}
+    specs: dict[str, gold_types.ColumnSpec] = {}
     for row in descriptions:
-        spec = t.ColumnSpec.from_row(row["type_code"], row["flags"], row["mysql_type"])
+        spec = gold_types.ColumnSpec.from_row(row["type_code"], row["flags"], row["mysql_type"])
         known = specs.get(row["name"])
         bare = known is not None and known.length is None and known.elements is None
         if known is None or (bare and (spec.length is not None or spec.elements is not None)):
@@ -385,7 +390,7 @@ def specs_of(descriptions: list[dict]) -> dict[str, t.ColumnSpec]:
     return specs
 
 
-def row_specs(images: pa.Array) -> dict[str, t.ColumnSpec]:
+def row_specs(images: pa.Array) -> dict[str, gold_types.ColumnSpec]:
     """Each column's spec as a batch of change images describes it."""
     if isinstance(images, pa.ChunkedArray):
         images = images.combine_chunks()
@@ -402,7 +407,9 @@ class SegmentPlan:
 
     table: str
     keys: tuple[str, ...]
-    columns: tuple[tuple[str, t.GoldType | None, pa.DataType, t.ColumnSpec | None], ...]
+    columns: tuple[
+        tuple[str, gold_types.GoldType | None, pa.DataType, gold_types.ColumnSpec | None], ...
+    ]
 
     @property
     def schema(self) -> pa.Schema:
@@ -415,7 +422,7 @@ class SegmentPlan:
         return [
             {
                 "name": name,
-                "type": t.delta_type_name(arrow),
+                "type": gold_types.delta_type_name(arrow),
                 "mysql_type": spec.describe() if spec else None,
             }
             for name, _, arrow, spec in self.columns
@@ -423,9 +430,9 @@ class SegmentPlan:
 
 
 def plan_segment(
-    table: c.TableInfo,
+    table: catalog.TableInfo,
     handles: set[tuple[str, ...]],
-    from_rows: dict[str, t.ColumnSpec],
+    from_rows: dict[str, gold_types.ColumnSpec],
     existing: pa.Schema | None,
 ) -> SegmentPlan:
     """Decide a segment's gold columns: the gold table's (keeping their types), then those the
@@ -448,7 +455,7 @@ def plan_segment(
     columns = []
     for column in order:
         spec = from_ddl.get(column) or from_rows.get(column)
-        gold = t.gold_type(spec) if spec is not None else None
+        gold = gold_types.gold_type(spec) if spec is not None else None
         arrow = existing_types.get(column) or (gold.arrow if gold else pa.string())
         columns.append((column, gold, arrow, spec))
     return SegmentPlan(name, keys, tuple(columns))
@@ -496,7 +503,7 @@ def apply_plan(plan: SegmentPlan, rows: pa.Table, zones: dict[str, str]) -> Type
 
 def type_segment(
     rows: pa.Table,
-    table: c.TableInfo,
+    table: catalog.TableInfo,
     existing: pa.Schema | None,
     zones: dict[str, str],
 ) -> TypedSegment:
@@ -519,7 +526,7 @@ def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> D
     return upserts.mapInArrow(typed, arrow_struct(plan.schema))
 
 
-def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, t.ColumnSpec]]:
+def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, gold_types.ColumnSpec]]:
     """The handle keys and column specs of a large segment, by a small Spark aggregate."""
     described = (
         frame.select(F.posexplode("image").alias("_at", "c"))
@@ -532,14 +539,14 @@ def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, t.Col
     return handles, specs_of(ordered)
 
 
-def describe_schema(schema: pa.Schema | None, specs: dict[str, t.ColumnSpec]) -> str:
+def describe_schema(schema: pa.Schema | None, specs: dict[str, gold_types.ColumnSpec]) -> str:
     """The state table's ``columns`` JSON for a gold schema."""
     if schema is None:
         return "[]"
     described = [
         {
             "name": f.name,
-            "type": t.delta_type_name(f.type),
+            "type": gold_types.delta_type_name(f.type),
             "mysql_type": specs[f.name].describe() if f.name in specs else None,
         }
         for f in schema

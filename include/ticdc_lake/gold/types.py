@@ -32,44 +32,44 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.gold.ddl import ColumnDef
 
 MAX_DECIMAL_PRECISION = 38
 
 # Base type names (as `mysql.parse_column_type` returns them) → MySQL type code.
 _BASE_CODES = {
-    "tinyint": m.TYPE_TINY,
-    "smallint": m.TYPE_SHORT,
-    "mediumint": m.TYPE_INT24,
-    "int": m.TYPE_LONG,
-    "integer": m.TYPE_LONG,
-    "bigint": m.TYPE_LONGLONG,
-    "float": m.TYPE_FLOAT,
-    "double": m.TYPE_DOUBLE,
-    "decimal": m.TYPE_NEWDECIMAL,
-    "date": m.TYPE_DATE,
-    "time": m.TYPE_DURATION,
-    "datetime": m.TYPE_DATETIME,
-    "timestamp": m.TYPE_TIMESTAMP,
-    "year": m.TYPE_YEAR,
-    "char": m.TYPE_STRING,
-    "varchar": m.TYPE_VARCHAR,
-    "binary": m.TYPE_STRING,
-    "varbinary": m.TYPE_VARCHAR,
-    "tinytext": m.TYPE_TINY_BLOB,
-    "text": m.TYPE_BLOB,
-    "mediumtext": m.TYPE_MEDIUM_BLOB,
-    "longtext": m.TYPE_LONG_BLOB,
-    "tinyblob": m.TYPE_TINY_BLOB,
-    "blob": m.TYPE_BLOB,
-    "mediumblob": m.TYPE_MEDIUM_BLOB,
-    "longblob": m.TYPE_LONG_BLOB,
-    "enum": m.TYPE_ENUM,
-    "set": m.TYPE_SET,
-    "bit": m.TYPE_BIT,
-    "json": m.TYPE_JSON,
-    "vector": m.TYPE_VECTOR_FLOAT32,
+    "tinyint": mysql.TYPE_TINY,
+    "smallint": mysql.TYPE_SHORT,
+    "mediumint": mysql.TYPE_INT24,
+    "int": mysql.TYPE_LONG,
+    "integer": mysql.TYPE_LONG,
+    "bigint": mysql.TYPE_LONGLONG,
+    "float": mysql.TYPE_FLOAT,
+    "double": mysql.TYPE_DOUBLE,
+    "decimal": mysql.TYPE_NEWDECIMAL,
+    "date": mysql.TYPE_DATE,
+    "time": mysql.TYPE_DURATION,
+    "datetime": mysql.TYPE_DATETIME,
+    "timestamp": mysql.TYPE_TIMESTAMP,
+    "year": mysql.TYPE_YEAR,
+    "char": mysql.TYPE_STRING,
+    "varchar": mysql.TYPE_VARCHAR,
+    "binary": mysql.TYPE_STRING,
+    "varbinary": mysql.TYPE_VARCHAR,
+    "tinytext": mysql.TYPE_TINY_BLOB,
+    "text": mysql.TYPE_BLOB,
+    "mediumtext": mysql.TYPE_MEDIUM_BLOB,
+    "longtext": mysql.TYPE_LONG_BLOB,
+    "tinyblob": mysql.TYPE_TINY_BLOB,
+    "blob": mysql.TYPE_BLOB,
+    "mediumblob": mysql.TYPE_MEDIUM_BLOB,
+    "longblob": mysql.TYPE_LONG_BLOB,
+    "enum": mysql.TYPE_ENUM,
+    "set": mysql.TYPE_SET,
+    "bit": mysql.TYPE_BIT,
+    "json": mysql.TYPE_JSON,
+    "vector": mysql.TYPE_VECTOR_FLOAT32,
 }
 _BINARY_BASES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 _GEOMETRY_BASES = {
@@ -93,11 +93,11 @@ class ColumnSpec:
 
     @classmethod
     def from_ddl(cls, column: ColumnDef) -> ColumnSpec:
-        parsed = m.parse_column_type(column.type_text)
+        parsed = mysql.parse_column_type(column.type_text)
         base = parsed.base
-        code = _BASE_CODES.get(base, m.TYPE_GEOMETRY if base in _GEOMETRY_BASES else None)
+        code = _BASE_CODES.get(base, mysql.TYPE_GEOMETRY if base in _GEOMETRY_BASES else None)
         binary = base in _BINARY_BASES or base in _GEOMETRY_BASES
-        if column.binary_charset and code in m.STRING_TYPES | m.BLOB_TYPES:
+        if column.binary_charset and code in mysql.STRING_TYPES | mysql.BLOB_TYPES:
             binary = True  # VARCHAR(10) CHARACTER SET binary is a VARBINARY
         return cls(
             type_code=code,
@@ -115,11 +115,11 @@ class ColumnSpec:
         """What a change row tells: its type code and flags, and the full type if it was sent
         (Canal-JSON's bare `mysqlType` such as `decimal` or `enum` carries no parameters)."""
         flags = flags or 0
-        parsed = m.parsed_column_type_or_none(mysql_type)
+        parsed = mysql.parsed_column_type_or_none(mysql_type)
         if type_code is None and parsed is not None:
             type_code = _BASE_CODES.get(parsed.base)
-        unsigned = bool(flags & m.FLAG_UNSIGNED) or bool(parsed and parsed.unsigned)
-        binary = type_code is not None and m.is_binary_string(type_code, flags)
+        unsigned = bool(flags & mysql.FLAG_UNSIGNED) or bool(parsed and parsed.unsigned)
+        binary = type_code is not None and mysql.is_binary_string(type_code, flags)
         if parsed is not None and parsed.base in _BINARY_BASES:
             binary = True
         return cls(
@@ -165,18 +165,18 @@ class GoldType:
 
 
 _SIGNED_INTS = {
-    m.TYPE_TINY: pa.int8(),
-    m.TYPE_SHORT: pa.int16(),
-    m.TYPE_INT24: pa.int32(),
-    m.TYPE_LONG: pa.int32(),
-    m.TYPE_LONGLONG: pa.int64(),
+    mysql.TYPE_TINY: pa.int8(),
+    mysql.TYPE_SHORT: pa.int16(),
+    mysql.TYPE_INT24: pa.int32(),
+    mysql.TYPE_LONG: pa.int32(),
+    mysql.TYPE_LONGLONG: pa.int64(),
 }
 _UNSIGNED_INTS = {
-    m.TYPE_TINY: pa.int16(),
-    m.TYPE_SHORT: pa.int32(),
-    m.TYPE_INT24: pa.int32(),
-    m.TYPE_LONG: pa.int64(),
-    m.TYPE_LONGLONG: pa.decimal128(20, 0),
+    mysql.TYPE_TINY: pa.int16(),
+    mysql.TYPE_SHORT: pa.int32(),
+    mysql.TYPE_INT24: pa.int32(),
+    mysql.TYPE_LONG: pa.int64(),
+    mysql.TYPE_LONGLONG: pa.decimal128(20, 0),
 }
 UINT64 = pa.decimal128(20, 0)
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -188,35 +188,35 @@ def gold_type(spec: ColumnSpec) -> GoldType:
     if code in _SIGNED_INTS:
         arrow = (_UNSIGNED_INTS if spec.unsigned else _SIGNED_INTS)[code]
         return GoldType(DECIMAL if pa.types.is_decimal(arrow) else INTEGER, arrow)
-    if code == m.TYPE_YEAR:
+    if code == mysql.TYPE_YEAR:
         return GoldType(INTEGER, pa.int32())
-    if code == m.TYPE_FLOAT:
+    if code == mysql.TYPE_FLOAT:
         return GoldType(FLOAT, pa.float32())
-    if code == m.TYPE_DOUBLE:
+    if code == mysql.TYPE_DOUBLE:
         return GoldType(FLOAT, pa.float64())
-    if code in (m.TYPE_NEWDECIMAL, m.TYPE_DECIMAL_OLD):
+    if code in (mysql.TYPE_NEWDECIMAL, mysql.TYPE_DECIMAL_OLD):
         if spec.length is not None and spec.length <= MAX_DECIMAL_PRECISION:
             return GoldType(DECIMAL, pa.decimal128(spec.length, spec.scale or 0))
         return GoldType(TEXT, pa.string())  # exact text: no Delta decimal holds it
-    if code in (m.TYPE_DATE, m.TYPE_NEWDATE):
+    if code in (mysql.TYPE_DATE, mysql.TYPE_NEWDATE):
         return GoldType(DATE, pa.date32())
-    if code == m.TYPE_DATETIME:
+    if code == mysql.TYPE_DATETIME:
         return GoldType(DATETIME, WALL_CLOCK)
-    if code == m.TYPE_TIMESTAMP:
+    if code == mysql.TYPE_TIMESTAMP:
         return GoldType(TIMESTAMP, UTC_TIMESTAMP)
-    if code == m.TYPE_ENUM:
+    if code == mysql.TYPE_ENUM:
         if spec.elements is not None:
             return GoldType(ENUM_NAME, pa.string(), spec.elements)
         return GoldType(INTEGER, pa.int32())
-    if code == m.TYPE_SET:
+    if code == mysql.TYPE_SET:
         if spec.elements is not None:
             return GoldType(SET_NAMES, pa.string(), spec.elements)
         return GoldType(INTEGER, pa.int64())
-    if code == m.TYPE_BIT:
+    if code == mysql.TYPE_BIT:
         if spec.length is not None and spec.length <= 63:
             return GoldType(INTEGER, pa.int64())
         return GoldType(DECIMAL, UINT64)
-    if code == m.TYPE_GEOMETRY or spec.binary:
+    if code == mysql.TYPE_GEOMETRY or spec.binary:
         return GoldType(BYTES, pa.binary())
     # Strings, TEXT, JSON, TIME, VECTOR, NULL-typed and unknown columns: the text as sent.
     return GoldType(TEXT, pa.string())

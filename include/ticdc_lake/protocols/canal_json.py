@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ConfigError, DecodeError
 from ticdc_lake.events import (
@@ -68,8 +68,8 @@ from ticdc_lake.values import events_problem
 WATERMARK = "TIDB_WATERMARK"
 _ROW_OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
 _ROW_TYPES = {op: name for name, op in _ROW_OPS.items()}
-_KEY_FLAGS = m.FLAG_PRIMARY_KEY | m.FLAG_HANDLE_KEY
-_UINT64_MAX = m.UINT64_MAX
+_KEY_FLAGS = mysql.FLAG_PRIMARY_KEY | mysql.FLAG_HANDLE_KEY
+_UINT64_MAX = mysql.UINT64_MAX
 _LARGE_MESSAGE_HANDLES = ("none", "handle-key-only", "claim-check")
 
 # ---------------------------------------------------------------------------------------------
@@ -93,16 +93,16 @@ CANAL_DDL_TYPES = frozenset(("QUERY", *_CANAL_DDL_TYPE_OF_ACTION.values()))
 # Only these Canal types name one action type; RENAME, CINDEX, DINDEX, ALTER and QUERY each stand
 # for several, so the decoder leaves ddl_type None for them (the query says what happened).
 _ACTION_OF_CANAL_DDL_TYPE = {
-    "CREATE": m.ACTION_CREATE_TABLE,
-    "ERASE": m.ACTION_DROP_TABLE,
-    "TRUNCATE": m.ACTION_TRUNCATE_TABLE,
+    "CREATE": mysql.ACTION_CREATE_TABLE,
+    "ERASE": mysql.ACTION_DROP_TABLE,
+    "TRUNCATE": mysql.ACTION_TRUNCATE_TABLE,
 }
 # Within QUERY, database DDL is recognisable by its first words (as tiflow's decoder does).
 _SCHEMA_DDL_PREFIXES = (
-    ("create database", m.ACTION_CREATE_SCHEMA),
-    ("create schema", m.ACTION_CREATE_SCHEMA),
-    ("drop database", m.ACTION_DROP_SCHEMA),
-    ("drop schema", m.ACTION_DROP_SCHEMA),
+    ("create database", mysql.ACTION_CREATE_SCHEMA),
+    ("create schema", mysql.ACTION_CREATE_SCHEMA),
+    ("drop database", mysql.ACTION_DROP_SCHEMA),
+    ("drop schema", mysql.ACTION_DROP_SCHEMA),
 )
 
 
@@ -128,37 +128,37 @@ def action_type_of(canal_type: str, query: str) -> int | None:
 
 # TiDB `types.StrToType`, with the binary-charset spellings (`blob`, `binary`) listed directly.
 _TYPE_CODES = {
-    "tinyint": m.TYPE_TINY,
-    "smallint": m.TYPE_SHORT,
-    "mediumint": m.TYPE_INT24,
-    "int": m.TYPE_LONG,
-    "bigint": m.TYPE_LONGLONG,
-    "float": m.TYPE_FLOAT,
-    "double": m.TYPE_DOUBLE,
-    "decimal": m.TYPE_NEWDECIMAL,
-    "timestamp": m.TYPE_TIMESTAMP,
-    "date": m.TYPE_DATE,
-    "time": m.TYPE_DURATION,
-    "datetime": m.TYPE_DATETIME,
-    "year": m.TYPE_YEAR,
-    "bit": m.TYPE_BIT,
-    "json": m.TYPE_JSON,
-    "enum": m.TYPE_ENUM,
-    "set": m.TYPE_SET,
-    "vector": m.TYPE_VECTOR_FLOAT32,
-    "char": m.TYPE_STRING,
-    "varchar": m.TYPE_VARCHAR,
-    "var_string": m.TYPE_VAR_STRING,
-    "tinytext": m.TYPE_TINY_BLOB,
-    "text": m.TYPE_BLOB,
-    "mediumtext": m.TYPE_MEDIUM_BLOB,
-    "longtext": m.TYPE_LONG_BLOB,
-    "binary": m.TYPE_STRING,
-    "varbinary": m.TYPE_VARCHAR,
-    "tinyblob": m.TYPE_TINY_BLOB,
-    "blob": m.TYPE_BLOB,
-    "mediumblob": m.TYPE_MEDIUM_BLOB,
-    "longblob": m.TYPE_LONG_BLOB,
+    "tinyint": mysql.TYPE_TINY,
+    "smallint": mysql.TYPE_SHORT,
+    "mediumint": mysql.TYPE_INT24,
+    "int": mysql.TYPE_LONG,
+    "bigint": mysql.TYPE_LONGLONG,
+    "float": mysql.TYPE_FLOAT,
+    "double": mysql.TYPE_DOUBLE,
+    "decimal": mysql.TYPE_NEWDECIMAL,
+    "timestamp": mysql.TYPE_TIMESTAMP,
+    "date": mysql.TYPE_DATE,
+    "time": mysql.TYPE_DURATION,
+    "datetime": mysql.TYPE_DATETIME,
+    "year": mysql.TYPE_YEAR,
+    "bit": mysql.TYPE_BIT,
+    "json": mysql.TYPE_JSON,
+    "enum": mysql.TYPE_ENUM,
+    "set": mysql.TYPE_SET,
+    "vector": mysql.TYPE_VECTOR_FLOAT32,
+    "char": mysql.TYPE_STRING,
+    "varchar": mysql.TYPE_VARCHAR,
+    "var_string": mysql.TYPE_VAR_STRING,
+    "tinytext": mysql.TYPE_TINY_BLOB,
+    "text": mysql.TYPE_BLOB,
+    "mediumtext": mysql.TYPE_MEDIUM_BLOB,
+    "longtext": mysql.TYPE_LONG_BLOB,
+    "binary": mysql.TYPE_STRING,
+    "varbinary": mysql.TYPE_VARCHAR,
+    "tinyblob": mysql.TYPE_TINY_BLOB,
+    "blob": mysql.TYPE_BLOB,
+    "mediumblob": mysql.TYPE_MEDIUM_BLOB,
+    "longblob": mysql.TYPE_LONG_BLOB,
 }
 _BINARY_STRING_BASES = frozenset(
     ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
@@ -280,12 +280,14 @@ def column_spec(mysql_type: str, *, content_compatible: bool = False) -> ColumnS
     if mysql_type.strip().lower() == "var_string":  # the one type name with an underscore
         base, unsigned, parenthesised = "var_string", False, False
     else:
-        parsed = m.parse_column_type(mysql_type)
+        parsed = mysql.parse_column_type(mysql_type)
         base, unsigned, parenthesised = parsed.base, parsed.unsigned, "(" in mysql_type
     if base not in _TYPE_CODES:
         raise ValueError(f"unknown mysqlType {mysql_type!r}")
     unsigned = unsigned or base in _ALWAYS_UNSIGNED
-    flags = (0 if base in _TEXT_BASES else m.FLAG_BINARY) | (m.FLAG_UNSIGNED if unsigned else 0)
+    flags = (0 if base in _TEXT_BASES else mysql.FLAG_BINARY) | (
+        mysql.FLAG_UNSIGNED if unsigned else 0
+    )
     full = content_compatible or parenthesised or base in _PARAMETERLESS_BASES
     return _converter(base, unsigned), _TYPE_CODES[base], flags, mysql_type if full else None
 
@@ -651,56 +653,56 @@ def _resolved_event(message: dict, record: KafkaRecord) -> ResolvedEvent:
 
 # java.sql.Types codes (tiflow `MySQLType2JavaType`); binary strings and BLOBs are 2004.
 _JAVA_TYPES = {
-    m.TYPE_TINY: -6,
-    m.TYPE_SHORT: 5,
-    m.TYPE_INT24: 4,
-    m.TYPE_LONG: 4,
-    m.TYPE_LONGLONG: -5,
-    m.TYPE_FLOAT: 7,
-    m.TYPE_DOUBLE: 8,
-    m.TYPE_NULL: 0,
-    m.TYPE_NEWDECIMAL: 3,
-    m.TYPE_TIMESTAMP: 93,
-    m.TYPE_DATETIME: 93,
-    m.TYPE_DATE: 91,
-    m.TYPE_NEWDATE: 91,
-    m.TYPE_DURATION: 92,
-    m.TYPE_YEAR: 12,
-    m.TYPE_ENUM: 4,
-    m.TYPE_SET: -7,
-    m.TYPE_BIT: -7,
-    m.TYPE_JSON: 12,
-    m.TYPE_VECTOR_FLOAT32: 12,
-    m.TYPE_GEOMETRY: -2,
-    m.TYPE_STRING: 1,
-    m.TYPE_VARCHAR: 12,
-    m.TYPE_VAR_STRING: 12,
-    **dict.fromkeys(m.BLOB_TYPES, 2005),
+    mysql.TYPE_TINY: -6,
+    mysql.TYPE_SHORT: 5,
+    mysql.TYPE_INT24: 4,
+    mysql.TYPE_LONG: 4,
+    mysql.TYPE_LONGLONG: -5,
+    mysql.TYPE_FLOAT: 7,
+    mysql.TYPE_DOUBLE: 8,
+    mysql.TYPE_NULL: 0,
+    mysql.TYPE_NEWDECIMAL: 3,
+    mysql.TYPE_TIMESTAMP: 93,
+    mysql.TYPE_DATETIME: 93,
+    mysql.TYPE_DATE: 91,
+    mysql.TYPE_NEWDATE: 91,
+    mysql.TYPE_DURATION: 92,
+    mysql.TYPE_YEAR: 12,
+    mysql.TYPE_ENUM: 4,
+    mysql.TYPE_SET: -7,
+    mysql.TYPE_BIT: -7,
+    mysql.TYPE_JSON: 12,
+    mysql.TYPE_VECTOR_FLOAT32: 12,
+    mysql.TYPE_GEOMETRY: -2,
+    mysql.TYPE_STRING: 1,
+    mysql.TYPE_VARCHAR: 12,
+    mysql.TYPE_VAR_STRING: 12,
+    **dict.fromkeys(mysql.BLOB_TYPES, 2005),
 }
 _JAVA_BLOB = 2004
 # Unsigned integers above the signed maximum take the next wider Java type (Canal's rule);
 # MEDIUMINT is never promoted.
 _UNSIGNED_PROMOTION = {
-    m.TYPE_TINY: (127, 5),
-    m.TYPE_SHORT: (32767, 4),
-    m.TYPE_LONG: (2147483647, -5),
-    m.TYPE_LONGLONG: (9223372036854775807, 3),
+    mysql.TYPE_TINY: (127, 5),
+    mysql.TYPE_SHORT: (32767, 4),
+    mysql.TYPE_LONG: (2147483647, -5),
+    mysql.TYPE_LONGLONG: (9223372036854775807, 3),
 }
 # TiDB `types.TypeToStr` for a non-binary charset; binary strings swap text→blob, char→binary.
 _TYPE_NAMES = {
     **{code: name for name, code in _TYPE_CODES.items() if name not in _BINARY_STRING_BASES},
-    m.TYPE_NEWDATE: "date",
-    m.TYPE_NULL: "null",
-    m.TYPE_GEOMETRY: "geometry",
+    mysql.TYPE_NEWDATE: "date",
+    mysql.TYPE_NULL: "null",
+    mysql.TYPE_GEOMETRY: "geometry",
 }
 
 
 def _type_name(type_code: int, binary: bool) -> str:
     name = _TYPE_NAMES.get(type_code, "varchar")
     if binary:
-        if type_code in m.BLOB_TYPES:
+        if type_code in mysql.BLOB_TYPES:
             return name.replace("text", "blob")
-        if type_code in (m.TYPE_STRING, m.TYPE_VARCHAR):
+        if type_code in (mysql.TYPE_STRING, mysql.TYPE_VARCHAR):
             return name.replace("char", "binary")
     return name
 
@@ -711,17 +713,19 @@ class _ColumnFormat:
     __slots__ = ("bare", "binary", "full", "java_type", "type_code", "unsigned")
 
     def __init__(self, type_code: int | None, flags: int, mysql_type: str | None):
-        parsed = m.parsed_column_type_or_none(mysql_type)
+        parsed = mysql.parsed_column_type_or_none(mysql_type)
         if type_code is None:
-            type_code = _TYPE_CODES.get(parsed.base, m.TYPE_VARCHAR) if parsed else m.TYPE_VARCHAR
+            type_code = (
+                _TYPE_CODES.get(parsed.base, mysql.TYPE_VARCHAR) if parsed else mysql.TYPE_VARCHAR
+            )
         self.type_code = type_code
         if parsed is not None and parsed.base in _TYPE_CODES:
             self.binary = parsed.base in _BINARY_STRING_BASES
             base, unsigned, zerofill = parsed.base, parsed.unsigned, parsed.zerofill
         else:
-            self.binary = m.is_binary_string(type_code, flags)
+            self.binary = mysql.is_binary_string(type_code, flags)
             base, unsigned, zerofill = _type_name(type_code, self.binary), False, False
-        unsigned = unsigned or bool(flags & m.FLAG_UNSIGNED)
+        unsigned = unsigned or bool(flags & mysql.FLAG_UNSIGNED)
         self.unsigned = unsigned
         bare = base
         if unsigned and base not in _ALWAYS_UNSIGNED:
@@ -753,7 +757,7 @@ class _ColumnFormat:
         if isinstance(value, str):
             return value.encode("utf-8").decode("latin-1") if self.binary else value
         if isinstance(value, float):
-            return go_float_text(value, 32 if self.type_code == m.TYPE_FLOAT else 64)
+            return go_float_text(value, 32 if self.type_code == mysql.TYPE_FLOAT else 64)
         return str(value)
 
 
@@ -800,7 +804,7 @@ def _shortest_float32_digits(value: float) -> str:
     p finds the shortest. At a power of two the interval is lopsided (the gap below is half the
     gap above), so a neighbour of the nearest candidate may read back when the nearest does not.
     """
-    target = m.float32(value)
+    target = mysql.float32(value)
     if target == 0 or math.frexp(target)[0] not in (0.5, -0.5):
         low, high = 1, 9  # 9 significant digits always identify a float32
         while low < high:
@@ -824,7 +828,7 @@ def _shortest_float32_digits(value: float) -> str:
 
 def _reads_back_as(text: str, target: float) -> bool:
     try:
-        return m.float32(float(text)) == target
+        return mysql.float32(float(text)) == target
     except OverflowError:  # beyond the float32 range
         return False
 
@@ -928,7 +932,7 @@ class CanalJsonEncoder(Encoder):
     def _format(self, column: Column) -> _ColumnFormat:
         key = (
             column.type_code,
-            column.flags & (m.FLAG_BINARY | m.FLAG_UNSIGNED),
+            column.flags & (mysql.FLAG_BINARY | mysql.FLAG_UNSIGNED),
             column.mysql_type,
         )
         found = self._formats.get(key)
@@ -948,7 +952,7 @@ class CanalJsonEncoder(Encoder):
             "id": 0,
             "database": event.schema,
             "table": event.table,
-            "pkNames": [n for n, c in image.items() if c.flags & m.FLAG_PRIMARY_KEY],
+            "pkNames": [n for n, c in image.items() if c.flags & mysql.FLAG_PRIMARY_KEY],
             "isDdl": False,
             "type": _ROW_TYPES[event.op],
             "es": (event.commit_ts or 0) >> 18,
@@ -1034,7 +1038,7 @@ def _struct_document(
 
 
 def _handle_key_columns(image: Image) -> Image:
-    return {name: c for name, c in image.items() if c.flags & m.FLAG_HANDLE_KEY}
+    return {name: c for name, c in image.items() if c.flags & mysql.FLAG_HANDLE_KEY}
 
 
 def _changed_columns(old: Image, new: Image) -> Image:

@@ -27,7 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.expected import ExpectedLog
 from ticdc_lake.workload.generator import Workload
@@ -60,7 +60,7 @@ def typed_value(mysql_type: str, value: Any, zone: str) -> Any:
     """A generator value (JSON form) as gold should hold it, TIMESTAMP read in ``zone``."""
     if value is None:
         return None
-    parsed = m.parse_column_type(mysql_type)
+    parsed = mysql.parse_column_type(mysql_type)
     base = parsed.base
     if isinstance(value, dict):
         return base64.b64decode(value["base64"])

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import COLUMN_TYPES, ColumnType, integer_range, random_value
 from ticdc_lake.events import (
     DELETE,
@@ -272,7 +272,7 @@ class _TableState:
             spec for spec in self.non_key if not self.updated or spec[0] in self.updated
         ]
         self.binary_columns = tuple(
-            c.name for c in table.columns if m.is_binary_string(c.type_code, c.flags)
+            c.name for c in table.columns if mysql.is_binary_string(c.type_code, c.flags)
         )
 
     def image(self, values: dict[str, Any]) -> dict:
@@ -362,7 +362,7 @@ class _Generator:
     def run(self) -> Workload:
         for name in self.names:
             table = self.states[name].table
-            self._ddl(table, table.create_sql(), m.ACTION_CREATE_TABLE)
+            self._ddl(table, table.create_sql(), mysql.ACTION_CREATE_TABLE)
             self.recorder.truncated(name)
         until_resolved = self.rng.randint(*self.resolved_every)
         for number in range(self.transaction_count):
@@ -539,7 +539,7 @@ class _Generator:
                 return key
 
     def _key_part(self, state: _TableState, column: ColumnDef) -> Any:
-        if column.type_code in m.STRING_TYPES:
+        if column.type_code in mysql.STRING_TYPES:
             state.counter += 1
             return f"{self.rng.choice(_KEY_WORDS)}-{state.counter}"
         low, high = integer_range(column.column_type)
@@ -597,7 +597,7 @@ class _Generator:
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} ADD COLUMN {state.table.columns[-1].sql()}",
-            m.ACTION_ADD_COLUMN,
+            mysql.ACTION_ADD_COLUMN,
         )
 
     def _drop_column(self, name: str, column_name: str | None) -> None:
@@ -614,7 +614,7 @@ class _Generator:
         self._ddl(
             state.table,
             f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
-            m.ACTION_DROP_COLUMN,
+            mysql.ACTION_DROP_COLUMN,
         )
 
     def _truncate(self, name: str) -> None:
@@ -624,7 +624,7 @@ class _Generator:
         state.graveyard.extend(state.live.keys)
         state.rows.clear()
         state.live.clear()
-        self._ddl(state.table, f"TRUNCATE TABLE {state.table.quoted}", m.ACTION_TRUNCATE_TABLE)
+        self._ddl(state.table, f"TRUNCATE TABLE {state.table.quoted}", mysql.ACTION_TRUNCATE_TABLE)
         self.recorder.truncated(name)
 
 
@@ -638,7 +638,7 @@ def _sequential_key(table: TableDef, number: int) -> tuple:
     columns = _key_columns(table)
     if len(columns) == 2:
         return (1_000 + (number - 1) // 4, (number - 1) % 4 + 1)
-    if columns[0].type_code in m.STRING_TYPES:
+    if columns[0].type_code in mysql.STRING_TYPES:
         return (f"SKU-{number:06d}",)
     return (number,)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.events import (
     DELETE,
     UPDATE,
@@ -55,11 +55,11 @@ def keep_craft(event: Event, settings: CodecSettings) -> Event | None:
 
 _CANAL_KEEPS_DDL_TYPE = frozenset(
     {
-        m.ACTION_CREATE_SCHEMA,
-        m.ACTION_DROP_SCHEMA,
-        m.ACTION_CREATE_TABLE,
-        m.ACTION_DROP_TABLE,
-        m.ACTION_TRUNCATE_TABLE,
+        mysql.ACTION_CREATE_SCHEMA,
+        mysql.ACTION_DROP_SCHEMA,
+        mysql.ACTION_CREATE_TABLE,
+        mysql.ACTION_DROP_TABLE,
+        mysql.ACTION_TRUNCATE_TABLE,
     }
 )
 
@@ -75,9 +75,9 @@ def _canal_column(column: Column) -> Column:
     # mysqlType says binary and unsigned; pkNames says primary key (which TiCDC's handle then
     # is). Nullable, unique, multiple-key and generated flags are not sent; the full type only
     # where the bare name is all of it.
-    flags = column.flags & (m.FLAG_BINARY | m.FLAG_UNSIGNED)
-    if column.flags & m.FLAG_PRIMARY_KEY:
-        flags |= m.FLAG_PRIMARY_KEY | m.FLAG_HANDLE_KEY
+    flags = column.flags & (mysql.FLAG_BINARY | mysql.FLAG_UNSIGNED)
+    if column.flags & mysql.FLAG_PRIMARY_KEY:
+        flags |= mysql.FLAG_PRIMARY_KEY | mysql.FLAG_HANDLE_KEY
     mysql_type = column.mysql_type if column.mysql_type in _CANAL_PARAMETERLESS else None
     return Column(column.type_code, flags, column.value, mysql_type)
 
@@ -109,18 +109,18 @@ _AVRO_FULL_TYPES = ("decimal", "bit", "enum", "set", "json")
 
 def _avro_column(column: Column) -> Column:
     code, flags = column.type_code, column.flags
-    binary = m.is_binary_string(code, flags)
-    if code in m.INTEGER_TYPES and code != m.TYPE_LONGLONG:
-        code = m.TYPE_LONG  # Avro int/long and tidb_type INT: the width is gone
-    elif code in m.STRING_TYPES or code in m.BLOB_TYPES:
-        code = m.TYPE_LONG_BLOB if binary else m.TYPE_VARCHAR  # tidb_type BLOB or TEXT
-    kept = flags & m.FLAG_NULLABLE
-    if column.type_code in m.INTEGER_TYPES and flags & m.FLAG_UNSIGNED:
-        kept |= m.FLAG_UNSIGNED  # tidb_type INT UNSIGNED / BIGINT UNSIGNED (not YEAR, BIT)
+    binary = mysql.is_binary_string(code, flags)
+    if code in mysql.INTEGER_TYPES and code != mysql.TYPE_LONGLONG:
+        code = mysql.TYPE_LONG  # Avro int/long and tidb_type INT: the width is gone
+    elif code in mysql.STRING_TYPES or code in mysql.BLOB_TYPES:
+        code = mysql.TYPE_LONG_BLOB if binary else mysql.TYPE_VARCHAR  # tidb_type BLOB or TEXT
+    kept = flags & mysql.FLAG_NULLABLE
+    if column.type_code in mysql.INTEGER_TYPES and flags & mysql.FLAG_UNSIGNED:
+        kept |= mysql.FLAG_UNSIGNED  # tidb_type INT UNSIGNED / BIGINT UNSIGNED (not YEAR, BIT)
     if binary:
-        kept |= m.FLAG_BINARY
-    if flags & m.FLAG_HANDLE_KEY:
-        kept |= m.FLAG_HANDLE_KEY | m.FLAG_PRIMARY_KEY  # in the key record: seen as the PK
+        kept |= mysql.FLAG_BINARY
+    if flags & mysql.FLAG_HANDLE_KEY:
+        kept |= mysql.FLAG_HANDLE_KEY | mysql.FLAG_PRIMARY_KEY  # in the key record: seen as the PK
     mysql_type = column.mysql_type
     if mysql_type is not None and not mysql_type.startswith(_AVRO_FULL_TYPES):
         mysql_type = None  # only DECIMAL, BIT, ENUM/SET and JSON say more than the tidb_type
@@ -137,7 +137,7 @@ def keep_avro(event: Event, settings: CodecSettings) -> Event | None:
     if isinstance(event, ResolvedEvent | DdlEvent):
         return event if extension and settings.option("enable_watermark", False) else None
     if event.op == DELETE:
-        key = {n: c for n, c in event.old_columns.items() if c.flags & m.FLAG_HANDLE_KEY}
+        key = {n: c for n, c in event.old_columns.items() if c.flags & mysql.FLAG_HANDLE_KEY}
         return dataclasses.replace(
             event,
             commit_ts=None,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, ColumnType, format_decimal, fraction
 from ticdc_lake.workload.tables import UNIQUE, ColumnDef, TableDef
 
@@ -53,12 +53,12 @@ TAGS = ("new", "sale", "eco", "bestseller")
 
 def _enum(name: str, elements: tuple[str, ...]) -> ColumnType:
     quoted = ",".join(f"'{element}'" for element in elements)
-    return ColumnType(name, f"enum({quoted})", m.TYPE_ENUM, 0)
+    return ColumnType(name, f"enum({quoted})", mysql.TYPE_ENUM, 0)
 
 
 def _set(name: str, elements: tuple[str, ...]) -> ColumnType:
     quoted = ",".join(f"'{element}'" for element in elements)
-    return ColumnType(name, f"set({quoted})", m.TYPE_SET, 0)
+    return ColumnType(name, f"set({quoted})", mysql.TYPE_SET, 0)
 
 
 def _column(name: str, type_name: str | ColumnType, nullable: bool = True) -> ColumnDef:
@@ -320,7 +320,7 @@ class ShopValues:
         return self.rng.randint(0, 2_500)
 
     def _weight_kg(self) -> float:
-        return m.float32(round(self.rng.uniform(0.05, 12.0), 2))
+        return mysql.float32(round(self.rng.uniform(0.05, 12.0), 2))
 
     def _launch_year(self) -> int:
         return self.rng.randint(2012, 2024)

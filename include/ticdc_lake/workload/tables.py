@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ticdc_lake import mysql as m
+from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, ColumnType
 from ticdc_lake.events import Column
 
@@ -38,7 +38,7 @@ class ColumnDef:
 
     @property
     def is_key(self) -> bool:
-        return bool(self.flags & m.FLAG_HANDLE_KEY)
+        return bool(self.flags & mysql.FLAG_HANDLE_KEY)
 
     def column(self, value) -> Column:
         return Column(self.column_type.type_code, self.flags, value, self.column_type.mysql_type)
@@ -143,13 +143,13 @@ class TableDef:
 def _with_flags(column: ColumnDef, handle: tuple[str, ...], key_kind: str) -> ColumnDef:
     flags = column.column_type.flags
     if column.name in handle:
-        flags |= m.FLAG_HANDLE_KEY
-        flags |= m.FLAG_PRIMARY_KEY if key_kind == PRIMARY else m.FLAG_UNIQUE_KEY
+        flags |= mysql.FLAG_HANDLE_KEY
+        flags |= mysql.FLAG_PRIMARY_KEY if key_kind == PRIMARY else mysql.FLAG_UNIQUE_KEY
         if len(handle) > 1:
-            flags |= m.FLAG_MULTIPLE_KEY
+            flags |= mysql.FLAG_MULTIPLE_KEY
         return replace(column, nullable=False, flags=flags)
     if column.nullable:
-        flags |= m.FLAG_NULLABLE
+        flags |= mysql.FLAG_NULLABLE
     return replace(column, flags=flags)
 
 
@@ -161,14 +161,14 @@ def _key(name: str, type_name: str) -> ColumnDef:
     return ColumnDef(name, BY_NAME[type_name], nullable=False)
 
 
-_NUMERIC = m.INTEGER_TYPES | {
-    m.TYPE_FLOAT,
-    m.TYPE_DOUBLE,
-    m.TYPE_NEWDECIMAL,
-    m.TYPE_BIT,
-    m.TYPE_YEAR,
+_NUMERIC = mysql.INTEGER_TYPES | {
+    mysql.TYPE_FLOAT,
+    mysql.TYPE_DOUBLE,
+    mysql.TYPE_NEWDECIMAL,
+    mysql.TYPE_BIT,
+    mysql.TYPE_YEAR,
 }
-_TEMPORAL = m.TEMPORAL_TEXT_TYPES
+_TEMPORAL = mysql.TEMPORAL_TEXT_TYPES
 
 
 def canonical_tables() -> tuple[TableDef, ...]:
