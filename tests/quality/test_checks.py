@@ -158,6 +158,7 @@ def test_quarantine_moves_exactly_the_failing_rows_and_gold_leaves_them_out(
 
     outcome, policy = _outcomes(validation)["handle_key_present"]
     assert policy == "quarantine" and not outcome.success and outcome.unexpected_count == 2
+    assert sorted(row["offset"] for row in outcome.sample) == [10**6, 10**6 + 1]
     quarantined = rows(layout.quality_quarantine)
     assert sorted(r["event_id"] for r in quarantined) == ["broken-0", "broken-1"]
     assert {r["check"] for r in quarantined} == {"handle_key_present"}

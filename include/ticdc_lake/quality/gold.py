@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
 from ticdc_lake.quality import lakeview
-from ticdc_lake.quality.context import QualityContext
+from ticdc_lake.quality.context import QualityContext, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -79,9 +79,6 @@ def key_frame(ctx: QualityContext, states: Sequence[dict]) -> DataFrame | None:
 
 def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
     gxe = expectations()
-    # GE returns the query's rows only in its COMPLETE format: take the sample here.
-    late = keys.where("commit_ts > ts_bound").select("table", "key", "commit_ts", "ts_bound")
-    late_sample = tuple(row.asDict() for row in late.limit(ctx.validator.sample_rows).collect())
     return ctx.validator.run(
         keys,
         [
@@ -98,7 +95,6 @@ def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
                         "WHERE commit_ts > ts_bound"
                     )
                 ),
-                sample=late_sample,
                 message="gold rows whose commit TS is above the TS the state says they reflect",
             ),
         ],
@@ -302,11 +298,8 @@ def validate_gold(ctx: QualityContext, since: int | None) -> list[CheckOutcome]:
     counted: dict[str, int] = {}
     keys = key_frame(ctx, states)
     if keys is not None:
-        keys = keys.cache()
-        try:
-            outcomes += key_checks(ctx, keys)
-            counted = {r.table: r["count"] for r in keys.groupBy("table").count().collect()}
-        finally:
-            keys.unpersist()
+        with computed_once(keys) as cached:
+            outcomes += key_checks(ctx, cached)
+            counted = {r.table: r["count"] for r in cached.groupBy("table").count().collect()}
     outcomes += table_checks(ctx, states, before, counted)
     return outcomes + changefeed_checks(ctx)

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.quality.context import QualityContext
+from ticdc_lake.quality.context import QualityContext, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -59,8 +59,8 @@ def row_predicates(ctx: QualityContext) -> dict[str, str]:
         ),
         "handle_key_present": (
             f"{no_handle} OR NOT forall(handle_key, k -> "
-            "exists(coalesce(columns, array()), c -> c.name = k) "
-            "OR exists(coalesce(old_columns, array()), c -> c.name = k))"
+            "coalesce(array_contains(columns.name, k), false) "
+            "OR coalesce(array_contains(old_columns.name, k), false))"
         ),
     }
 
@@ -78,26 +78,26 @@ def batch_changes(ctx: QualityContext, batches: Sequence[int]) -> DataFrame | No
 
 
 def change_checks(ctx: QualityContext, changes: DataFrame) -> list[CheckOutcome]:
-    """Each row check one query over the batches' changes, read once: the shown columns and a
-    flag per check are cached (the nested column values are read for the flags alone)."""
+    """Each row check one GE query over the rows failing any of them: a flag per check is
+    computed in one read of the batches (of the image's column names, not their values) and only
+    the flagged rows are kept, so each query finds exactly the unexpected rows it would find in
+    the whole batch without reading it again."""
     gxe = expectations()
     predicates = row_predicates(ctx)
-    flags = [_failing(predicate).alias(f"fails_{name}") for name, predicate in predicates.items()]
-    flagged = changes.select(*_SHOWN_COLUMNS, *flags).cache()
-    checks = [
-        Expectation(
-            name,
-            gxe.UnexpectedRowsExpectation(
-                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE fails_{name}"
-            ),
-            message=f"row events failing: {predicate}",
-        )
-        for name, predicate in predicates.items()
-    ]
-    try:
-        return ctx.validator.run(flagged, checks)
-    finally:
-        flagged.unpersist()
+    flags = {f"fails_{name}": _failing(predicate) for name, predicate in predicates.items()}
+    flagged = changes.select(*_SHOWN_COLUMNS, *[flag.alias(n) for n, flag in flags.items()])
+    with computed_once(flagged.where(" OR ".join(flags))) as failing:
+        checks = [
+            Expectation(
+                name,
+                gxe.UnexpectedRowsExpectation(
+                    unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE fails_{name}"
+                ),
+                message=f"row events failing: {predicate}",
+            )
+            for name, predicate in predicates.items()
+        ]
+        return ctx.validator.run(failing, checks)
 
 
 def _failing(predicate: str):

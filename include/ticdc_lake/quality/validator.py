@@ -11,6 +11,7 @@ into one CheckOutcome. GE's import costs seconds, so it happens on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -117,7 +118,26 @@ class Validator:
             },
         )
         by_index = {r.expectation_config.meta["index"]: r for r in result.results}
+        if kind == "spark":
+            checks = [
+                self._with_query_rows(frame, item, by_index[i]) for i, item in enumerate(checks)
+            ]
         return self._fold(checks, by_index)
+
+    def _with_query_rows(self, frame: Any, item: Expectation, result: Any) -> Expectation:
+        """A failed SQL check with a sample of the rows its query finds: GE returns them only
+        in its COMPLETE result format, which would fetch every one (clean runs pay nothing)."""
+        query = getattr(item.expectation, "unexpected_rows_query", None)
+        if result.success or query is None or item.sample or self.sample_rows <= 0:
+            return item
+        view = f"unexpected_rows_{next(self._names)}"
+        frame.createOrReplaceTempView(view)
+        try:
+            query = query.replace("{batch}", view)
+            rows = frame.sparkSession.sql(query).limit(self.sample_rows).collect()
+        finally:
+            frame.sparkSession.catalog.dropTempView(view)
+        return dataclasses.replace(item, sample=tuple(row.asDict() for row in rows))
 
     def _fold(self, checks: Sequence[Expectation], results: dict[int, Any]) -> list[CheckOutcome]:
         groups: dict[tuple, list[tuple[Expectation, Any]]] = {}
