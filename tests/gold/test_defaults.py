@@ -24,7 +24,7 @@ def added(definition: str):
 
 def gold(definition: str):
     value = added(definition)
-    return value.gold_value(gold_type(value.spec).arrow, "Asia/Shanghai", "the DDL").as_py()
+    return value.gold_value(gold_type(value.spec).arrow, "the DDL").as_py()
 
 
 @pytest.mark.parametrize(

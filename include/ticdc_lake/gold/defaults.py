@@ -45,6 +45,7 @@ class AddedValue:
     spec: ColumnSpec
     text: str | None
     binary: bytes | None
+    zone: str  # the time zone upstream's time values are read in
 
     @property
     def is_null(self) -> bool:
@@ -61,14 +62,14 @@ class AddedValue:
             "binary": self.binary,
         }
 
-    def gold_value(self, arrow: pa.DataType, zone: str, where: str) -> pa.Scalar:
+    def gold_value(self, arrow: pa.DataType, where: str) -> pa.Scalar:
         """The value typed as gold's column ``arrow``; ``where`` names the DDL in errors."""
         if self.is_null:
             return pa.scalar(None, arrow)
         values = Values(pa.array([self.text], pa.string()), pa.array([self.binary], pa.binary()))
         origin = Origin(where, pa.array([None]), pa.array([None]), pa.array([None]))
         typed, _ = convert(
-            values, gold_types.gold_type(self.spec), arrow, self.name, origin, pa.array([zone])
+            values, gold_types.gold_type(self.spec), arrow, self.name, origin, pa.array([self.zone])
         )
         return typed[0]
 
@@ -80,7 +81,7 @@ def added_values(
     upstream's time literals and the DDL's own time are read in; without the DDL's TS, the
     current time is not known: NULL)."""
     return tuple(
-        AddedValue(column.name, spec, *_image_value(column, spec, ddl_ts, zone))
+        AddedValue(column.name, spec, *_image_value(column, spec, ddl_ts, zone), zone)
         for column in columns
         for spec in [ColumnSpec.from_ddl(column)]
     )

@@ -245,7 +245,8 @@ class GoldTable:
         if not fields:
             return False
         schema = pa.schema([*present, *fields])
-        return self._reshape(table, schema, version, values or {})
+        values = {f.name: values[f.name] for f in fields if values and f.name in values}
+        return self._reshape(table, schema, version, values)
 
     def rewrite(self, transform, version: int) -> bool:
         """Replace the rows with ``transform(rows)`` (a DataFrame → DataFrame)."""

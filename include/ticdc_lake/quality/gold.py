@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
 from ticdc_lake.quality import lakeview
-from ticdc_lake.quality.context import QualityContext, computed_once
+from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -298,8 +298,12 @@ def validate_gold(ctx: QualityContext, since: int | None) -> list[CheckOutcome]:
     counted: dict[str, int] = {}
     keys = key_frame(ctx, states)
     if keys is not None:
-        with computed_once(keys) as cached:
-            outcomes += key_checks(ctx, cached)
-            counted = {r.table: r["count"] for r in cached.groupBy("table").count().collect()}
+        keys = keys.cache()
+        try:
+            # Counting rows per table computes the cache before GE's queries read it.
+            counted = {r.table: r["count"] for r in keys.groupBy("table").count().collect()}
+            outcomes += key_checks(ctx, keys)
+        finally:
+            keys.unpersist()
     outcomes += table_checks(ctx, states, before, counted)
     return outcomes + changefeed_checks(ctx)

@@ -56,7 +56,7 @@ import dataclasses
 import functools
 import itertools
 import shutil
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -864,7 +864,7 @@ class _Steps:
                 elif schema is None:
                     continue  # no gold table: nothing to change
                 elif isinstance(effect, AddColumns):
-                    for name, value in self._added(effect, barrier, schema).items():
+                    for name, value in self._added(effect, barrier, schema.names).items():
                         schema = schema.append(pa.field(name, value.type))
                         values[name] = value
                 elif isinstance(effect, DropColumns):
@@ -878,20 +878,17 @@ class _Steps:
         return _Shape(schema, reset, changed, values)
 
     def _added(
-        self, effect: AddColumns, barrier: Barrier, schema: pa.Schema
+        self, effect: AddColumns, barrier: Barrier, existing: Container[str] = ()
     ) -> dict[str, pa.Scalar]:
-        """The columns ``effect`` adds to gold's ``schema`` (those it lacks), each with the
-        value the rows already there get, typed as gold's column."""
+        """The columns ``effect`` adds (those not ``existing``), each with the value the rows
+        already there get, typed as gold's column."""
         specs = dict(effect.columns)
         where = barrier.ddl.record.describe()
         return {
-            value.name: value.gold_value(_gold_arrow(specs[value.name]), self._zone(barrier), where)
+            value.name: value.gold_value(_gold_arrow(specs[value.name]), where)
             for value in barrier.added_values(effect, self.zones)
-            if value.name not in schema.names
+            if value.name not in existing
         }
-
-    def _zone(self, barrier: Barrier) -> str:
-        return self.zones.get(barrier.ddl.record.topic, "UTC")
 
     def _emptied(self, item: _TableWork, schema: pa.Schema | None, version: int) -> int:
         """A reset without changes after it: gold empty, with ``schema``."""
@@ -1011,11 +1008,9 @@ class _Steps:
             else:
                 item.commits += gold.empty(version)
         elif isinstance(effect, AddColumns):
-            present = gold.schema()
-            if present is not None:
-                added = self._added(effect, barrier, present)
-                fields = [pa.field(name, value.type) for name, value in added.items()]
-                item.commits += gold.add_columns(fields, version, added)
+            added = self._added(effect, barrier)
+            fields = [pa.field(name, value.type) for name, value in added.items()]
+            item.commits += gold.add_columns(fields, version, added)
         elif isinstance(effect, DropColumns):
             present = gold.schema()
             if present is not None and any(n in present.names for n in effect.names):
