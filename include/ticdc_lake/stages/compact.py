@@ -820,14 +820,16 @@ class _Steps:
         version = versions.merge(segment.end, number)
         try:
             shape = self._shape(item, segment)
+            if step.key not in reduced.keys and shape.reset:
+                # A DDL's version: the merge version (end TS - 1) can be the last run's target
+                # when no change lies between, and would be taken as done.
+                emptied = self._ddl_version(versions, item, segment, number)
+                item.commits += self._emptied(item, shape.schema, emptied)
+                return
             if shape.changed and not shape.reset:
-                reshape = versions.ddl(item.name, segment.folds[-1].ts, number)
-                if reshape is None:
-                    raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
+                reshape = self._ddl_version(versions, item, segment, number)
                 item.commits += item.ddl_gold().reshape(shape.schema, reshape, shape.values)
             if step.key not in reduced.keys:
-                if shape.reset:
-                    item.commits += self._emptied(item, shape.schema, version)
                 return
             stats = self._apply(item, info, shape, reduced, step.key, version)
         except (GoldError, ValueError, pa.ArrowException) as exc:
@@ -890,9 +892,17 @@ class _Steps:
             if value.name not in existing
         }
 
+    @staticmethod
+    def _ddl_version(versions: _Versions, item: _TableWork, segment: Segment, number: int) -> int:
+        """The version of a commit carrying the segment's folded DDLs (at its last DDL's TS)."""
+        version = versions.ddl(item.name, segment.folds[-1].ts, number)
+        if version is None:
+            raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
+        return version
+
     def _emptied(self, item: _TableWork, schema: pa.Schema | None, version: int) -> int:
         """A reset without changes after it: gold empty, with ``schema``."""
-        return 0 if schema is None else item.gold.create(schema, version)
+        return 0 if schema is None else item.ddl_gold().create(schema, version)
 
     def _apply(
         self,
