@@ -49,8 +49,8 @@ from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.source import (
     ROW_GROUP_ROWS,
     DeltaDataSource,
+    TaskFiles,
     WritePlan,
-    _TaskFiles,
     commit_files,
 )
 from ticdc_lake.delta.stats import FileStats
@@ -348,7 +348,7 @@ def test_commit_time_replay_check_drops_the_files(tmp_path):
     write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
     schema = TableSchema((("id", "long"),))
     plan = WritePlan(path, "w1", "append", schema, schema, app_id="app", version=1, start_version=0)
-    files = _TaskFiles(plan)
+    files = TaskFiles(plan)
     files.write(pa.record_batch({"id": pa.array([2, 3], pa.int64())}))
     adds = files.close()
     assert all(os.path.exists(os.path.join(path, a["path"])) for a in adds)
@@ -550,7 +550,7 @@ def test_task_files_roll_over_by_parquet_size_and_split_by_partition(tmp_path):
     path = str(tmp_path / "t")
     schema = TableSchema((("id", "long"), ("p", "integer")), ("p",))
     plan = WritePlan(path, "w1", "append", schema, schema, max_file_bytes=1)
-    files = _TaskFiles(plan)
+    files = TaskFiles(plan)
     rows, batch = 300_000, 10_000
     for start in range(0, rows, batch):  # one partition value per batch: no grouping
         ids = pa.array(range(start, start + batch), pa.int64())

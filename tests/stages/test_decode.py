@@ -469,9 +469,12 @@ def test_a_crash_between_the_writes_then_a_rerun_recovers(spark, generated, tmp_
     bronze_version = DeltaTable(str(layout.bronze)).version()
     bronze = read_delta(spark, layout.bronze, bronze_version)
     expected_counts = {20: len(batches[20])}
-    run = stage.decode_batches(spark, config, bronze, expected_counts, bronze_version, run="decode")
+    plans = stage.silver_plans(layout, version=20)
+    run = stage.decode_batches(
+        spark, config, bronze, expected_counts, bronze_version, plans, run="decode"
+    )
     for name in ("changes", "ddl"):
-        stage._append(run.table(name), getattr(layout, name), f"decode-{name}", 20)
+        run.commit(name)
     run.release()
     # ... and batch 30 lands before the rerun.
     land(spark, config, {30: batches[30]})

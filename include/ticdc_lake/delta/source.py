@@ -193,7 +193,7 @@ def _single_valued(column: pa.ChunkedArray) -> bool:
     return column.null_count == 0 and pc.all(pc.equal(column, first)).as_py()
 
 
-class _TaskFiles:
+class TaskFiles:
     """The files one task has open or finished, keyed by partition values."""
 
     def __init__(self, plan: WritePlan):
@@ -269,7 +269,7 @@ class DeltaWriter(DataSourceArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
-        files = _TaskFiles(self.plan)
+        files = TaskFiles(self.plan)
         try:
             for batch in iterator:
                 files.write(batch)

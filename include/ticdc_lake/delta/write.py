@@ -65,6 +65,51 @@ def write_tasks(spark: SparkSession, size_bytes: int, max_file_bytes: int) -> in
     return max(spark.sparkContext.defaultParallelism, math.ceil(size_bytes / max_file_bytes))
 
 
+def plan_write(
+    location: str,
+    incoming: TableSchema,
+    *,
+    mode: str = "append",
+    replace_where: Mapping[str, Any] | None = None,
+    overwrite_schema: bool = False,
+    app_id: str | None = None,
+    version: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> WritePlan | None:
+    """The plan of writing rows of ``incoming``'s columns to the table at ``location`` (see
+    ``write_delta``); None when the table already records ``version`` for ``app_id``. Tasks
+    that write their own files (``TaskFiles``) take it, and ``commit_files`` commits them."""
+    check_app_version(app_id, version)
+    current = None
+    if DeltaTable.is_deltatable(location):
+        table = DeltaTable(location)
+        check_plain_files(table)
+        if already_committed(table, app_id, version):
+            return None
+        current = (table.version(), table_schema(table))
+
+    plan = WritePlan(
+        path=location,
+        write_id=uuid.uuid4().hex,
+        mode=mode,
+        incoming=incoming,
+        target=incoming,  # a new table is the incoming schema
+        replace_where=_replace_where_text(replace_where),
+        overwrite_schema=overwrite_schema,
+        app_id=app_id,
+        version=version,
+        start_version=current[0] if current else None,
+        max_file_bytes=max_file_bytes,
+    )
+    if current is not None:
+        plan = dataclasses.replace(plan, target=resolve_target(current[1], plan))
+    if plan.replace_where:
+        unknown = set(plan.replace_where) - set(plan.target.partition_by)
+        if unknown:
+            raise ValueError(f"replace_where on non-partition columns {sorted(unknown)}")
+    return plan
+
+
 def write_delta(
     df: DataFrame,
     path: str | os.PathLike,
@@ -98,37 +143,20 @@ def write_delta(
         raise ValueError(f"mode must be append or overwrite, not {mode!r}")
     if replace_where is not None and mode != "overwrite":
         raise ValueError("replace_where applies to mode='overwrite' only")
-    check_app_version(app_id, version)
     location = table_path(path)
     incoming = TableSchema.from_spark(df.schema, tuple(partition_by or ()))
-
-    current = None
-    if DeltaTable.is_deltatable(location):
-        table = DeltaTable(location)
-        check_plain_files(table)
-        if already_committed(table, app_id, version):
-            return WriteResult(committed=False, version=table.version(), skipped=True)
-        current = (table.version(), table_schema(table))
-
-    plan = WritePlan(
-        path=location,
-        write_id=uuid.uuid4().hex,
+    plan = plan_write(
+        location,
+        incoming,
         mode=mode,
-        incoming=incoming,
-        target=incoming,  # a new table is the DataFrame's schema
-        replace_where=_replace_where_text(replace_where),
+        replace_where=replace_where,
         overwrite_schema=overwrite_schema,
         app_id=app_id,
         version=version,
-        start_version=current[0] if current else None,
         max_file_bytes=max_file_bytes,
     )
-    if current is not None:
-        plan = dataclasses.replace(plan, target=resolve_target(current[1], plan))
-    if plan.replace_where:
-        unknown = set(plan.replace_where) - set(plan.target.partition_by)
-        if unknown:
-            raise ValueError(f"replace_where on non-partition columns {sorted(unknown)}")
+    if plan is None:
+        return WriteResult(committed=False, version=DeltaTable(location).version(), skipped=True)
 
     register_delta_source(df.sparkSession)
     if size_hint_bytes is not None:

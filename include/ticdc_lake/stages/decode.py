@@ -5,13 +5,12 @@ quarantine, plus a decode log that reconciles the counts of every bronze batch.
     redecode(spark, config, batches=[...])         # re-derive silver for these bronze batches
     redecode(spark, config, start_ts=S, end_ts=E)  # ... for the batches touching a TS range
 
-Decoding runs on the executors: ``mapInArrow`` hands each task Arrow batches of bronze records,
-and the task decodes them with the topic's protocol and settings from the pipeline config
-(``codecs.topic_decoder``, the CLI's factory too), building each topic's decoder once per
-Python worker. The
-task emits one discriminated output: a ``kind`` column (change, ddl, resolved, quarantine,
-tally, fatal) and one struct column per kind, already in the silver tables' row formats
-(lake/silver.py). That output is persisted, so bronze is decoded once, and split into:
+Decoding runs on the executors, in one pass over bronze: ``mapInArrow`` hands each task Arrow
+batches of bronze records; the task decodes them with the topic's protocol and settings from the
+pipeline config (``codecs.topic_decoder``, the CLI's factory too; each topic's decoder built once
+per Python worker) and writes the rows, already in the silver formats (lake/silver.py), to
+Parquet files of each table itself (``SilverFiles``): Spark never converts them to rows. The
+tasks report their files and counts; the driver reconciles the counts and commits the files to:
 
 - ``layout.changes`` (silver.CHANGES_SCHEMA) and ``layout.ddl`` (silver.DDL_SCHEMA);
 - ``layout.resolved``: every resolved event (topic, partition, ts, offset, index, bronze_batch);
@@ -23,9 +22,10 @@ All silver tables are partitioned by ``bronze_batch``, so a batch can be re-deri
 its partition (``redecode``). Replays (the same event_id at another offset) stay in silver: it
 is a log; compaction deduplicates by event_id.
 
-Idempotency. Every table is written with app id ``decode-<table>`` and version = the highest
-bronze batch of the run, in the order changes, ddl, resolved, quarantine, log. A run killed
-between two writes leaves the log without the run's batches, so the rerun decodes them again;
+Idempotency. Every table is committed with app id ``decode-<table>`` and version = the highest
+bronze batch of the run, in the order changes, ddl, resolved, quarantine, log; files not
+committed are never visible, and are deleted when the run fails. A run killed between two
+commits leaves the log without the run's batches, so the rerun decodes them again;
 a table that already recorded the version (or a later one) skips its write, and one whose
 recorded version v is lower gets only the rows of batches above v (batches it already holds
 are ≤ v, since batch ids grow). Resolved events are written after the changes and DDLs, so a
@@ -44,14 +44,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -59,6 +60,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, TopicConfig
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
+from ticdc_lake.delta.read import table_path
+from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.source import TaskFiles, WritePlan, commit_files, delete_files, delete_write
+from ticdc_lake.delta.write import plan_write
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
@@ -136,7 +141,17 @@ DECODED_SCHEMA = pa.schema(
         (FATAL, _FATAL_TYPE),
     ]
 )
-_OUTPUT_COLUMNS = DECODED_SCHEMA.names
+SILVER_SCHEMAS = {
+    "changes": silver.CHANGES_SCHEMA,
+    "ddl": silver.DDL_SCHEMA,
+    "resolved": silver.RESOLVED_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+}
+_KIND_OF = {"changes": CHANGE, "ddl": DDL, "resolved": RESOLVED, "quarantine": QUARANTINE}
+# What each decoding task reports to the driver: one JSON document (SilverFiles).
+REPORT_SCHEMA = pa.schema([("report", pa.string())])
+_SUMMED = ("records", "decoded", "quarantined", "quarantine_rows", "inserts", "updates",
+           "deletes", "changes", "ddl", "resolved")  # fmt: skip
 
 # Bronze columns the decoders need (Kafka headers and timestamps carry nothing they read).
 BRONZE_COLUMNS = ("topic", "partition", "offset", "key", "value", "source_file", "batch_id")
@@ -195,11 +210,12 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
         return DecodeResult(bronze_version=bronze_version)
 
     expected = {batch: counts[batch] for batch in pending}
-    run = decode_batches(spark, config, bronze, expected, bronze_version, run="decode")
+    version = max(pending)
+    plans = silver_plans(layout, version=version)
+    run = decode_batches(spark, config, bronze, expected, bronze_version, plans, run="decode")
     try:
-        version = max(pending)
         for name in SILVER_TABLES:
-            _append(run.table(name), _path(layout, name), f"{APP_PREFIX}{name}", version)
+            run.commit(name)
         _append(run.log(), layout.decode_log, f"{APP_PREFIX}log", version)
     finally:
         run.release()
@@ -295,35 +311,68 @@ def _append(rows: DataFrame, path, app_id: str, version: int) -> None:
     write_delta(rows, path, partition_by=PARTITION_BY, app_id=app_id, version=version)
 
 
+def silver_plans(
+    layout: LakeLayout, *, version: int | None = None, replace: Sequence[int] | None = None
+) -> dict[str, WritePlan]:
+    """How a run writes each silver table: appended with app id ``decode-<table>`` and
+    ``version`` (tables that already record it are left out), or with the partitions of the
+    bronze batches ``replace`` replaced."""
+    plans = {}
+    for name in SILVER_TABLES:
+        incoming = TableSchema.from_spark(from_arrow_schema(SILVER_SCHEMAS[name]), PARTITION_BY)
+        if replace is not None:
+            options = {"mode": "overwrite", "replace_where": {"bronze_batch": list(replace)}}
+        else:
+            options = {"app_id": f"{APP_PREFIX}{name}", "version": version}
+        plan = plan_write(table_path(_path(layout, name)), incoming, **options)
+        if plan is not None:
+            plans[name] = plan
+    return plans
+
+
 # --- driver: decoding a set of bronze batches once -------------------------------------------
 
 
 @dataclass
 class DecodedRun:
-    """The persisted executor output of one run, its per-batch summary, and its tables."""
+    """The silver files one run's tasks wrote (not committed yet), and its per-batch summary."""
 
-    decoded: DataFrame
+    plans: dict[str, WritePlan]
+    adds: dict[str, list[dict[str, Any]]]  # table -> its files' add actions
     summary: list[dict[str, Any]]  # decode-log rows, one per batch
     batches: tuple[int, ...]
     bronze_version: int
     run: str
     started_at: dt.datetime
+    spark: SparkSession
+    committed: set[str] = field(default_factory=set)
 
-    def table(self, name: str) -> DataFrame:
-        return {
-            "changes": lambda: changes_of(self.decoded),
-            "ddl": lambda: ddl_of(self.decoded),
-            "resolved": lambda: resolved_of(self.decoded),
-            "quarantine": lambda: quarantine_of(self.decoded, self.started_at),
-        }[name]()
+    def commit(self, name: str) -> None:
+        """Commit the files of silver table ``name``. A table that already records the run's
+        version (a run killed after its commit) keeps what it has; one recording an earlier
+        version (killed after its commit, before more batches were landed) gets only the
+        batches above it."""
+        plan = self.plans.get(name)
+        if plan is None:
+            return  # it recorded the run's version before the run started
+        adds = self.adds.get(name, [])
+        recorded = _recorded_version(plan.path, plan.app_id) if plan.app_id else None
+        if recorded is not None:
+            kept = [add for add in adds if int(add["partition_values"]["bronze_batch"]) > recorded]
+            delete_files(plan.path, [add for add in adds if add not in kept])
+            adds = kept
+        commit_files(plan, adds)
+        self.committed.add(name)
 
     def log(self) -> DataFrame:
-        spark = self.decoded.sparkSession
         table = pa.Table.from_pylist(self.summary, schema=DECODE_LOG_SCHEMA)
-        return spark.createDataFrame(table)
+        return self.spark.createDataFrame(table)
 
     def release(self) -> None:
-        self.decoded.unpersist()
+        """Delete the files of tables not committed (the run failed, or they were done)."""
+        for name, plan in self.plans.items():
+            if name not in self.committed:
+                delete_files(plan.path, self.adds.get(name, []))
 
     def result(self) -> DecodeResult:
         totals = {name: sum(row[name] for row in self.summary) for name in _COUNT_COLUMNS}
@@ -351,49 +400,54 @@ def decode_batches(
     bronze: DataFrame,
     expected: dict[int, int],
     bronze_version: int,
+    plans: dict[str, WritePlan],
     *,
     run: str,
 ) -> DecodedRun:
     """Decode the bronze records of the batches in ``expected`` (batch id → bronze records) on
-    the executors, once, and check that the counts reconcile.
+    the executors, which write the silver files of ``plans``; check that the counts reconcile.
 
     Raises the registry's or the config's error when decoding could not go on, and
-    DecodeStageError when the counts do not reconcile; the caller writes nothing then.
+    DecodeStageError when the counts do not reconcile; the files are deleted then.
     """
     started_at = dt.datetime.now(dt.UTC)
     batches = tuple(sorted(expected))
-    records = bronze.where(F.col("batch_id").isin(list(batches)))
-    # Deserialized: the five reads of the split skip decompressing the cache (measured: less
-    # CPU than MEMORY_AND_DISK and DISK_ONLY for the same output).
-    decoded = decode_records(records, config).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    records = decode_input(bronze.where(F.col("batch_id").isin(list(batches))))
+    writer = SilverFiles(PartitionDecoder.for_config(config), plans, started_at)
     try:
-        summary = _summarise(decoded)
+        rows = records.mapInArrow(writer, from_arrow_schema(REPORT_SCHEMA)).collect()
+    except BaseException:
+        for plan in plans.values():  # tasks killed by a failing one leave their files
+            delete_write(plan.path, plan.write_id)
+        raise
+    reports = [json.loads(row.report) for row in rows]
+    adds = {name: [add for r in reports for add in r["adds"].get(name, [])] for name in plans}
+    decoded = DecodedRun(plans, adds, [], batches, bronze_version, run, started_at, spark)
+    try:
+        summary = _summary(reports)
         _check_fatal(summary)
         _reconcile(summary, expected)
-        logged = [
-            _log_row(row, bronze_version, run, started_at)
-            for row in sorted(summary, key=lambda r: r["bronze_batch"])
-        ]
     except BaseException:
-        decoded.unpersist()
+        decoded.release()
         raise
-    return DecodedRun(decoded, logged, batches, bronze_version, run, started_at)
+    decoded.summary = [
+        _log_row(row, bronze_version, run, started_at)
+        for row in sorted(summary, key=lambda r: r["bronze_batch"])
+    ]
+    return decoded
 
 
-def _summarise(decoded: DataFrame) -> list[dict[str, Any]]:
-    kind, count = F.col("kind"), F.count_if
-    rows = decoded.groupBy("bronze_batch").agg(
-        F.coalesce(F.sum(f"{TALLY}.records"), F.lit(0)).alias("records"),
-        F.coalesce(F.sum(f"{TALLY}.decoded"), F.lit(0)).alias("decoded"),
-        F.coalesce(F.sum(f"{TALLY}.quarantined"), F.lit(0)).alias("quarantined"),
-        count(kind == QUARANTINE).alias("quarantine_rows"),
-        *[count((kind == CHANGE) & (F.col(f"{CHANGE}.op") == op)).alias(f"{op}s") for op in OPS],
-        count(kind == CHANGE).alias("changes"),
-        count(kind == DDL).alias("ddl"),
-        count(kind == RESOLVED).alias("resolved"),
-        F.first(FATAL, ignorenulls=True).alias(FATAL),
-    )
-    return [row.asDict(recursive=True) for row in rows.collect()]
+def _summary(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks' counts added up per bronze batch."""
+    total: dict[int, dict[str, Any]] = {}
+    for report in reports:
+        for counts in report["counts"]:
+            batch = counts["bronze_batch"]
+            row = total.setdefault(batch, _zero_counts(batch))
+            for name in _SUMMED:
+                row[name] += counts[name]
+            row[FATAL] = row[FATAL] or counts[FATAL]
+    return list(total.values())
 
 
 def _check_fatal(summary: list[dict[str, Any]]) -> None:
@@ -443,8 +497,8 @@ def _reconcile(summary: list[dict[str, Any]], expected: dict[int, int]) -> None:
 # --- transforms ------------------------------------------------------------------------------
 
 
-def decode_records(bronze: DataFrame, config: PipelineConfig) -> DataFrame:
-    """Bronze records → the discriminated decode output (DECODED_SCHEMA), on the executors."""
+def decode_input(bronze: DataFrame) -> DataFrame:
+    """The columns of bronze records the decoders read, over every core."""
     spark = bronze.sparkSession
     parallelism = spark.sparkContext.defaultParallelism
     records = bronze.select(*BRONZE_COLUMNS)
@@ -452,28 +506,7 @@ def decode_records(bronze: DataFrame, config: PipelineConfig) -> DataFrame:
     # is CPU-bound; the shuffle moves raw bytes, which costs far less).
     if records.rdd.getNumPartitions() < parallelism:
         records = records.repartition(parallelism)
-    decoder = PartitionDecoder.for_config(config)
-    return records.mapInArrow(decoder, from_arrow_schema(DECODED_SCHEMA))
-
-
-def changes_of(decoded: DataFrame) -> DataFrame:
-    return decoded.where(F.col("kind") == CHANGE).select(f"{CHANGE}.*")
-
-
-def ddl_of(decoded: DataFrame) -> DataFrame:
-    return decoded.where(F.col("kind") == DDL).select(f"{DDL}.*")
-
-
-def resolved_of(decoded: DataFrame) -> DataFrame:
-    return decoded.where(F.col("kind") == RESOLVED).select(f"{RESOLVED}.*")
-
-
-def quarantine_of(decoded: DataFrame, at: dt.datetime) -> DataFrame:
-    return (
-        decoded.where(F.col("kind") == QUARANTINE)
-        .select(f"{QUARANTINE}.*")
-        .withColumn("quarantined_at", F.lit(at).cast("timestamp"))
-    )
+    return records
 
 
 # --- executors: decoding records -------------------------------------------------------------
@@ -674,6 +707,83 @@ class PartitionDecoder:
         return None
 
 
+@dataclass
+class SilverFiles:
+    """The ``mapInArrow`` function of a run: the task decodes its records (``PartitionDecoder``)
+    and writes the silver rows to Parquet files of each planned table itself, so Spark never
+    turns them into rows; it then emits one report: its files' add actions and its counts per
+    bronze batch. A failing task deletes its files."""
+
+    decoder: PartitionDecoder
+    plans: dict[str, WritePlan]
+    quarantined_at: dt.datetime
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        files = {name: TaskFiles(plan) for name, plan in self.plans.items()}
+        counts: dict[int, dict[str, Any]] = {}
+        try:
+            for out in self.decoder(batches):
+                _count(out, counts)
+                for name, task_files in files.items():
+                    rows = self._rows(out, name)
+                    if rows is not None:
+                        task_files.write(rows)
+            adds = {name: task_files.close() for name, task_files in files.items()}
+        except BaseException:
+            for task_files in files.values():
+                task_files.discard()
+            raise
+        report = json.dumps({"adds": adds, "counts": list(counts.values())})
+        yield pa.RecordBatch.from_pydict({"report": [report]}, schema=REPORT_SCHEMA)
+
+    def _rows(self, out: pa.RecordBatch, name: str) -> pa.RecordBatch | None:
+        """The rows of silver table ``name`` in one decode output batch."""
+        kind = _KIND_OF[name]
+        mask = pc.equal(out.column("kind"), kind)
+        if not pc.any(mask).as_py():
+            return None
+        rows = pa.RecordBatch.from_struct_array(out.column(kind).filter(mask))
+        if name == "quarantine":
+            stamp = pa.repeat(pa.scalar(self.quarantined_at, pa.timestamp("us", tz="UTC")),
+                              rows.num_rows)  # fmt: skip
+            rows = rows.append_column("quarantined_at", stamp)
+        return rows
+
+
+def _zero_counts(batch: int) -> dict[str, Any]:
+    return {"bronze_batch": batch, **dict.fromkeys(_SUMMED, 0), FATAL: None}
+
+
+def _count(out: pa.RecordBatch, counts: dict[int, dict[str, Any]]) -> None:
+    """Add one decode output batch's rows to ``counts`` (bronze batch -> counts)."""
+    kinds, ops = out.column("kind"), pc.struct_field(out.column(CHANGE), "op")
+    keys = pa.table({"batch": out.column("bronze_batch"), "kind": kinds, "op": ops})
+    grouped = keys.group_by(["batch", "kind", "op"], use_threads=False).aggregate(
+        [([], "count_all")]
+    )
+    columns = grouped.to_pydict()
+    for batch, kind, op, number in zip(
+        columns["batch"], columns["kind"], columns["op"], columns["count_all"], strict=True
+    ):
+        row = counts.setdefault(batch, _zero_counts(batch))
+        if kind == CHANGE:
+            row["changes"] += number
+            if op in OPS:
+                row[f"{op}s"] += number
+        elif kind == QUARANTINE:
+            row["quarantine_rows"] += number
+        elif kind in (DDL, RESOLVED):
+            row[kind] += number
+    rare = out.filter(pc.is_in(kinds, pa.array([TALLY, FATAL])))
+    for row in rare.select(["kind", "bronze_batch", TALLY, FATAL]).to_pylist():
+        counted = counts.setdefault(row["bronze_batch"], _zero_counts(row["bronze_batch"]))
+        if row["kind"] == FATAL:
+            counted[FATAL] = counted[FATAL] or row[FATAL]
+        else:
+            for name, number in row[TALLY].items():
+                counted[name] += number
+
+
 def decode_record(decoders: TopicDecoders, record: KafkaRecord, source_file: str) -> list[Event]:
     """The record's events, or DecodeError naming the file and coordinates: undecodable bytes,
     a topic the config does not name, or a TS silver cannot hold. A registry that cannot be
@@ -769,16 +879,11 @@ def redecode(
             f"bronze batch(es) {missing} are not in bronze {layout.bronze} "
             f"(version {bronze_version})"
         )
-    run = decode_batches(spark, config, bronze, expected, bronze_version, run="redecode")
+    plans = silver_plans(layout, replace=chosen)
+    run = decode_batches(spark, config, bronze, expected, bronze_version, plans, run="redecode")
     try:
         for name in SILVER_TABLES:
-            write_delta(
-                run.table(name),
-                _path(layout, name),
-                mode="overwrite",
-                partition_by=PARTITION_BY,
-                replace_where={"bronze_batch": list(chosen)},
-            )
+            run.commit(name)
         merge_delta(pa.Table.from_pylist(run.summary, DECODE_LOG_SCHEMA), layout.decode_log,
                     keys=["bronze_batch"])  # fmt: skip
     finally:
