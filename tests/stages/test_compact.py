@@ -18,12 +18,13 @@ from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.config import ChangefeedConfig
 from ticdc_lake.delta import read_delta
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.gold import changes as gold_changes
+from ticdc_lake.gold import reasons
 from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.state import TableState, read_state
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import CodecSettings
-from ticdc_lake.stages import compact as compact_stage
 from ticdc_lake.stages.compact import compact, target_of
 from ticdc_lake.stages.watermark import ChangefeedWatermark, watermark
 from ticdc_lake.workload import generate_workload
@@ -241,7 +242,7 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     watermark(spark, config)
     # As a run too large to collect: empty tables are loaded by the executors, and the
     # segments after a DDL are brought to the driver one at a time.
-    monkeypatch.setattr(compact_stage, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     appends = []
     append = gold_tables.GoldTable.append
     monkeypatch.setattr(
@@ -400,21 +401,21 @@ def test_run_reasons_are_not_carried_and_do_not_hide_the_changefeeds_mode():
     def state(mode, reason):
         return TableState("f", "s", "t", "p", mode, None, 0, 0, reason=reason)
 
-    mode_reason = compact_stage.NO_CONSISTENT_CUT + "watermarks: false and no cutoff-ts"
-    held = compact_stage.HELD_BACK + "3 changes without a commit TS (deletes)"
+    mode_reason = reasons.NO_CONSISTENT_CUT + "watermarks: false and no cutoff-ts"
+    held = reasons.HELD_BACK + "3 changes without a commit TS (deletes)"
     ddl = "DDL at commit TS 5 (topic t, partition 0, offset 1): not understood; really"
-    carried = compact_stage._marks(f"{mode_reason}; {held}; {ddl}")
-    assert compact_stage._join_reasons(*carried) == ddl
-    assert compact_stage._marks(held) == []
+    carried = reasons.carried_reasons(f"{mode_reason}; {held}; {ddl}")
+    assert reasons.join_reasons(*carried) == ddl
+    assert reasons.carried_reasons(held) == []
     # An inconsistent changefeed's row says so (so a config change to a consistent mode
     # rebuilds); a row marked by a DDL in a consistent changefeed does not say which mode.
-    assert compact_stage._changefeed_mode(state("inconsistent", mode_reason)) == "inconsistent"
-    assert compact_stage._changefeed_mode(state("inconsistent", f"{mode_reason}; {ddl}")) == (
+    assert reasons.changefeed_mode(state("inconsistent", mode_reason)) == "inconsistent"
+    assert reasons.changefeed_mode(state("inconsistent", f"{mode_reason}; {ddl}")) == (
         "inconsistent"
     )
-    assert compact_stage._changefeed_mode(state("inconsistent", ddl)) is None
-    assert compact_stage._changefeed_mode(state("inconsistent", None)) == "inconsistent"
-    assert compact_stage._changefeed_mode(state("cutoff", held)) == "cutoff"
+    assert reasons.changefeed_mode(state("inconsistent", ddl)) is None
+    assert reasons.changefeed_mode(state("inconsistent", None)) == "inconsistent"
+    assert reasons.changefeed_mode(state("cutoff", held)) == "cutoff"
 
 
 # --- DDL barriers the generator does not send ---------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.stages import compact as compact_stage
@@ -221,7 +222,7 @@ def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
 @pytest.mark.slow
 def test_large_runs_fold_as_small_ones_do(spark, monkeypatch):
     # Every segment spilled and read by Spark, every rewrite by Spark: the executors' paths.
-    monkeypatch.setattr(compact_stage, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
     mixed = [("insert", "a", 3, False), ("drop", "a", 0, False), ("insert", "a", 2, False)]
     assert_fold_equals_barriers(

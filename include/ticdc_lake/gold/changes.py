@@ -1,0 +1,324 @@
+"""A compaction run's input: the DDL records and the reduced change set it reads from silver.
+
+Silver is partitioned by bronze batch, so a run reads only the batches after the settled ones
+(partition pruning), and of those only changes above the applied TS (Parquet statistics).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ticdc_lake.delta import delta_table_exists, read_delta
+from ticdc_lake.gold.catalog import TableName
+from ticdc_lake.gold.feed import FeedPlan
+from ticdc_lake.gold.plan import Timeline, unique_records
+from ticdc_lake.gold.reduce import (
+    key_actions,
+    last_per_key,
+    with_folds,
+    with_order_ts,
+    with_segment,
+    with_selection,
+)
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.quality.quarantine import COORDINATES, quarantined_coordinates
+
+# A run reading more changes than this keeps its change set in Spark: an empty gold table is
+# loaded by the executors, and other segments are brought to the driver (for merge_delta) one
+# at a time. Below it, one collect serves the whole run.
+COLLECT_LIMIT = 200_000
+# A large run's reduced change set is written under <lake>/SCRATCH/compact-<changefeed>/ for
+# the run, in one directory per SPILL_BUCKET (a hash of table and segment).
+SCRATCH = "_scratch"
+SPILL_BUCKET = "segment_bucket"
+REDUCED_COLUMNS = (
+    "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
+    "handle_key_only", "topic", "partition", "offset",
+)  # fmt: skip
+
+SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """A table's changes in a run."""
+
+    read: int = 0  # selected for this run, replays included
+    changes: int = 0  # distinct events among them
+    pending: int = 0  # changes without a commit TS left for a later run
+    max_ts: int | None = None  # the largest order TS selected
+
+    @property
+    def duplicates(self) -> int:
+        return self.read - self.changes
+
+
+@dataclass(frozen=True)
+class Batches:
+    """The bronze batches a run read."""
+
+    latest: int | None = None  # the latest one
+    pending: int | None = None  # the first holding a change left for a later run
+
+
+class Reduced:
+    """A run's reduced change set by segment: on the driver (small runs), or spilled once to
+    Parquet files bucketed by segment (large runs), from which each segment is read alone.
+
+    Spilling costs one Spark job however many segments (DDL barriers) the run has; reading
+    each segment from a cached DataFrame would scan the whole change set once per segment.
+    """
+
+    def __init__(self, table: pa.Table | None = None, spill: Path | None = None):
+        self.spill = spill
+        self.dataset: ds.Dataset | None = None
+        self.frame_all: DataFrame | None = None
+        self.segments: dict[SegmentKey, pa.Table] = {}
+        self.sizes: dict[SegmentKey, int] = {}
+        self.buckets: dict[SegmentKey, int] = {}
+        if table is not None and table.num_rows:
+            # One sort, then each segment is a slice (a take per segment costs a pass each).
+            order = [("schema", "ascending"), ("table", "ascending"), ("segment", "ascending")]
+            table = table.sort_by(order).combine_chunks()
+            columns = table.select(["schema", "table", "segment"]).to_pydict()
+            triples = zip(columns["schema"], columns["table"], columns["segment"], strict=True)
+            start = 0
+            for key, run in itertools.groupby(triples):
+                size = sum(1 for _ in run)
+                self.segments[key] = table.slice(start, size)
+                self.sizes[key] = size
+                start += size
+        self.keys = set(self.sizes)
+
+    @classmethod
+    def empty(cls) -> Reduced:
+        return cls(pa.table({name: [] for name in REDUCED_COLUMNS}))
+
+    @classmethod
+    def spilled(cls, frame: DataFrame, directory: Path) -> Reduced:
+        """Write ``frame`` under ``directory``, one Parquet directory per bucket of segments."""
+        shutil.rmtree(directory, ignore_errors=True)
+        bucket = F.xxhash64("schema", "table", "segment")
+        (
+            frame.withColumn(SPILL_BUCKET, bucket)
+            .repartition(SPILL_BUCKET)
+            .write.partitionBy(SPILL_BUCKET)
+            .parquet(str(directory))
+        )
+        reduced = cls(spill=directory)
+        if not any(directory.glob(f"{SPILL_BUCKET}=*")):
+            return reduced  # nothing to apply
+        # Listed once: a run may read a thousand segments from it.
+        dataset = reduced.dataset = ds.dataset(directory, format="parquet", partitioning="hive")
+        reduced.frame_all = frame.sparkSession.read.parquet(str(directory))
+        columns = ["schema", "table", "segment", SPILL_BUCKET]
+        groups = (
+            dataset.to_table(columns=columns)
+            .group_by(columns, use_threads=False)
+            .aggregate([([], "count_all")])
+            .to_pylist()
+        )
+        for group in groups:
+            key = (group["schema"], group["table"], group["segment"])
+            reduced.sizes[key] = group["count_all"]
+            reduced.buckets[key] = group[SPILL_BUCKET]
+        reduced.keys = set(reduced.sizes)
+        return reduced
+
+    def size(self, key: SegmentKey) -> int:
+        return self.sizes.get(key, 0)
+
+    def large(self, key: SegmentKey) -> bool:
+        """Whether the segment is too large to bring to the driver at once."""
+        return self.size(key) > COLLECT_LIMIT
+
+    def _where(self, key: SegmentKey, column) -> Any:
+        schema, table, segment = key
+        return (
+            (column(SPILL_BUCKET) == self.buckets[key])
+            & (column("schema") == schema)
+            & (column("table") == table)
+            & (column("segment") == segment)
+        )
+
+    def frame(self, key: SegmentKey) -> DataFrame:
+        """A spilled segment as a DataFrame (a large one, for the executors to load)."""
+        assert self.frame_all is not None, "only a spilled segment is read by Spark"
+        return self.frame_all.where(self._where(key, F.col)).drop(SPILL_BUCKET)
+
+    def rows(self, key: SegmentKey) -> pa.Table:
+        if self.dataset is None:
+            return self.segments[key]
+        rows = self.dataset.to_table(filter=self._where(key, pc.field))
+        return rows.drop_columns([SPILL_BUCKET])
+
+    def release(self) -> None:
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
+
+
+def read_ddl_records(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> list[dict]:
+    """The changefeed's DDL log, each DDL once."""
+    if not delta_table_exists(layout.ddl):
+        return []
+    rows = read_delta(spark, layout.ddl).where(_of_feed(plan)).collect()
+    return unique_records([row.asDict() for row in rows])
+
+
+def reduce_changes(
+    spark: SparkSession, layout: LakeLayout, plan: FeedPlan, timeline: Timeline
+) -> tuple[Reduced, dict[TableName, TableCounts], Batches]:
+    """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
+    changes = _unsettled_changes(spark, layout, plan)
+    if changes is None:
+        return Reduced.empty(), {}, Batches()
+    ordered = with_order_ts(changes, _markers(spark, layout, plan) if plan.lacks_ts else None)
+    applied = spark.createDataFrame(
+        [
+            (name.schema, name.name, p.applied_ts, p.applied_batch)
+            for name, p in plan.prior.items()
+            if not plan.rebuild
+        ],
+        "schema string, table string, applied_ts long, applied_batch long",
+    )
+    selected = with_selection(
+        ordered,
+        applied,
+        target_ts=plan.target_ts,
+        default_ts=plan.low_ts,
+        default_batch=plan.low_batch,
+    )
+    # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
+    # the images of a large run would not fit a small driver.
+    counts, batches = _counts(selected, plan)
+    splits, points = {}, {}
+    for name in {n for b in timeline.barriers for n in b.tables}:
+        segments = timeline.segments_of(name)
+        splits[(name.schema, name.name)] = [segment.end for segment in segments[:-1]]
+        for segment in segments:
+            if segment.folds:
+                points[(name.schema, name.name, segment.number)] = segment.points(name, plan.zones)
+    applying = with_segment(selected.where(F.col("selected")), splits)
+    applying = with_folds(applying, points)
+    actions = key_actions(applying, _fallback_handles(timeline))
+    reduced = last_per_key(actions).select(*REDUCED_COLUMNS)
+    if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
+        return Reduced(reduced.toArrow()), counts, batches
+    spill = layout.root / SCRATCH / f"compact-{plan.name}"
+    return Reduced.spilled(reduced, spill), counts, batches
+
+
+def _of_feed(plan: FeedPlan):
+    return F.col("topic").isin(list(plan.topics))
+
+
+def _unsettled_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:
+    if not delta_table_exists(layout.changes):
+        return None
+    changes = read_delta(spark, layout.changes).where(_of_feed(plan))
+    # Rows a data-quality check quarantined stay out of gold.
+    quarantined = quarantined_coordinates(spark, layout)
+    if quarantined is not None:
+        changes = changes.join(F.broadcast(quarantined), COORDINATES, "left_anti")
+    # Bronze batches up to low_batch are settled: every change in them is applied (or was
+    # a replay). Silver is partitioned by bronze batch, so Spark reads only later files.
+    unsettled = changes.where(F.col("bronze_batch") > plan.low_batch)
+    if not plan.consistent or plan.lacks_ts:
+        # Changes without a TS need their neighbours, whatever their TSs.
+        return unsettled
+    # Above the target too: those changes keep their batches unsettled (see _counts).
+    return unsettled.where(F.col("commit_ts") > plan.low_ts)
+
+
+def _markers(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:
+    """Known TSs in the partitions: resolved events and DDLs of the unsettled batches, and
+    per partition the largest TS of the settled ones (before them: replays below it are
+    told from bounds, ``reduce.with_order_ts``)."""
+    frames, settled = [], []
+    tables = ((layout.resolved, "ts"), (layout.ddl, "commit_ts"), (layout.changes, "commit_ts"))
+    for path, ts in tables:
+        if not delta_table_exists(path):
+            continue
+        rows = read_delta(spark, path).where(_of_feed(plan))
+        if path != layout.changes:
+            frames.append(
+                rows.where(F.col("bronze_batch") > plan.low_batch).select(
+                    "topic", "partition", F.col(ts).alias("ts"), "offset", "index"
+                )
+            )
+        settled.append(
+            rows.where(F.col("bronze_batch") <= plan.low_batch).select(
+                "topic", "partition", F.col(ts).alias("ts")
+            )
+        )
+    if settled and plan.low_batch >= 0:
+        floor = functools.reduce(DataFrame.unionByName, settled).groupBy("topic", "partition")
+        frames.append(
+            floor.agg(F.max("ts").alias("ts"))
+            .where(F.col("ts").isNotNull())
+            .withColumn("offset", F.lit(-1).cast("long"))
+            .withColumn("index", F.lit(-1).cast("int"))
+        )
+    return functools.reduce(DataFrame.unionByName, frames) if frames else None
+
+
+def _counts(marked: DataFrame, plan: FeedPlan) -> tuple[dict[TableName, TableCounts], Batches]:
+    """Per table: changes read, distinct, left for later; the batch bounds of the run."""
+    selected = F.col("selected")
+    unsettled = F.lit(False)  # a change this run leaves for a later one
+    if plan.consistent:
+        unsettled = ~selected & (
+            F.col("order_ts").isNull() | (F.col("order_ts") > F.lit(plan.target))
+        )
+    waiting = F.col("commit_ts").isNull() & unsettled
+    rows = (
+        marked.groupBy("schema", "table")
+        .agg(
+            F.sum(selected.cast("long")).alias("read"),
+            # Replays: copies of an event (same event_id and order TS) beyond the first.
+            F.count_distinct(
+                F.when(selected, F.struct("event_id", F.coalesce("order_ts", F.lit(-1))))
+            ).alias("changes"),
+            F.sum(waiting.cast("long")).alias("pending"),
+            F.min(F.when(unsettled, F.col("bronze_batch"))).alias("pending_batch"),
+            F.max("bronze_batch").alias("max_batch"),
+            F.max(F.when(selected, F.col("order_ts"))).alias("max_ts"),
+        )
+        .collect()
+    )
+    counts = {
+        TableName(row.schema, row.table): TableCounts(
+            read=int(row.read or 0),
+            changes=int(row.changes or 0),
+            pending=int(row.pending or 0),
+            max_ts=row.max_ts,
+        )
+        for row in rows
+    }
+    pending = [row.pending_batch for row in rows if row.pending_batch is not None]
+    batches = Batches(
+        latest=max((row.max_batch for row in rows), default=None),
+        pending=min(pending) if pending else None,
+    )
+    return counts, batches
+
+
+def _fallback_handles(timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per table the handle the DDL log implies (the latest catalog that knows it)."""
+    handles = {}
+    for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
+        for name, info in catalog.tables.items():
+            if info.handle:
+                handles[(name.schema, name.name)] = info.handle
+    return handles

@@ -1,0 +1,475 @@
+"""A compaction run's steps on gold, in commit order.
+
+Each table's segments (its changes, with the DDLs folded into them) and the barriers that
+split tables are carried out in the order of their TSs. Every commit carries an app
+transaction whose version only grows along the change log (``Versions``), so a rerun finds
+each step done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Container
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ticdc_lake.gold.catalog import (
+    AddColumns,
+    AlterColumn,
+    Create,
+    DeleteRows,
+    Drop,
+    DropColumns,
+    Effect,
+    Inconsistent,
+    Move,
+    TableInfo,
+    TableName,
+    Truncate,
+)
+from ticdc_lake.gold.changes import Batches, Reduced, SegmentKey
+from ticdc_lake.gold.exceptions import GoldError
+from ticdc_lake.gold.feed import FeedPlan
+from ticdc_lake.gold.plan import Barrier, Segment, Timeline
+from ticdc_lake.gold.state import TableState
+from ticdc_lake.gold.tables import (
+    COMMIT_TS,
+    GoldTable,
+    SegmentStats,
+    TypedSegment,
+    alter_column,
+    delete_rows,
+    frame_specs,
+    plan_segment,
+    type_segment,
+    typed_frame,
+)
+from ticdc_lake.gold.types import ColumnSpec, gold_type
+
+# Room for this many DDL effects on one table at one commit TS (versions are TS x 8 + n; a TSO
+# x 8 still fits a long until the year 2100).
+EFFECTS_PER_DDL = 8
+# Inconsistent mode numbers its steps from (bronze batch + 1) x STEPS_PER_RUN.
+STEPS_PER_RUN = 1 << 16
+# Rows per file of a gold table loaded by the executors (~10-40 MB of Parquet).
+ROWS_PER_FILE = 250_000
+_INFINITY = float("inf")
+# Effects that change rows, named for a reason: without a TS they are misplaced in time.
+ROW_EFFECTS = {
+    Truncate: "TRUNCATE",
+    Drop: "DROP TABLE",
+    Move: "RENAME",
+    DeleteRows: "partition DDL deleting rows",
+}
+
+
+class Steps:
+    """A run's steps on gold, in commit order: each table's segments (its changes with the DDLs
+    folded into them) and the barriers that split tables. A failing table is marked failed in
+    ``failures`` and skipped from then on; the others go on."""
+
+    def __init__(self, zones: dict[str, str], failures: dict[str, str]):
+        self.zones = zones  # topic -> the time zone its TIMESTAMP text is read in
+        self.failures = failures
+
+    def execute(
+        self,
+        timeline: Timeline,
+        reduced: Reduced,
+        work: dict[TableName, TableWork],
+        versions: Versions,
+    ) -> None:
+        steps: list[tuple[tuple, SegmentStep | Barrier]] = []
+        for name, item in work.items():
+            for segment in timeline.segments_of(name):
+                key = (name.schema, name.name, segment.number)
+                if key not in reduced.keys and not segment.folds:
+                    continue
+                end = segment.end if segment.end is not None else _INFINITY
+                steps.append(((end, 0, str(name)), SegmentStep(item, segment, key)))
+        for position, barrier in enumerate(timeline.barriers):
+            ts = barrier.ts if barrier.ts is not None else _INFINITY
+            steps.append(((ts, 1, position), barrier))
+        steps.sort(key=lambda step: step[0])
+        for number, (_, step) in enumerate(steps):
+            if isinstance(step, SegmentStep):
+                self._segment(step, reduced, versions, number)
+            else:
+                self._ddl(timeline, step, work, versions, number)
+
+    def _segment(
+        self, step: SegmentStep, reduced: Reduced, versions: Versions, number: int
+    ) -> None:
+        """A segment's folded DDLs and changes: at most a reshape of gold's columns, then one
+        merge (after a TRUNCATE: one commit replacing the rows)."""
+        item, segment = step.item, step.segment
+        if item.failed:
+            return
+        info = segment.catalog.info(item.name)
+        version = versions.merge(segment.end, number)
+        try:
+            shape = self._shape(item, segment)
+            if step.key not in reduced.keys and shape.reset:
+                # A DDL's version: the merge version (end TS - 1) can be the last run's target
+                # when no change lies between, and would be taken as done.
+                emptied = self._ddl_version(versions, item, segment, number)
+                item.commits += self._emptied(item, shape.schema, emptied)
+                return
+            if shape.changed and not shape.reset:
+                reshape = self._ddl_version(versions, item, segment, number)
+                item.commits += item.ddl_gold().reshape(shape.schema, reshape, shape.values)
+            if step.key not in reduced.keys:
+                return
+            stats = self._apply(item, info, shape, reduced, step.key, version)
+        except (GoldError, ValueError, pa.ArrowException) as exc:
+            item.fail(str(exc))
+            self.failures[str(item.name)] = str(exc)
+            return
+        item.upserts += stats.upserts
+        item.deletes += stats.deletes
+        item.zero_dates += stats.zero_dates
+        if stats.key_only:
+            item.reasons.append(
+                f"{stats.key_only} changes carried only their handle key (TiCDC's large-message "
+                "handle-key-only option): their other columns are NULL in gold"
+            )
+
+    def _shape(self, item: TableWork, segment: Segment) -> Shape:
+        """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
+        CREATE TABLE's columns, added ones appended (after _commit_ts) with the value the rows
+        already there get, dropped ones gone."""
+        present = item.gold.schema()
+        schema, reset, values = present, False, {}
+        for barrier in segment.folds:
+            for effect in combined_effects(barrier.effects_on(item.name)):
+                if isinstance(effect, Inconsistent):
+                    item.reasons.append(effect.reason)
+                    continue
+                item.ddl += 1
+                if isinstance(effect, Create):
+                    item.dropped, reset, values = False, True, {}
+                    if effect.columns:
+                        schema = create_schema(effect.columns)
+                elif isinstance(effect, Truncate):
+                    reset, values = True, {}
+                elif schema is None:
+                    continue  # no gold table: nothing to change
+                elif isinstance(effect, AddColumns):
+                    for name, value in self._added(effect, barrier, schema.names).items():
+                        schema = schema.append(pa.field(name, value.type))
+                        values[name] = value
+                elif isinstance(effect, DropColumns):
+                    for name in effect.names:
+                        if name in schema.names:
+                            schema = schema.remove(schema.get_field_index(name))
+                            values.pop(name, None)
+        changed = schema is not None and (
+            present is None or schema.names != present.names or bool(values)
+        )
+        return Shape(schema, reset, changed, values)
+
+    def _added(
+        self, effect: AddColumns, barrier: Barrier, existing: Container[str] = ()
+    ) -> dict[str, pa.Scalar]:
+        """The columns ``effect`` adds (those not ``existing``), each with the value the rows
+        already there get, typed as gold's column."""
+        specs = dict(effect.columns)
+        where = barrier.ddl.record.describe()
+        return {
+            value.name: value.gold_value(_gold_arrow(specs[value.name]), where)
+            for value in barrier.added_values(effect, self.zones)
+            if value.name not in existing
+        }
+
+    @staticmethod
+    def _ddl_version(versions: Versions, item: TableWork, segment: Segment, number: int) -> int:
+        """The version of a commit carrying the segment's folded DDLs (at its last DDL's TS)."""
+        version = versions.ddl(item.name, segment.folds[-1].ts, number)
+        if version is None:
+            raise GoldError(f"more than {EFFECTS_PER_DDL} DDL effects at one TS")
+        return version
+
+    def _emptied(self, item: TableWork, schema: pa.Schema | None, version: int) -> int:
+        """A reset without changes after it: gold empty, with ``schema``."""
+        return 0 if schema is None else item.ddl_gold().create(schema, version)
+
+    def _apply(
+        self,
+        item: TableWork,
+        info: TableInfo,
+        shape: Shape,
+        reduced: Reduced,
+        key: SegmentKey,
+        version: int,
+    ) -> SegmentStats:
+        """The segment's reduced changes into gold: merged, or replacing its rows after a
+        reset; a large one into an empty table typed and written by the executors."""
+        if reduced.large(key) and (shape.reset or item.gold.rows() == 0):
+            return self._append(item, info, reduced.frame(key), version, shape)
+        typed = type_segment(reduced.rows(key), info, shape.schema, self.zones)
+        if shape.schema is not None:
+            typed = _in_order(typed, shape.schema)
+        if shape.reset:
+            item.commits += item.gold.replace_rows(typed, version)
+        else:
+            item.commits += item.gold.merge(typed, version)
+        item.keys = typed.keys
+        return typed.stats
+
+    def _append(
+        self,
+        item: TableWork,
+        info: TableInfo,
+        frame: DataFrame,
+        version: int,
+        shape: Shape,
+    ):
+        """A large segment into an empty gold table (an initial load, or after a reset): typed
+        on the executors and written by write_delta, never collected to the driver."""
+        handles, specs = frame_specs(frame)
+        plan = plan_segment(info, handles, specs, shape.schema)
+        totals = frame.agg(
+            F.count("*").alias("rows"),
+            F.sum(F.col("deleted").cast("long")).alias("deletes"),
+            F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
+        ).first()
+        rows = int(totals.rows)
+        # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
+        # files it does not touch (changes cluster on recent keys in most tables).
+        files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
+        typed = typed_frame(frame, plan, self.zones)
+        keys = [F.col(f"`{key}`") for key in plan.keys]
+        clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
+        if item.gold.exists() and (shape.reset or shape.changed):
+            item.commits += item.gold.load(clustered, version)
+        else:
+            item.commits += item.gold.append(clustered, version)
+        item.keys = plan.keys
+        # Zero dates are not counted on this path (the executors type the values).
+        return SegmentStats(
+            upserts=rows - int(totals.deletes or 0),
+            deletes=int(totals.deletes or 0),
+            key_only=int(totals.key_only or 0),
+        )
+
+    def _ddl(
+        self,
+        timeline: Timeline,
+        barrier: Barrier,
+        work: dict[TableName, TableWork],
+        versions: Versions,
+        number: int,
+    ) -> None:
+        """A barrier's effects on the tables it splits (folded ones: ``_segment``)."""
+        for effect in combined_effects(barrier.effects):
+            item = work.get(effect.table)
+            if item is None or item.failed or not timeline.splits(barrier, effect.table):
+                continue
+            version = versions.ddl(effect.table, barrier.ts, number)
+            if version is None:
+                item.fail(f"{barrier.ddl.record.describe()} has more than {EFFECTS_PER_DDL} "
+                          "effects on the table")  # fmt: skip
+                self.failures[str(item.name)] = item.reasons[-1]
+                continue
+            try:
+                self._effect(effect, item, work, barrier, version)
+            except (GoldError, ValueError, pa.ArrowException) as exc:
+                message = f"{barrier.ddl.record.describe()}: {exc}"
+                item.fail(message)
+                self.failures[str(item.name)] = message
+
+    def _effect(
+        self,
+        effect: Effect,
+        item: TableWork,
+        work: dict[TableName, TableWork],
+        barrier: Barrier,
+        version: int,
+    ) -> None:
+        gold = item.ddl_gold()
+        if isinstance(effect, Inconsistent):
+            item.reasons.append(effect.reason)
+            return
+        item.ddl += 1
+        if barrier.ts is None and type(effect) in ROW_EFFECTS:
+            item.reasons.append(
+                f"{barrier.ddl.record.describe()} ({ROW_EFFECTS[type(effect)]}) applied after "
+                "the changes of the run, having no TS to place it by: rows upstream wrote after "
+                "it are missing from gold, rows it removed before later changes may remain"
+            )
+        if isinstance(effect, Create):
+            item.dropped = False
+            if not effect.replace and gold.exists():
+                fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
+                item.commits += gold.add_columns(fields, version)
+            elif effect.columns:
+                item.commits += gold.create(create_schema(effect.columns), version)
+            else:
+                item.commits += gold.empty(version)
+        elif isinstance(effect, AddColumns):
+            added = self._added(effect, barrier)
+            fields = [pa.field(name, value.type) for name, value in added.items()]
+            item.commits += gold.add_columns(fields, version, added)
+        elif isinstance(effect, DropColumns):
+            present = gold.schema()
+            if present is not None and any(n in present.names for n in effect.names):
+                item.commits += gold.drop_columns(effect.names, version)
+        elif isinstance(effect, AlterColumn):
+            self._alter(effect, gold, item, version)
+        elif isinstance(effect, Truncate):
+            item.commits += gold.empty(version)
+        elif isinstance(effect, Drop):
+            item.commits += gold.empty(version)
+            item.dropped = True
+        elif isinstance(effect, Move):
+            target = work.get(effect.new)
+            if target is not None and not target.failed:
+                target.commits += gold.copy_to(target.ddl_gold(), version)
+                target.dropped = False
+                target.ddl += 1
+            item.commits += gold.empty(version)
+            item.dropped = True
+        elif isinstance(effect, DeleteRows):
+            item.commits += gold.rewrite(delete_rows(effect.rows), version)
+
+    def _alter(self, effect: AlterColumn, gold: GoldTable, item, version: int) -> None:
+        present = gold.schema()
+        if present is None or effect.old_name not in present.names:
+            return
+        current = present.field(effect.old_name).type
+        target = _gold_arrow(effect.spec) if effect.spec is not None else current
+        if target == current and effect.new_name == effect.old_name:
+            return  # the gold type is the same (VARCHAR(10) → VARCHAR(20), new ENUM members)
+        item.commits += gold.rewrite(
+            alter_column(effect.old_name, effect.new_name, None if target == current else target),
+            version,
+        )
+
+
+@dataclass
+class TableWork:
+    """One gold table's progress in a run."""
+
+    name: TableName
+    gold: GoldTable
+    prior: TableState | None
+    upserts: int = 0
+    deletes: int = 0
+    ddl: int = 0
+    commits: int = 0
+    zero_dates: int = 0
+    keys: tuple[str, ...] | None = None
+    dropped: bool | None = None
+    failed: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def ddl_gold(self) -> GoldTable:
+        """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
+        return GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
+
+    def fail(self, reason: str) -> None:
+        self.failed = True
+        self.reasons.append(reason)
+
+
+@dataclass(frozen=True)
+class SegmentStep:
+    """A step of a run: one table's segment (its folded DDLs and its changes) into gold."""
+
+    item: TableWork
+    segment: Segment
+    key: SegmentKey  # the segment's key in the reduced change set
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A gold table's columns after a segment's folded DDLs, before its changes."""
+
+    schema: pa.Schema | None  # None: no gold table yet
+    reset: bool  # emptied (TRUNCATE, CREATE TABLE): the changes replace its rows
+    changed: bool  # columns differ from gold's
+    values: dict[str, pa.Scalar]  # added columns: the value the rows already there get
+
+
+@dataclass
+class Versions:
+    """App-transaction versions of a run's steps; they only grow along the change log."""
+
+    target: int | None  # the TS of a consistent run
+    base: int | None  # inconsistent runs: steps numbered from here
+    # DDL effects given a version per (table, TS or step): two DDLs at one TS (or a DDL and a
+    # segment's reshape) take successive versions, so neither is taken for the other's rerun.
+    used: dict[tuple, int] = field(default_factory=dict)
+
+    def merge(self, end_ts: int | None, step: int) -> int:
+        if self.base is not None:
+            return self.base + step
+        # Changes before a DDL at TS t all have TS < t; the last segment ends at the target.
+        return (end_ts - 1) if end_ts is not None else self.target
+
+    def ddl(self, table: TableName, ts: int | None, step: int) -> int | None:
+        """The next version of a DDL effect on ``table`` at ``ts`` (None: more effects than
+        EFFECTS_PER_DDL at one TS)."""
+        numbered = self.base is not None or ts is None
+        point = (table, step) if numbered else (table, ts)
+        sub = self.used.get(point, 0)
+        self.used[point] = sub + 1
+        if sub >= EFFECTS_PER_DDL:
+            return None
+        if numbered:
+            return (self.base or 0) + step * EFFECTS_PER_DDL + sub
+        return ts * EFFECTS_PER_DDL + sub
+
+
+def versions_of(plan: FeedPlan, batches: Batches) -> Versions:
+    """The versions of a run's steps: TS-based in a consistent run, numbered from the latest
+    bronze batch in an inconsistent one."""
+    if plan.consistent:
+        return Versions(plan.target, None)
+    top = max(plan.low_batch, batches.latest if batches.latest is not None else -1)
+    return Versions(None, (top + 1) * STEPS_PER_RUN)
+
+
+def combined_effects(effects: list[Effect]) -> list[Effect]:
+    """Consecutive ADD/DROP COLUMN effects on one table as one (ALTER TABLE t ADD a, ADD b)."""
+    combined: list[Effect] = []
+    for effect in effects:
+        last = combined[-1] if combined else None
+        if (
+            isinstance(effect, AddColumns)
+            and isinstance(last, AddColumns)
+            and last.table == effect.table
+        ):
+            combined[-1] = AddColumns(
+                effect.table, last.columns + effect.columns, last.definitions + effect.definitions
+            )
+        elif (
+            isinstance(effect, DropColumns)
+            and isinstance(last, DropColumns)
+            and last.table == effect.table
+        ):
+            combined[-1] = DropColumns(effect.table, last.names + effect.names)
+        else:
+            combined.append(effect)
+    return combined
+
+
+def _gold_arrow(spec: ColumnSpec) -> pa.DataType:
+    return gold_type(spec).arrow
+
+
+def _in_order(typed: TypedSegment, schema: pa.Schema) -> TypedSegment:
+    """The segment's columns in ``schema``'s order, then any others: a table it creates
+    (after a CREATE TABLE folded in) has the columns in the order the barrier path gives."""
+    names = typed.data.column_names
+    order = [n for n in schema.names if n in names] + [n for n in names if n not in schema.names]
+    return dataclasses.replace(typed, data=typed.data.select(order))
+
+
+def create_schema(columns: tuple[tuple[str, ColumnSpec], ...]) -> pa.Schema:
+    """The gold columns of a CREATE TABLE."""
+    fields = [pa.field(n, _gold_arrow(spec)) for n, spec in columns]
+    return pa.schema([*fields, pa.field(COMMIT_TS, pa.int64())])
