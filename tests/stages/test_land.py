@@ -25,12 +25,12 @@ from ticdc_lake.stages import export_source
 from ticdc_lake.stages.land import (
     LandError,
     LandTables,
-    _Batch,
     discover_files,
     land,
     merge_runs,
     overlap_windows,
 )
+from ticdc_lake.stages.land_batch import BatchCommits
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 # --- fixtures and helpers ---------------------------------------------------------------------
@@ -292,17 +292,17 @@ def story(spark, generated, tmp_path_factory):
     # 4: killed between the bronze commit and the later ones.
     exports.write_export(landing / "late.parquet", p2[-3:], "parquet")
     set_mtime(landing / "late.parquet", 4_000)
-    original = _Batch._commit_ranges_and_gaps
+    original = BatchCommits.offset_runs
 
     def killed(self, *args):
         raise SimulatedKill("after the bronze commit")
 
-    _Batch._commit_ranges_and_gaps = killed
+    BatchCommits.offset_runs = killed
     try:
         with pytest.raises(SimulatedKill):
             land(spark, config)
     finally:
-        _Batch._commit_ranges_and_gaps = original
+        BatchCommits.offset_runs = original
     steps["killed"] = {
         "bronze": bronze_records(tables),
         "versions": versions(tables),
@@ -479,7 +479,7 @@ def test_a_lost_plan_never_lands_records_twice(spark, generated, tmp_path, monke
         raise SimulatedKill("after the bronze commit")
 
     with monkeypatch.context() as patch:
-        patch.setattr(_Batch, "_commit_ranges_and_gaps", killed)
+        patch.setattr(BatchCommits, "offset_runs", killed)
         with pytest.raises(SimulatedKill):
             land(spark, config)
     tables.plan.unlink()

@@ -1,0 +1,474 @@
+"""One land batch: what its records are (new, duplicate, conflict), then its commits in order.
+
+The records' coordinates and positions are cached: they answer what the batch holds. Usually
+it holds each offset once and none that bronze has: then nothing is sorted and no record's
+bytes are compared. Otherwise every record is classified (``classify``) by the hash of its
+bytes. Plain Parquet files are read three columns wide for the coordinates, and again whole to
+write the new records (cheaper than caching whole records); records parsed in Python (JSON
+Lines, kcat, Avro, compressed files) are cached whole instead, parsing being the dearer part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructType
+
+from ticdc_lake.delta import merge_delta, open_table, read_delta, write_delta
+from ticdc_lake.limits import Limits
+from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
+from ticdc_lake.stages.land_tables import (
+    APP_ID,
+    BRONZE_PARTITION_BY,
+    BRONZE_SCHEMA,
+    EXPORT_ERRORS_SCHEMA,
+    LANDED_FILES_SCHEMA,
+    OFFSET_CONFLICTS_SCHEMA,
+    OFFSET_GAPS_SCHEMA,
+    OFFSET_RANGES_SCHEMA,
+    LandError,
+    LandPlan,
+    LandTables,
+    from_micros,
+)
+from ticdc_lake.stages.offset_runs import (
+    Runs,
+    collect_runs,
+    gap_rows,
+    merge_runs,
+    overlap_windows,
+    range_rows,
+    run_key,
+)
+
+NEW, DUPLICATE, CONFLICT = "new", "duplicate", "conflict"
+# Where each record is (file and position in it) and what it is (Kafka coordinates).
+COORDINATES = ("file_index", "position", "topic", "partition", "offset")
+# Up to this many duplicate/conflict rows are broadcast when the new records are picked out.
+_BROADCAST_ROWS = 2_000_000
+
+
+@dataclass
+class RecordCounts:
+    """What became of the records of a file, or of a batch."""
+
+    read: int = 0  # = new + duplicates + conflicts
+    new: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    errors: int = 0  # lines, rows or whole files not readable
+
+    def __add__(self, other: RecordCounts) -> RecordCounts:
+        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
+        return RecordCounts(*(mine + theirs for mine, theirs in pairs))
+
+    def count(self, status: str, records: int) -> None:
+        """Add ``records`` of a classified ``status`` (NEW, DUPLICATE, CONFLICT)."""
+        field = {NEW: "new", DUPLICATE: "duplicates", CONFLICT: "conflicts"}[status]
+        setattr(self, field, getattr(self, field) + records)
+
+    def reconciles(self) -> bool:
+        return self.read == self.new + self.duplicates + self.conflicts
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    counts: RecordCounts
+    gaps: list[dict]  # the open offset gaps after the batch (rows of offset_gaps)
+
+
+def run_batch(
+    spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None = None
+) -> BatchOutcome:
+    """Read the plan's files and make its commits (those not made yet)."""
+    commits = BatchCommits(spark, tables, plan)
+    records = BatchRecords(spark, plan, limits)
+    try:
+        old_runs = old_offset_runs(spark, tables, plan)
+        sorted_records = sort_records(spark, tables, plan, records, old_runs)
+        try:
+            commits.bronze(records.records, sorted_records)
+            commits.export_errors(records.errors(), sorted_records.totals)
+            commits.conflicts(records.records, sorted_records)
+        finally:
+            sorted_records.release()
+    finally:
+        records.release()
+    gaps = commits.offset_runs(merge_runs(old_runs, sorted_records.new_runs))
+    commits.landed_files(sorted_records.per_file)
+    return BatchOutcome(sorted_records.totals, gaps)
+
+
+class BatchRecords:
+    """The batch's records as Spark reads them, and the cache of what it holds."""
+
+    def __init__(self, spark: SparkSession, plan: LandPlan, limits: Limits | None):
+        self.raw = read_export_files(spark, plan.files, limits=limits)
+        self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
+        if all(_plain_parquet(f) for f in plan.files):
+            # Parquet is cheap to read again, and its coordinates alone cheaper still.
+            self.cached = []
+            first_look = read_export_files(spark, plan.files, coordinates_only=True)
+        else:
+            # Records parsed in Python: parse once, keep them.
+            self.cached = [self.raw.persist(StorageLevel.MEMORY_AND_DISK)]
+            first_look = self.raw
+        self.slim = first_look.select(
+            *COORDINATES, F.col("error").isNull().alias("is_record")
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(self.slim)
+
+    def errors(self) -> DataFrame:
+        """The rows ``exports`` could not read, with why (not cached: rare, maybe long)."""
+        return self.raw.where(F.col("error").isNotNull()).withColumnRenamed("error", "reason")
+
+    def release(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
+
+
+@dataclass(frozen=True)
+class SortedRecords:
+    """The batch's records sorted into new, duplicates and conflicts."""
+
+    per_file: list[RecordCounts]  # by file index in the plan
+    new_runs: Runs  # the offset runs of the new records
+    status: DataFrame | None = None  # classify's output; None: every record is new
+
+    @property
+    def totals(self) -> RecordCounts:
+        return sum(self.per_file, RecordCounts())
+
+    def release(self) -> None:
+        if self.status is not None:
+            self.status.unpersist()
+
+
+def sort_records(
+    spark: SparkSession,
+    tables: LandTables,
+    plan: LandPlan,
+    records: BatchRecords,
+    old_runs: Runs,
+) -> SortedRecords:
+    extents, per_file = _extents(records.slim, len(plan.files))
+    windows = overlap_windows(extents, old_runs)
+    present = records.slim.where(F.col("is_record")).drop("is_record")
+    if not windows and _offsets_unique(present, extents):
+        return _all_new(present, extents, per_file)
+    # Which copy is which takes the records' bytes (their hashes).
+    hashed = records.records.select(*COORDINATES, "record_hash")
+    status = classify(hashed, _bronze_copies(spark, tables, plan, windows))
+    return _summarize(status.persist(StorageLevel.MEMORY_AND_DISK), per_file, plan.batch_id)
+
+
+def with_record_hash(records: DataFrame) -> DataFrame:
+    """Headers normalised (none → []) and ``record_hash``: xxhash64 of the record's bytes.
+
+    The null flags keep (key null, value v) apart from (key v, value null): xxhash64 skips
+    null inputs, so without them the two would hash alike."""
+    headers = F.coalesce(F.col("headers"), F.array().cast(HEADERS_TYPE))
+    return records.withColumn("headers", headers).withColumn(
+        "record_hash",
+        F.xxhash64(
+            F.col("key").isNull(), F.col("key"), F.col("value").isNull(), F.col("value"), headers
+        ),
+    )
+
+
+def classify(slim: DataFrame, existing: DataFrame | None) -> DataFrame:
+    """``status`` (new | duplicate | conflict) of each (file_index, position) record.
+
+    ``slim``: file_index, position, topic, partition, offset, record_hash of the batch's
+    records. ``existing``: topic, partition, offset, kept_batch_id, kept_source_file,
+    kept_record_hash of bronze records the batch may overlap (None: it overlaps none).
+    Adds kept_record_hash, kept_batch_id, kept_source_file (bronze's copy) and first_file
+    (the index of the file whose copy is first in the batch).
+    """
+    coordinates = ["topic", "partition", "offset"]
+    first = Window.partitionBy(*coordinates).orderBy("file_index", "position")
+    ranked = (
+        slim.withColumn("rank", F.row_number().over(first))
+        .withColumn("first_hash", F.first("record_hash").over(first))
+        .withColumn("first_file", F.first("file_index").over(first))
+    )
+    if existing is None:
+        ranked = ranked.select(
+            "*",
+            F.lit(None).cast(LongType()).alias("kept_record_hash"),
+            F.lit(None).cast(LongType()).alias("kept_batch_id"),
+            F.lit(None).cast(StringType()).alias("kept_source_file"),
+        )
+    else:
+        ranked = ranked.join(existing, coordinates, "left")
+    in_bronze = F.col("kept_record_hash").isNotNull()
+    status = (
+        F.when(in_bronze & (F.col("record_hash") == F.col("kept_record_hash")), F.lit(DUPLICATE))
+        .when(in_bronze, F.lit(CONFLICT))
+        .when(F.col("rank") == 1, F.lit(NEW))
+        .when(F.col("record_hash") == F.col("first_hash"), F.lit(DUPLICATE))
+        .otherwise(F.lit(CONFLICT))
+    )
+    return ranked.withColumn("status", status).drop("rank")
+
+
+Extents = dict[tuple[str, int], tuple[int, int, int]]  # (topic, partition) -> low, high, count
+
+
+def _extents(slim: DataFrame, files: int) -> tuple[Extents, list[RecordCounts]]:
+    """Per (topic, partition): the batch's lowest and highest offset and record count;
+    per file: counts of records and of error rows. Reads the files and fills the cache."""
+    rows = (
+        slim.groupBy("file_index", "topic", "partition", "is_record")
+        .agg(F.min("offset"), F.max("offset"), F.count(F.lit(1)))
+        .collect()
+    )
+    extents: Extents = {}
+    per_file = [RecordCounts() for _ in range(files)]
+    for file_index, topic, partition, is_record, low, high, count in rows:
+        counts = per_file[file_index]
+        if not is_record:
+            counts.errors += count
+            continue
+        counts.read += count
+        known = extents.get((topic, partition))
+        if known is not None:
+            low, high, count = min(known[0], low), max(known[1], high), known[2] + count
+        extents[(topic, partition)] = (low, high, count)
+    return extents, per_file
+
+
+def _offsets_unique(records: DataFrame, extents: Extents) -> bool:
+    """Whether no (topic, partition, offset) occurs twice in the batch."""
+    if any(count > high - low + 1 for low, high, count in extents.values()):
+        return False  # more records than offsets in their span
+    distinct = records.select("topic", "partition", "offset").distinct().count()
+    return distinct == sum(count for _, _, count in extents.values())
+
+
+def _all_new(records: DataFrame, extents: Extents, per_file: list[RecordCounts]):
+    """Every record is new; when each partition's offsets are dense, its run is its
+    [lowest, highest], known without reading anything again."""
+    for counts in per_file:
+        counts.new = counts.read
+    if all(count == high - low + 1 for low, high, count in extents.values()):
+        dense = {key: [(low, high)] for key, (low, high, _) in extents.items()}
+        return SortedRecords(per_file, dense)
+    # Some partition has holes: its runs take a sort (rare: holes are lost records).
+    return SortedRecords(per_file, collect_runs(records))
+
+
+def _summarize(status: DataFrame, per_file: list[RecordCounts], batch_id: int) -> SortedRecords:
+    """Per file, how many records are new, duplicates and conflicts, and the contiguous
+    offset runs of the new records per (topic, partition)."""
+    for row in status.groupBy("file_index", "status").count().collect():
+        per_file[row.file_index].count(row.status, row["count"])
+    if not all(counts.reconciles() for counts in per_file):
+        raise LandError(f"batch {batch_id}: record counts do not reconcile")
+    has_new = any(counts.new for counts in per_file)
+    new_runs = collect_runs(status.where(F.col("status") == NEW)) if has_new else {}
+    return SortedRecords(per_file, new_runs, status)
+
+
+def old_offset_runs(spark: SparkSession, tables: LandTables, plan: LandPlan) -> Runs:
+    """Bronze's offset runs as the batch was planned against."""
+    if plan.rebuild_ranges:
+        bronze = read_delta(spark, tables.bronze, plan.versions["bronze"])
+        return collect_runs(bronze)  # a full scan of three columns, once
+    runs: Runs = {}
+    for row in _rows_at_plan(tables.offset_ranges, "offset_ranges", plan):
+        runs.setdefault((row["topic"], row["partition"]), []).append(
+            (row["from_offset"], row["to_offset"])
+        )
+    return {key: sorted(value) for key, value in runs.items()}
+
+
+def _bronze_copies(
+    spark: SparkSession, tables: LandTables, plan: LandPlan, windows: dict
+) -> DataFrame | None:
+    """Bronze's copies of offsets the batch may hold again: only the windows where the
+    batch's offsets meet bronze's runs are read, and only the narrow columns."""
+    version = plan.versions.get("bronze")
+    if version is None or not windows:
+        return None
+    condition = F.lit(False)
+    for (topic, partition), (low, high) in sorted(windows.items()):
+        condition = condition | (
+            (F.col("topic") == topic)
+            & (F.col("partition") == partition)
+            & F.col("offset").between(low, high)
+        )
+    topics = sorted({topic for topic, _ in windows})
+    return (
+        read_delta(spark, tables.bronze, version)
+        .where(F.col("topic").isin(topics))  # prunes the topic directories
+        .where(condition)
+        .select(
+            "topic",
+            "partition",
+            "offset",
+            F.col("batch_id").alias("kept_batch_id"),
+            F.col("source_file").alias("kept_source_file"),
+            F.col("record_hash").alias("kept_record_hash"),
+        )
+    )
+
+
+def _rows_at_plan(path: Path, name: str, plan: LandPlan) -> list[dict]:
+    """A small table's rows at the version the batch was planned against."""
+    version = plan.versions.get(name)
+    if version is None:
+        return []
+    return open_table(path, version).to_pyarrow_table().to_pylist()
+
+
+class BatchCommits:
+    """The batch's commits, each tagged with the app transaction (land, batch id): a rerun of
+    the batch skips those already made."""
+
+    def __init__(self, spark: SparkSession, tables: LandTables, plan: LandPlan):
+        self.spark = spark
+        self.tables = tables
+        self.plan = plan
+        self.version = {"app_id": APP_ID, "version": plan.batch_id}
+
+    def _conform(self, frame: DataFrame, schema: StructType) -> DataFrame:
+        """``frame`` with this batch's id and landing time, as exactly ``schema``'s columns."""
+        frame = frame.withColumns(
+            {"batch_id": F.lit(self.plan.batch_id), "landed_at": F.lit(self.plan.landed_at)}
+        )
+        return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
+
+    def bronze(self, records: DataFrame, sorted_records: SortedRecords) -> None:
+        totals = sorted_records.totals
+        if totals.new == 0:
+            return  # nothing new: no commit, no version
+        others = totals.duplicates + totals.conflicts
+        if others:
+            records = records.join(
+                _statuses(sorted_records.status, (DUPLICATE, CONFLICT), others),
+                ["file_index", "position"],
+                "left_anti",
+            )
+        write_delta(
+            self._conform(records, BRONZE_SCHEMA),
+            self.tables.bronze,
+            partition_by=BRONZE_PARTITION_BY,
+            # Bronze holds about what the files do (less for JSON Lines: base64 and field
+            # names): a few large files per batch rather than one per split of every file.
+            size_hint_bytes=sum(file.size for file in self.plan.files),
+            **self.version,
+        )
+
+    def export_errors(self, errors: DataFrame, totals: RecordCounts) -> None:
+        if totals.errors == 0:
+            return
+        write_delta(
+            self._conform(errors, EXPORT_ERRORS_SCHEMA), self.tables.export_errors, **self.version
+        )
+
+    def conflicts(self, records: DataFrame, sorted_records: SortedRecords) -> None:
+        status = sorted_records.status
+        if status is None or sorted_records.totals.conflicts == 0:
+            return
+        first_files = self.spark.createDataFrame(
+            [(i, f.path) for i, f in enumerate(self.plan.files)],
+            "first_file int, first_source_file string",
+        )
+        in_bronze = F.col("kept_record_hash").isNotNull()
+        # The copy kept is bronze's when bronze had one, else the batch's first.
+        conflicts = (
+            status.where(F.col("status") == CONFLICT)
+            .join(F.broadcast(first_files), "first_file")
+            .select(
+                "file_index",
+                "position",
+                F.when(in_bronze, F.col("kept_batch_id"))
+                .otherwise(F.lit(self.plan.batch_id))
+                .alias("kept_batch_id"),
+                F.when(in_bronze, F.col("kept_source_file"))
+                .otherwise(F.col("first_source_file"))
+                .alias("kept_source_file"),
+                F.when(in_bronze, F.col("kept_record_hash"))
+                .otherwise(F.col("first_hash"))
+                .alias("kept_record_hash"),
+            )
+        )
+        rows = records.join(F.broadcast(conflicts), ["file_index", "position"])
+        write_delta(
+            self._conform(rows, OFFSET_CONFLICTS_SCHEMA),
+            self.tables.offset_conflicts,
+            **self.version,
+        )
+
+    def offset_runs(self, runs: Runs) -> list[dict]:
+        """offset_ranges and offset_gaps brought to ``runs``; returns the gaps."""
+        # Against what the tables held when planned (not rebuilt runs): the diff must be theirs.
+        old_ranges = _rows_at_plan(self.tables.offset_ranges, "offset_ranges", self.plan)
+        old_gaps = _rows_at_plan(self.tables.offset_gaps, "offset_gaps", self.plan)
+        gaps = gap_rows(runs, old_gaps, self.plan.batch_id)
+        self._sync(self.tables.offset_ranges, OFFSET_RANGES_SCHEMA, old_ranges, range_rows(runs))
+        self._sync(self.tables.offset_gaps, OFFSET_GAPS_SCHEMA, old_gaps, gaps)
+        return gaps
+
+    def _sync(self, path: Path, schema: pa.Schema, old: list[dict], new: list[dict]) -> None:
+        """Make the small table at ``path`` (keyed by topic, partition, from_offset) hold
+        ``new`` instead of ``old``: one delta-rs merge of the changed rows on the driver, no
+        Spark job; nothing at all when nothing changed."""
+        before = {run_key(row): row for row in old}
+        after = {run_key(row): row for row in new}
+        changes = [row | {"deleted": False} for k, row in after.items() if before.get(k) != row]
+        changes += [row | {"deleted": True} for k, row in before.items() if k not in after]
+        if not changes:
+            return
+        merge_delta(
+            pa.Table.from_pylist(changes, schema.append(pa.field("deleted", pa.bool_()))),
+            path,
+            ["topic", "partition", "from_offset"],
+            delete_column="deleted",
+            **self.version,
+        )
+
+    def landed_files(self, per_file: list[RecordCounts]) -> None:
+        """Last: the batch is done once its files are recorded."""
+        rows = [
+            {
+                "path": file.path,
+                "size": file.size,
+                "modification_time": from_micros(file.mtime_ns // 1000),
+                "layout": file.layout,
+                "file_compression": file.compression,
+                "batch_id": self.plan.batch_id,
+                "records_read": counts.read,
+                "records_added": counts.new,
+                "duplicates": counts.duplicates,
+                "conflicts": counts.conflicts,
+                "errors": counts.errors,
+                "landed_at": self.plan.landed_at,
+            }
+            for file, counts in zip(self.plan.files, per_file, strict=True)
+        ]
+        # A handful of rows: a delta-rs commit from the driver (each row is a new key).
+        merge_delta(
+            pa.Table.from_pylist(rows, LANDED_FILES_SCHEMA),
+            self.tables.landed_files,
+            ["path", "batch_id"],
+            **self.version,
+        )
+
+
+def _statuses(status: DataFrame, kinds: Sequence[str], expected: int) -> DataFrame:
+    """(file_index, position) of records with the given statuses, broadcast when small."""
+    keys = status.where(F.col("status").isin(list(kinds))).select("file_index", "position")
+    return F.broadcast(keys) if expected <= _BROADCAST_ROWS else keys
+
+
+def _plain_parquet(file: ExportFile) -> bool:
+    return file.layout == "parquet" and file.compression == "none"
