@@ -46,7 +46,7 @@ import datetime as dt
 import hashlib
 import json
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,21 +293,23 @@ def _path(layout: LakeLayout, name: str):
     return getattr(layout, name)
 
 
-def _recorded_version(path, app_id: str) -> int | None:
-    if not delta_table_exists(path):
-        return None
-    return open_table(path).transaction_version(app_id)
+def _first_missing(path, app_id: str, version: int) -> int | None:
+    """The first bronze batch a table lacks of a run that records ``version`` under
+    ``app_id``: 0 when it records none; None when it records the run (written before a
+    crash: complete). A table recording an earlier version was written by a run that crashed
+    after its write, before more batches were landed: it holds every batch up to that one."""
+    recorded = open_table(path).transaction_version(app_id) if delta_table_exists(path) else None
+    if recorded is None:
+        return 0
+    return None if recorded >= version else recorded + 1
 
 
 def _append(rows: DataFrame, path, app_id: str, version: int) -> None:
     """Append the rows of batches the table does not hold yet, recording ``version``."""
-    recorded = _recorded_version(path, app_id)
-    if recorded is not None:
-        if recorded >= version:
-            return  # written before a crash: this table is complete for the run
-        # A run that crashed after this table's write, before more batches were landed: it
-        # wrote every batch up to `recorded`; write the rest.
-        rows = rows.where(F.col("bronze_batch") > recorded)
+    first = _first_missing(path, app_id, version)
+    if first is None:
+        return
+    rows = rows.where(F.col("bronze_batch") >= first)
     write_delta(rows, path, partition_by=PARTITION_BY, app_id=app_id, version=version)
 
 
@@ -356,9 +358,9 @@ class DecodedRun:
         if plan is None:
             return  # it recorded the run's version before the run started
         adds = self.adds.get(name, [])
-        recorded = _recorded_version(plan.path, plan.app_id) if plan.app_id else None
-        if recorded is not None:
-            kept = [add for add in adds if int(add["partition_values"]["bronze_batch"]) > recorded]
+        if plan.app_id:
+            first = _first_missing(plan.path, plan.app_id, plan.version)
+            kept = [add for add in adds if first is not None and _batch_of(add) >= first]
             delete_files(plan.path, [add for add in adds if add not in kept])
             adds = kept
         commit_files(plan, adds)
@@ -370,9 +372,7 @@ class DecodedRun:
 
     def release(self) -> None:
         """Delete the files of tables not committed (the run failed, or they were done)."""
-        for name, plan in self.plans.items():
-            if name not in self.committed:
-                delete_files(plan.path, self.adds.get(name, []))
+        _delete_files(self.plans, self.adds, keep=self.committed)
 
     def result(self) -> DecodeResult:
         totals = {name: sum(row[name] for row in self.summary) for name in _COUNT_COLUMNS}
@@ -422,19 +422,30 @@ def decode_batches(
         raise
     reports = [json.loads(row.report) for row in rows]
     adds = {name: [add for r in reports for add in r["adds"].get(name, [])] for name in plans}
-    decoded = DecodedRun(plans, adds, [], batches, bronze_version, run, started_at, spark)
     try:
         summary = _summary(reports)
         _check_fatal(summary)
         _reconcile(summary, expected)
     except BaseException:
-        decoded.release()
+        _delete_files(plans, adds)
         raise
-    decoded.summary = [
+    log = [
         _log_row(row, bronze_version, run, started_at)
         for row in sorted(summary, key=lambda r: r["bronze_batch"])
     ]
-    return decoded
+    return DecodedRun(plans, adds, log, batches, bronze_version, run, started_at, spark)
+
+
+def _batch_of(add: dict[str, Any]) -> int:
+    return int(add["partition_values"]["bronze_batch"])
+
+
+def _delete_files(
+    plans: dict[str, WritePlan], adds: dict[str, list[dict[str, Any]]], keep: Container[str] = ()
+) -> None:
+    for name, plan in plans.items():
+        if name not in keep:
+            delete_files(plan.path, adds.get(name, []))
 
 
 def _summary(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -740,9 +751,14 @@ class SilverFiles:
         """The rows of silver table ``name`` in one decode output batch."""
         kind = _KIND_OF[name]
         mask = pc.equal(out.column("kind"), kind)
-        if not pc.any(mask).as_py():
+        count = pc.sum(mask).as_py() or 0
+        if not count:
             return None
-        rows = pa.RecordBatch.from_struct_array(out.column(kind).filter(mask))
+        if kind == CHANGE:
+            # The changes come first (OutputBuilder): a slice, not a copy of every image.
+            rows = pa.RecordBatch.from_struct_array(out.column(kind).slice(0, count))
+        else:
+            rows = pa.RecordBatch.from_struct_array(out.column(kind).filter(mask))
         if name == "quarantine":
             stamp = pa.repeat(pa.scalar(self.quarantined_at, pa.timestamp("us", tz="UTC")),
                               rows.num_rows)  # fmt: skip
