@@ -76,6 +76,26 @@ def test_column_ddls_and_their_effects():
     assert info.handle == ("key_id",)  # the key follows its column's new name
 
 
+def test_a_modify_column_keeps_gold_when_its_values_convert_as_before():
+    _, effects = fold(
+        "CREATE TABLE t (id int PRIMARY KEY, a int, b varchar(5), c enum('x','y'))",
+        "ALTER TABLE t MODIFY b varchar(50) NOT NULL",  # a string before and after
+        "ALTER TABLE t MODIFY a int(11) COMMENT 'n'",  # an INT before and after
+        "ALTER TABLE t MODIFY a bigint",  # int32 -> int64
+        "ALTER TABLE t MODIFY c enum('x','y','z')",  # the members convert the values
+        "ALTER TABLE t CHANGE b d varchar(50)",  # renamed
+        "ALTER TABLE t MODIFY e int",  # a column no DDL defined before
+    )
+    widen, same_int, to_bigint, members, renamed, unknown = (e[0] for e in effects[1:])
+    assert widen.keeps_gold(None) and widen.keeps_gold("string")
+    assert not widen.keeps_gold("long")  # gold holds another type: carried out as a barrier
+    assert same_int.keeps_gold("integer")
+    assert not to_bigint.keeps_gold("integer")
+    assert not members.keeps_gold("string")
+    assert not renamed.keeps_gold("string")
+    assert unknown.previous is None and not unknown.keeps_gold(None)
+
+
 def test_table_ddls_and_their_effects():
     catalog, effects = fold(
         "CREATE TABLE a (id int PRIMARY KEY)",

@@ -3,7 +3,8 @@
 Random change/DDL logs on two tables are compacted twice, once with ``fold_ddl=False`` (every
 DDL a barrier with its own Delta commits) and once folded, in two runs each; gold must be the
 same row for row and hold the same columns, and the folded path must take at most two gold
-commits per table per run (MODIFY COLUMN, still a barrier, adds its own).
+commits per table per run (a MODIFY COLUMN that changes gold's type, still a barrier, adds its
+own; one that leaves it, such as INT to INT(11), is folded).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
@@ -49,10 +51,9 @@ class _Table:
 
 
 # One operation: (kind, table, key or column, same TS as the operation before it).
+KINDS = ["insert", "insert", "update", "update", "delete", "add", "drop", "truncate", "modify"]
 OPERATIONS = st.tuples(
-    st.sampled_from(
-        ["insert", "insert", "update", "update", "delete", "add", "drop", "truncate", "modify"]
-    ),
+    st.sampled_from([*KINDS, "widen"]),
     st.sampled_from(TABLES),
     st.integers(1, 3),
     st.booleans(),
@@ -87,6 +88,10 @@ def _log(operations) -> tuple[_Log, int, int]:
         elif kind == "truncate":
             table.rows.clear()
             log.ddl(ts, f"TRUNCATE TABLE s.{name}", name)
+        elif kind == "widen":
+            if "v" in table.columns:  # the same gold type: INT(11) is an INT
+                same = {"c_int": "int(11)", "c_bigint": "bigint(20)"}[table.columns["v"]]
+                log.ddl(ts, f"ALTER TABLE s.{name} MODIFY COLUMN v {same} NOT NULL", name)
         elif "v" in table.columns and table.columns["v"] == "c_int":
             table.columns["v"] = "c_bigint"
             log.ddl(ts, f"ALTER TABLE s.{name} MODIFY COLUMN v bigint", name)
@@ -182,6 +187,16 @@ SAME_TS = [
     ("insert", "b", 3, True),
 ]
 
+# A MODIFY COLUMN that leaves gold's type between changes of one key: folded, one commit.
+WIDEN_BETWEEN = [
+    ("insert", "a", 1, False),
+    ("widen", "a", 1, False),
+    ("update", "a", 1, False),
+    ("modify", "a", 1, False),
+    ("widen", "a", 1, False),
+    ("insert", "a", 2, False),
+]
+
 # Found by the property test in CI: a TRUNCATE and a MODIFY COLUMN at one TS, no change
 # between the last run's target and them: emptying gold must not take the version that
 # run's merge took.
@@ -215,6 +230,7 @@ TRUNCATE_AND_MODIFY_AT_ONE_TS = [
 @example(SAME_TS)
 @example(ADDED_AGAIN)
 @example(TRUNCATE_AND_MODIFY_AT_ONE_TS)
+@example(WIDEN_BETWEEN)
 def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
     assert_fold_equals_barriers(spark, operations)
 
@@ -265,6 +281,40 @@ def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of
     rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist()
     assert rows == [{"id": 2, "v": 8, "_commit_ts": 1210, "c1": 9}]
     assert second.commits == 1  # TRUNCATE and the merge after it: one commit
+
+
+def test_a_modify_column_that_keeps_golds_type_is_folded(spark, tmp_path):
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v varchar(10), n int)", "a")
+    image = {"id": _column("c_int", 1, key=True), "v": _column("c_varchar", "x")}
+    log.row(110, "a", "insert", image | {"n": _column("c_int", 5)})
+    log.resolved(120)
+    log.ddl(130, "ALTER TABLE s.a MODIFY COLUMN v varchar(255) NOT NULL", "a")  # folded
+    changed = {"id": _column("c_int", 1, key=True), "v": _column("c_varchar", "y")}
+    log.row(
+        140, "a", "update", changed | {"n": _column("c_int", 6)}, image | {"n": _column("c_int", 5)}
+    )
+    log.ddl(150, "ALTER TABLE s.a MODIFY COLUMN n bigint", "a")  # int to bigint: a barrier
+    added = {"id": _column("c_int", 2, key=True), "v": _column("c_varchar", "z")}
+    log.row(160, "a", "insert", added | {"n": _column("c_bigint", 7)})
+    log.resolved(170)
+    streams = si.Streams(routing=None, events={("t", 0): log.events})
+    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    compact(spark, config, until_ts=120)
+
+    run = compact(spark, config).tables["s.a"]
+    rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
+    assert rows.schema.field("v").type == pa.string() and rows.schema.field("n").type == pa.int64()
+    assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": "y", "n": 6, "_commit_ts": 140},
+        {"id": 2, "v": "z", "n": 7, "_commit_ts": 160},
+    ]
+    # The first MODIFY rides with the update (one merge); the second splits the run: a merge
+    # before it, its rewrite, a merge after it.
+    assert (run.ddl, run.commits) == (2, 3)
 
 
 @pytest.mark.parametrize("fold", [False, True])

@@ -23,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ticdc_lake.gold import ddl
-from ticdc_lake.gold.types import ColumnSpec
+from ticdc_lake.gold.types import ColumnSpec, delta_type_name, gold_type
 
 TableName = ddl.TableName
 
@@ -91,6 +91,18 @@ class AlterColumn(Effect):
     old_name: str = ""
     new_name: str = ""
     spec: ColumnSpec | None = None  # None: only renamed
+    previous: ColumnSpec | None = None  # the column's type before, when a DDL defined it
+
+    def keeps_gold(self, present_type: str | None) -> bool:
+        """Whether gold stays as it is: the same name, and a type whose values convert as
+        the one before did (VARCHAR(10) to VARCHAR(20), INT to INT NOT NULL), which the gold
+        column has (``present_type``, its Delta type; None: gold has no such column yet)."""
+        if self.new_name != self.old_name or self.spec is None or self.previous is None:
+            return False
+        gold = gold_type(self.spec)
+        if gold != gold_type(self.previous):
+            return False
+        return present_type is None or present_type == delta_type_name(gold.arrow)
 
 
 @dataclass(frozen=True)
@@ -217,7 +229,8 @@ class Catalog:
     def _modify_column(self, action: ddl.ModifyColumn, note: str) -> list[Effect]:
         info = self.info(action.table)
         column = action.column
-        if info.column(action.old_name) is not None:
+        before = info.column(action.old_name)
+        if before is not None:
             columns = tuple(column if c.name == action.old_name else c for c in info.columns)
         else:
             columns = (*info.columns, column)
@@ -232,7 +245,13 @@ class Catalog:
             info, columns=columns, primary_key=key, unique_keys=uniques
         )
         return [
-            AlterColumn(action.table, action.old_name, column.name, ColumnSpec.from_ddl(column))
+            AlterColumn(
+                action.table,
+                action.old_name,
+                column.name,
+                ColumnSpec.from_ddl(column),
+                ColumnSpec.from_ddl(before) if before is not None else None,
+            )
         ]
 
     def _rename_column(self, action: ddl.RenameColumn, note: str) -> list[Effect]:

@@ -9,8 +9,9 @@ cannot be placed among the changes: in a changefeed that has TSs it only marks t
 names as not consistent; in one without, it is applied after the run's changes.
 
 A barrier *splits* only the tables whose gold it changes in ways a merge cannot carry (DROP and
-RENAME TABLE, partition DDLs, MODIFY/RENAME COLUMN, DDLs without a TS). The others (ADD and DROP
-COLUMN, TRUNCATE, CREATE TABLE, DDLs that only mark a table) are *folded* into the table's
+RENAME TABLE, partition DDLs, RENAME COLUMN, a MODIFY COLUMN that changes gold's type, DDLs
+without a TS). The others (ADD and DROP COLUMN, TRUNCATE, CREATE TABLE, a MODIFY COLUMN that
+leaves gold's type as it is, DDLs that only mark a table) are *folded* into the table's
 segment (``Segment``): its changes and those DDLs go to gold in one step with the schema after
 them (stages/compact.py). ``build_timeline(fold=False)`` splits at every barrier: the reference
 the fold is tested against.
@@ -19,12 +20,14 @@ the fold is tested against.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ticdc_lake import mysql
 from ticdc_lake.gold.catalog import (
     AddColumns,
+    AlterColumn,
     Catalog,
     Create,
     DropColumns,
@@ -133,14 +136,22 @@ class Barrier:
         zone = zones.get(self.ddl.record.topic, "UTC")
         return added_values(effect.definitions, self.ts, zone)
 
-    def folds_into(self, table: TableName) -> bool:
-        """Whether the table's segment can carry this DDL (it then does not split it)."""
+    def folds_into(self, table: TableName, gold_columns: Mapping[str, str]) -> bool:
+        """Whether the table's segment can carry this DDL (it then does not split it).
+        ``gold_columns``: the Delta types of the gold table's columns before the run."""
         effects = self.effects_on(table)
         return (
             self.ts is not None
             and bool(effects)
-            and all(isinstance(e, FOLDABLE) and not isinstance(e, Move) for e in effects)
+            and all(_foldable(effect, gold_columns) for effect in effects)
         )
+
+
+def _foldable(effect: Effect, gold_columns: Mapping[str, str]) -> bool:
+    if isinstance(effect, AlterColumn):
+        # A MODIFY COLUMN that leaves gold as it is changes nothing a merge must carry.
+        return effect.keeps_gold(gold_columns.get(effect.old_name))
+    return isinstance(effect, FOLDABLE) and not isinstance(effect, Move)
 
 
 @dataclass(frozen=True)
@@ -186,6 +197,8 @@ class Timeline:
     history: Catalog  # the catalog at the TS already applied
     barriers: list[Barrier]
     fold: bool = True  # False: every barrier splits (the reference path)
+    # Per table, the Delta types of its gold columns before the run.
+    gold_columns: Mapping[TableName, Mapping[str, str]] = field(default_factory=dict)
 
     def segments_of(self, table: TableName) -> list[Segment]:
         """The table's segments in order. A non-last segment is typed by the catalog right
@@ -199,7 +212,7 @@ class Timeline:
         for barrier in mine:
             if barrier.ts is None:
                 continue  # applied after the run's changes: splits nothing
-            if self.fold and barrier.folds_into(table):
+            if self._folds(barrier, table):
                 folds.append(barrier)
             else:
                 segments.append(Segment(len(segments), barrier.ts, tuple(folds), current))
@@ -220,7 +233,10 @@ class Timeline:
 
     def splits(self, barrier: Barrier, table: TableName) -> bool:
         """Whether the barrier's effects on the table are carried out as a step of their own."""
-        return not (self.fold and barrier.folds_into(table))
+        return not self._folds(barrier, table)
+
+    def _folds(self, barrier: Barrier, table: TableName) -> bool:
+        return self.fold and barrier.folds_into(table, self.gold_columns.get(table, {}))
 
     def barriers_of(self, table: TableName) -> list[Barrier]:
         return [barrier for barrier in self.barriers if table in barrier.tables]
@@ -244,12 +260,14 @@ def build_timeline(
     applied_batch: int,
     target_ts: int | None,
     fold: bool = True,
+    gold_columns: Mapping[TableName, Mapping[str, str]] | None = None,
 ) -> Timeline:
     """Split the DDL log at the applied TS; fold the history, plan the barriers.
 
     ``target_ts`` None: a changefeed without a consistent cut, whose barriers are every DDL
     above the applied TS and every DDL without a TS from bronze batches not yet applied.
     ``fold`` False: every barrier splits the tables it touches (the reference path).
+    ``gold_columns``: per table, the Delta types of its gold columns before the run.
     """
     catalog = initial.copy()
     barriers: list[Barrier] = []
@@ -280,7 +298,8 @@ def build_timeline(
             tables = {e.table for e in effects if e.table is not None} or {ddl.table}
             effects = [Inconsistent(name, reason) for name in sorted(tables, key=str)]
         barriers.append(Barrier(ddl, effects, catalog.copy(), ts))
-    return Timeline(_history(parsed, initial, applied_ts, applied_batch), barriers, fold)
+    history = _history(parsed, initial, applied_ts, applied_batch)
+    return Timeline(history, barriers, fold, gold_columns or {})
 
 
 def _history(

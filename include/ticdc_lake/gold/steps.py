@@ -166,6 +166,7 @@ class Steps:
                         if name in schema.names:
                             schema = schema.remove(schema.get_field_index(name))
                             values.pop(name, None)
+                # A folded AlterColumn leaves gold as it is (catalog.AlterColumn.keeps_gold).
         changed = schema is not None and (
             present is None or schema.names != present.names or bool(values)
         )

@@ -21,8 +21,9 @@ A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): r
 recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
 index) wins; deletes remove rows; a key change (delete + insert at one commit TS) moves the row.
 A table's DDLs are folded into its changes (``gold/plan.py``, ``reduce.with_folds``): within a
-run, ADD/DROP COLUMN, TRUNCATE and CREATE TABLE reach gold with the changes in at most two
-commits (a column reshape, then one merge, or after a TRUNCATE one commit replacing the rows).
+run, ADD/DROP COLUMN, TRUNCATE, CREATE TABLE and a MODIFY COLUMN that leaves gold's type reach
+gold with the changes in at most two commits (a column reshape, then one merge, or after a
+TRUNCATE one commit replacing the rows).
 Only the DDLs a merge cannot carry are barriers, and only for the tables they alter: the
 table's changes before one are merged under the old schema, then its effect is carried out on
 gold (``gold/tables.py``), then the changes after it (``gold/steps.py``).
@@ -52,6 +53,7 @@ leaves it alone, and the table fails there with what to change (``_ChangefeedRun
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +68,7 @@ from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.feed import FeedPlan, plan_feed, target_of
 from ticdc_lake.gold.outcome import TableResult, outcome_of
 from ticdc_lake.gold.plan import Timeline, build_timeline, parse_record
-from ticdc_lake.gold.state import read_state, write_state
+from ticdc_lake.gold.state import TableState, read_state, write_state
 from ticdc_lake.gold.steps import Steps, TableWork, versions_of
 from ticdc_lake.gold.tables import GoldTable
 from ticdc_lake.lake.layout import LakeLayout
@@ -235,6 +237,7 @@ class _ChangefeedRun:
             applied_batch=plan.low_batch,
             target_ts=plan.target_ts,
             fold=self.fold_ddl,
+            gold_columns={name: _gold_columns(p) for name, p in plan.prior.items()},
         )
 
     def _noop(self) -> ChangefeedResult | None:
@@ -319,6 +322,11 @@ class _ChangefeedRun:
             names |= {name for name, info in catalog.tables.items() if info.complete}
         names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
+
+
+def _gold_columns(state: TableState) -> dict[str, str]:
+    """The Delta types of a gold table's columns as its state row records them."""
+    return {column["name"]: column["type"] for column in json.loads(state.columns or "[]")}
 
 
 def _empty_for_rebuild(work: dict[TableName, TableWork]) -> None:
