@@ -14,7 +14,7 @@ The base state is built without compacting ``rows`` changes (10M would take long
 the stage itself creates the typed, empty gold table and its state from the CREATE TABLE (a
 compaction of a batch holding only the DDL and a resolved TS), then the rows are appended to
 gold with delta-rs in files of 250k rows of sorted key ranges, the layout the stage's own
-initial load writes (``compact.ROWS_PER_FILE``). The timed run starts from that state exactly
+initial load writes (``gold.steps.ROWS_PER_FILE``). The timed run starts from that state exactly
 as it would after any earlier compaction. Silver is written with delta-rs directly (the
 benchmark's input, not a stage).
 
@@ -43,11 +43,12 @@ from ticdc_lake import mysql
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import open_table
 from ticdc_lake.delta.read import table_schema
+from ticdc_lake.gold.steps import ROWS_PER_FILE
 from ticdc_lake.gold.tables import COMMIT_TS
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.silver import CHANGES_SCHEMA, COLUMN_TYPE, DDL_SCHEMA
 from ticdc_lake.spark import build_session
-from ticdc_lake.stages.compact import ROWS_PER_FILE, compact
+from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.watermark import watermark
 
 from bench.machine import machine_report
