@@ -236,6 +236,18 @@ def test_partitioned_round_trip_keeps_partition_columns(spark, tmp_path):
     assert _spark_rows(back, "id") == _delta_rows(tmp_path / "t", "id")
 
 
+def test_a_partitioned_table_reached_through_a_symlink_reads(spark, tmp_path):
+    # A lake under a symlinked directory (/data -> /mnt/disk1): delta-rs resolves the link, and
+    # Spark refused the files as outside the base path it was given.
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "lake").symlink_to(tmp_path / "disk")
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, topic string")
+    write_delta(rows, tmp_path / "lake" / "t", partition_by=["topic"])
+
+    back = read_delta(spark, tmp_path / "lake" / "t")
+    assert sorted(map(tuple, back.collect())) == [(1, "a"), (2, "b")]
+
+
 def test_append_overwrite_and_schema_evolution(spark, tmp_path):
     path = tmp_path / "t"
     write_delta(spark.createDataFrame([(1, "a")], "id long, v string"), path)

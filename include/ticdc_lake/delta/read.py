@@ -180,6 +180,7 @@ def read_delta(
     reader = spark.read.schema(spark_schema)
     if schema.partition_by:
         _check_partition_paths(table, schema)
-        reader = reader.option("basePath", table_path(path))
+        # The files' root, as delta-rs resolved it: a path through a symlink is not theirs.
+        reader = reader.option("basePath", table_path(unquote(table.table_uri)))
     # Spark puts partition columns last; give the table's column order back.
     return reader.parquet(*map(spark_path, files)).select(*schema.names)

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from ticdc_lake.delta import delta_table_exists, read_delta
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
-from ticdc_lake.gold.plan import Timeline, unique_records
+from ticdc_lake.gold.plan import DdlRecord, Timeline, unique_records
 from ticdc_lake.gold.reduce import (
     key_actions,
     last_per_key,
@@ -168,7 +168,7 @@ class Reduced:
             shutil.rmtree(self.spill, ignore_errors=True)
 
 
-def read_ddl_records(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> list[dict]:
+def read_ddl_records(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> list[DdlRecord]:
     """The changefeed's DDL log, each DDL once."""
     if not delta_table_exists(layout.ddl):
         return []
