@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, make_column
-from ticdc_lake.config import ChangefeedConfig
+from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import read_delta
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold import changes as gold_changes
@@ -435,6 +435,15 @@ class _Log:
     def _next(self) -> dict:
         return {"topic": self.topic, "partition": 0, "offset": len(self.events)}
 
+    def landed(self, spark, root: Path) -> tuple[PipelineConfig, LakeLayout]:
+        """The log landed as one Open Protocol partition under ``root``, its watermarks computed."""
+        streams = si.Streams(routing=None, events={(self.topic, 0): self.events})
+        config = si.write_config(root, streams, "open-protocol", partitions=1)
+        layout = LakeLayout(config.lake)
+        si.land(spark, layout, streams, 1.0)
+        watermark(spark, config)
+        return config, layout
+
     def ddl(self, ts: int, query: str, table: str = "x"):
         self.events.append(DdlEvent(ts, "s", table, query, None, **self._next()))
 
@@ -494,11 +503,7 @@ def test_rename_modify_partition_drop_and_unreproducible_ddls(spark, tmp_path):
     log.row(220, "k", "insert", {"id": _column("c_int", 9, key=True)}, key_only=True)
     log.resolved(300)
 
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, tmp_path)
 
     with pytest.raises(CompactError) as error:
         compact(spark, config, until_ts=185)
@@ -539,10 +544,7 @@ def test_spark_submit_entry_point_reports_failures(spark, tmp_path, monkeypatch,
     image["v"] = dataclasses.replace(image["v"], mysql_type=None)
     log.row(2, "ok", "insert", image)
     log.resolved(3)
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    si.land(spark, LakeLayout(config.lake), streams, 1.0)
-    watermark(spark, config)
+    config, _ = log.landed(spark, tmp_path)
     spec = importlib.util.spec_from_file_location("job", REPO / "spark_jobs" / "compact.py")
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)

@@ -26,9 +26,7 @@ from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.stages import compact as compact_stage
 from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.watermark import watermark
 
-from tests.gold import silver_input as si
 from tests.stages.test_compact import _column, _Log
 
 TABLES = ("a", "b")
@@ -131,11 +129,7 @@ def _gold(layout: LakeLayout) -> dict[str, tuple[list[str], list[dict]]]:
 def _compacted(spark, root: Path, log: _Log, mid: int, *, fold: bool):
     """Gold after a run to ``mid`` and after a run to the end; the commits per table per run."""
     root.mkdir()
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(root, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, root)
     states, commits = [], []
     for until in (mid, None):
         result = compact(spark, config, until_ts=until, fold_ddl=fold)
@@ -261,11 +255,7 @@ def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of
     image = {"id": _column("c_int", 2, key=True), "v": _column("c_int", 8)}
     log.row(1210, "a", "insert", image | {"c1": _column("c_int", 9)})  # at the DDL's TS: after
     log.resolved(1300)
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, tmp_path)
 
     first = compact(spark, config, until_ts=1205).tables["s.a"]
     rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
@@ -298,11 +288,7 @@ def test_a_modify_column_that_keeps_golds_type_is_folded(spark, tmp_path):
     added = {"id": _column("c_int", 2, key=True), "v": _column("c_varchar", "z")}
     log.row(160, "a", "insert", added | {"n": _column("c_bigint", 7)})
     log.resolved(170)
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, tmp_path)
     compact(spark, config, until_ts=120)
 
     run = compact(spark, config).tables["s.a"]
@@ -327,11 +313,7 @@ def test_two_ddls_at_one_ts_on_one_table_are_both_carried_out(spark, tmp_path, m
     log.ddl(130, "ALTER TABLE s.a ADD COLUMN c1 int", "a")
     log.ddl(130, "ALTER TABLE s.a DROP COLUMN v", "a")
     log.resolved(140)
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, tmp_path)
     compact(spark, config, until_ts=120, fold_ddl=fold)
     with monkeypatch.context() as patch:  # a run killed before it wrote its state
         patch.setattr(compact_stage, "write_state", lambda *args: None)
@@ -378,11 +360,7 @@ def test_rows_already_in_gold_get_an_added_columns_default(
         },
     )
     log.resolved(ddl_ts + 20)
-    streams = si.Streams(routing=None, events={("t", 0): log.events})
-    config = si.write_config(tmp_path, streams, "open-protocol", partitions=1)
-    layout = LakeLayout(config.lake)
-    si.land(spark, layout, streams, 1.0)
-    watermark(spark, config)
+    config, layout = log.landed(spark, tmp_path)
     compact(spark, config, until_ts=120, fold_ddl=fold)
     compact(spark, config, fold_ddl=fold)
 

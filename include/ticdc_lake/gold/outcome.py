@@ -107,22 +107,17 @@ def _state(
         seen = [count.max_ts, prior.applied_ts if prior else None]
         applied_ts = max((v for v in seen if v is not None), default=plan.low_ts)
     mode, reason = _reason(plan, item, count)
-    return TableState(
-        changefeed=plan.name,
-        schema=item.name.schema,
-        table=item.name.name,
-        path=str(item.gold.path),
+    return _state_row(
+        plan,
+        item,
         mode=mode,
         watermark=plan.target_ts,
         applied_ts=applied_ts,
         applied_batch=settled,
-        rows=item.gold.rows(),
         columns=describe_schema(item.gold.schema(), info.specs),
         handle_key=list(item.keys or info.handle or (prior.handle_key if prior else []) or []),
         dropped=item.dropped if item.dropped is not None else bool(prior and prior.dropped),
         reason=reason,
-        generation=plan.generation,
-        gold_version=item.gold.version(),
     )
 
 
@@ -152,20 +147,29 @@ def _table_result(
 def _failed_state(plan: FeedPlan, item: TableWork) -> TableState:
     """The state of a table whose compaction failed: as before the run, with the reason."""
     prior = item.prior
+    return _state_row(
+        plan,
+        item,
+        mode=INCONSISTENT,
+        watermark=prior.watermark if prior else None,
+        applied_ts=prior.applied_ts if prior else -1,
+        applied_batch=prior.applied_batch if prior else -1,
+        columns=prior.columns if prior else "[]",
+        handle_key=prior.handle_key if prior else [],
+        dropped=bool(prior and prior.dropped),
+        reason=FAILED + item.reasons[-1],
+    )
+
+
+def _state_row(plan: FeedPlan, item: TableWork, **what_it_reflects) -> TableState:
+    """A state row: which table and changefeed, gold as it is now, and ``what_it_reflects``."""
     return TableState(
         changefeed=plan.name,
         schema=item.name.schema,
         table=item.name.name,
         path=str(item.gold.path),
-        mode=INCONSISTENT,
-        watermark=prior.watermark if prior else None,
-        applied_ts=prior.applied_ts if prior else -1,
-        applied_batch=prior.applied_batch if prior else -1,
         rows=item.gold.rows(),
-        columns=prior.columns if prior else "[]",
-        handle_key=prior.handle_key if prior else [],
-        dropped=bool(prior and prior.dropped),
-        reason=FAILED + item.reasons[-1],
         generation=plan.generation,
         gold_version=item.gold.version(),
+        **what_it_reflects,
     )

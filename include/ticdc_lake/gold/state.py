@@ -29,6 +29,7 @@ rows in one commit (app id ``compact-state:<changefeed>#<generation>``), after t
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, fields
 
@@ -84,6 +85,11 @@ class TableState:
     @property
     def full_name(self) -> str:
         return f"{self.schema}.{self.table}"
+
+    @property
+    def column_types(self) -> dict[str, str]:
+        """The gold columns' Delta types, as ``columns`` records them."""
+        return {column["name"]: column["type"] for column in json.loads(self.columns or "[]")}
 
 
 def read_state(spark: SparkSession, path: str | os.PathLike) -> list[TableState]:

@@ -53,7 +53,6 @@ leaves it alone, and the table fails there with what to change (``_ChangefeedRun
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +67,7 @@ from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.feed import FeedPlan, plan_feed, target_of
 from ticdc_lake.gold.outcome import TableResult, outcome_of
 from ticdc_lake.gold.plan import Timeline, build_timeline, parse_record
-from ticdc_lake.gold.state import TableState, read_state, write_state
+from ticdc_lake.gold.state import read_state, write_state
 from ticdc_lake.gold.steps import Steps, TableWork, versions_of
 from ticdc_lake.gold.tables import GoldTable
 from ticdc_lake.lake.layout import LakeLayout
@@ -237,7 +236,7 @@ class _ChangefeedRun:
             applied_batch=plan.low_batch,
             target_ts=plan.target_ts,
             fold=self.fold_ddl,
-            gold_columns={name: _gold_columns(p) for name, p in plan.prior.items()},
+            gold_columns={name: p.column_types for name, p in plan.prior.items()},
         )
 
     def _noop(self) -> ChangefeedResult | None:
@@ -322,11 +321,6 @@ class _ChangefeedRun:
             names |= {name for name, info in catalog.tables.items() if info.complete}
         names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
-
-
-def _gold_columns(state: TableState) -> dict[str, str]:
-    """The Delta types of a gold table's columns as its state row records them."""
-    return {column["name"]: column["type"] for column in json.loads(state.columns or "[]")}
 
 
 def _empty_for_rebuild(work: dict[TableName, TableWork]) -> None:
