@@ -76,24 +76,42 @@ def test_column_ddls_and_their_effects():
     assert info.handle == ("key_id",)  # the key follows its column's new name
 
 
-def test_a_modify_column_keeps_gold_when_its_values_convert_as_before():
+def test_a_column_ddl_folds_when_earlier_rows_read_the_same_under_it():
     _, effects = fold(
-        "CREATE TABLE t (id int PRIMARY KEY, a int, b varchar(5), c enum('x','y'))",
+        "CREATE TABLE t (id int PRIMARY KEY, a int, b varchar(5), c enum('x','y'), "
+        "d decimal(10,2), f float, u int unsigned, s smallint unsigned)",
         "ALTER TABLE t MODIFY b varchar(50) NOT NULL",  # a string before and after
         "ALTER TABLE t MODIFY a int(11) COMMENT 'n'",  # an INT before and after
-        "ALTER TABLE t MODIFY a bigint",  # int32 -> int64
+        "ALTER TABLE t MODIFY a bigint",  # int32 -> int64: a widening
         "ALTER TABLE t MODIFY c enum('x','y','z')",  # the members convert the values
-        "ALTER TABLE t CHANGE b d varchar(50)",  # renamed
+        "ALTER TABLE t CHANGE b b2 varchar(50)",  # renamed
+        "ALTER TABLE t RENAME COLUMN b2 TO b3",  # renamed
         "ALTER TABLE t MODIFY e int",  # a column no DDL defined before
+        "ALTER TABLE t MODIFY d decimal(14,2)",  # more digits, the same scale
+        "ALTER TABLE t MODIFY d decimal(14,3)",  # another scale: the text changes
+        "ALTER TABLE t MODIFY a int",  # narrowed
+        "ALTER TABLE t MODIFY f double",  # a float's text reads otherwise as a double
+        "ALTER TABLE t MODIFY u bigint",  # unsigned to a wider signed type
+        "ALTER TABLE t MODIFY s int unsigned",
+        "ALTER TABLE t MODIFY id bigint unsigned",  # signed to unsigned
+        "ALTER TABLE t MODIFY b3 int",  # a string to a number
     )
-    widen, same_int, to_bigint, members, renamed, unknown = (e[0] for e in effects[1:])
-    assert widen.keeps_gold(None) and widen.keeps_gold("string")
-    assert not widen.keeps_gold("long")  # gold holds another type: carried out as a barrier
-    assert same_int.keeps_gold("integer")
-    assert not to_bigint.keeps_gold("integer")
-    assert not members.keeps_gold("string")
-    assert not renamed.keeps_gold("string")
-    assert unknown.previous is None and not unknown.keeps_gold(None)
+    (
+        longer, same_int, to_bigint, members, changed, renamed, unknown, more_digits,
+        other_scale, narrowed, to_double, unsigned_to_signed, unsigned_wider, to_unsigned,
+        to_number,
+    ) = (e[0] for e in effects[1:])  # fmt: skip
+    assert longer.folds(None) and longer.folds("string")
+    assert not longer.folds("long")  # gold holds another type: carried out as a barrier
+    assert same_int.folds("integer") and to_bigint.folds("integer")
+    assert not to_bigint.folds("long")
+    assert not members.folds("string")
+    assert changed.folds("string") and renamed.spec is None and renamed.folds("long")
+    assert unknown.previous is None and not unknown.folds(None)
+    assert more_digits.folds("decimal(10,2)") and not other_scale.folds("decimal(14,2)")
+    assert not narrowed.folds("long") and not to_double.folds("float")
+    assert unsigned_to_signed.folds("long") and unsigned_wider.folds("integer")
+    assert not to_unsigned.folds("integer") and not to_number.folds("string")
 
 
 def test_table_ddls_and_their_effects():

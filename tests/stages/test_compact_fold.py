@@ -3,8 +3,8 @@
 Random change/DDL logs on two tables are compacted twice, once with ``fold_ddl=False`` (every
 DDL a barrier with its own Delta commits) and once folded, in two runs each; gold must be the
 same row for row and hold the same columns, and the folded path must take at most two gold
-commits per table per run (a MODIFY COLUMN that changes gold's type, still a barrier, adds its
-own; one that leaves it, such as INT to INT(11), is folded).
+commits per table per run (a MODIFY COLUMN that narrows a type, still a barrier, adds its own;
+RENAME, CHANGE and MODIFY COLUMN that keep or widen the values are folded).
 """
 
 from __future__ import annotations
@@ -39,23 +39,36 @@ class _Table:
 
     columns: dict[str, str] = field(default_factory=lambda: {"v": "c_int"})
     rows: dict[int, dict[str, int]] = field(default_factory=dict)
+    key_type: str = "c_int"
+
+    @property
+    def main(self) -> str:
+        """The column MODIFY and RENAME COLUMN act on: v, or w once renamed."""
+        return "v" if "v" in self.columns else "w"
 
     def image(self, key: int, seed: int) -> dict:
-        image = {"id": _column("c_int", key, key=True)}
+        image = {"id": _column(self.key_type, key, key=True)}
         for number, (name, type_name) in enumerate(self.columns.items()):
             value = None if (seed + number) % 5 == 0 else seed * 10 + number
             image[name] = _column(type_name, value)
         return image
 
+    def rename(self, old: str, new: str) -> None:
+        self.columns = {new if n == old else n: t for n, t in self.columns.items()}
+
 
 # One operation: (kind, table, key or column, same TS as the operation before it).
 KINDS = ["insert", "insert", "update", "update", "delete", "add", "drop", "truncate", "modify"]
 OPERATIONS = st.tuples(
-    st.sampled_from([*KINDS, "widen"]),
+    st.sampled_from([*KINDS, "widen", "rename", "change", "widen_key", "narrow"]),
     st.sampled_from(TABLES),
     st.integers(1, 3),
     st.booleans(),
 )
+# MODIFY COLUMN from BIGINT to INT: its values may not fit, so it still splits the run.
+SPLITTING = {"narrow"}
+RENAMES = {"rename", "change"}
+ROW_KINDS = {"insert", "update", "delete"}
 
 
 def _log(operations) -> tuple[_Log, int, int]:
@@ -65,36 +78,75 @@ def _log(operations) -> tuple[_Log, int, int]:
         log.ddl(ts, f"CREATE TABLE s.{name} (id int PRIMARY KEY, v int)", name)
         ts += 10
     mid = None
+    changed_at = None  # the TS of the last row change
     for number, (kind, name, key, same_ts) in enumerate(operations):
-        if not same_ts:
+        # A change at a DDL's TS is read as after it, so a change written before a RENAME at
+        # its TS would carry a name gone by then (upstream, a DDL has a TS of its own).
+        if not same_ts or (kind in RENAMES and changed_at == ts):
             ts += 10
+        if kind in ROW_KINDS:
+            changed_at = ts
         if number == len(operations) // 2:
             mid = ts - 1
         table = tables[name]
-        if kind in ("insert", "update", "delete"):
+        if kind in ROW_KINDS:
             _row_change(log, ts, name, table, kind, key, seed=number)
-        elif kind == "add":
-            column = next((c for c in ADDED if c not in table.columns), None)
-            if column is not None:
-                table.columns[column] = "c_int"
-                log.ddl(ts, f"ALTER TABLE s.{name} ADD COLUMN {column} int DEFAULT 7", name)
-        elif kind == "drop":
-            column = [c for c in table.columns if c != "v"][key % 2 :][:1] or ["v"]
-            if len(table.columns) > 1:
-                del table.columns[column[0]]
-                log.ddl(ts, f"ALTER TABLE s.{name} DROP COLUMN {column[0]}", name)
-        elif kind == "truncate":
-            table.rows.clear()
-            log.ddl(ts, f"TRUNCATE TABLE s.{name}", name)
-        elif kind == "widen":
-            if "v" in table.columns:  # the same gold type: INT(11) is an INT
-                same = {"c_int": "int(11)", "c_bigint": "bigint(20)"}[table.columns["v"]]
-                log.ddl(ts, f"ALTER TABLE s.{name} MODIFY COLUMN v {same} NOT NULL", name)
-        elif "v" in table.columns and table.columns["v"] == "c_int":
-            table.columns["v"] = "c_bigint"
-            log.ddl(ts, f"ALTER TABLE s.{name} MODIFY COLUMN v bigint", name)
+        else:
+            query = _ddl(table, f"s.{name}", kind, key)
+            if query is not None:
+                log.ddl(ts, query, name)
     log.resolved(ts + 10)
     return log, mid if mid is not None else ts, ts + 10
+
+
+def _ddl(table: _Table, name: str, kind: str, key: int) -> str | None:
+    """The query of a DDL operation on the table ``name``, with ``table`` changed by it; None
+    when the table has nothing it applies to."""
+    if kind == "truncate":
+        table.rows.clear()
+        return f"TRUNCATE TABLE {name}"
+    clause = _alter_clause(table, kind, key)
+    return None if clause is None else f"ALTER TABLE {name} {clause}"
+
+
+def _alter_clause(table: _Table, kind: str, key: int) -> str | None:
+    main, other = table.main, {"v": "w", "w": "v"}[table.main]
+    types = {"c_int": "int(11)", "c_bigint": "bigint(20)"}
+    if kind == "add":
+        column = next((c for c in ADDED if c not in table.columns), None)
+        if column is None:
+            return None
+        table.columns[column] = "c_int"
+        return f"ADD COLUMN {column} int DEFAULT 7"
+    if kind == "drop":
+        column = [c for c in table.columns if c != main][key % 2 :][:1]
+        if not column:
+            return None
+        del table.columns[column[0]]
+        return f"DROP COLUMN {column[0]}"
+    if kind == "widen":  # the same gold type: INT(11) is an INT
+        return f"MODIFY COLUMN {main} {types[table.columns[main]]} NOT NULL"
+    if kind == "rename":
+        table.rename(main, other)
+        return f"RENAME COLUMN {main} TO {other}"
+    if kind == "change":  # renamed and widened at once
+        table.rename(main, other)
+        table.columns[other] = "c_bigint"
+        return f"CHANGE COLUMN {main} {other} bigint"
+    if kind == "widen_key":
+        if table.key_type == "c_bigint":
+            return None
+        table.key_type = "c_bigint"
+        return "MODIFY COLUMN id bigint"
+    if kind == "narrow":
+        if table.columns[main] != "c_bigint":
+            return None
+        table.columns[main] = "c_int"
+        return f"MODIFY COLUMN {main} int"
+    if table.columns[main] != "c_int":  # modify: INT to BIGINT, a widening
+        return None
+    table.columns[main] = "c_bigint"
+    return f"MODIFY COLUMN {main} bigint"
 
 
 def _row_change(log: _Log, ts: int, name: str, table: _Table, kind: str, key: int, seed: int):
@@ -145,11 +197,11 @@ def assert_fold_equals_barriers(spark, operations):
         reference, _ = _compacted(spark, root / "barriers", log, mid, fold=False)
         folded, commits = _compacted(spark, root / "folded", log, mid, fold=True)
     assert folded == reference
-    # A MODIFY COLUMN still splits its table's run: its own rewrite, and a segment (a reshape
-    # and a merge) on either side of it.
-    modifies = Counter(f"s.{name}" for kind, name, *_ in operations if kind == "modify")
+    # A splitting MODIFY COLUMN takes its own rewrite, and a segment (a reshape and a merge)
+    # on either side of it; every other DDL rides with its table's one reshape and merge.
+    splits = Counter(f"s.{name}" for kind, name, *_ in operations if kind in SPLITTING)
     for run in commits:
-        assert all(count <= 2 + 3 * modifies[n] for n, count in run.items()), run
+        assert all(count <= 2 + 3 * splits[n] for n, count in run.items()), run
 
 
 ADD_BEFORE = [("insert", "a", 1, False), ("add", "a", 1, False), ("update", "a", 2, False)]
@@ -191,6 +243,23 @@ WIDEN_BETWEEN = [
     ("insert", "a", 2, False),
 ]
 
+# Renamed, renamed back and widened, the key widened, between changes of one key and across
+# the two runs; then a narrowing that still splits the run.
+RENAME_AND_WIDEN_BETWEEN = [
+    ("insert", "a", 1, False),
+    ("add", "a", 1, False),
+    ("rename", "a", 1, False),
+    ("update", "a", 1, False),
+    ("widen_key", "a", 1, True),
+    ("insert", "a", 2, False),
+    ("change", "a", 1, False),
+    ("update", "a", 2, False),
+    ("rename", "a", 1, False),
+    ("update", "a", 1, False),
+    ("narrow", "a", 1, False),
+    ("insert", "a", 3, False),
+]
+
 # Found by the property test in CI: a TRUNCATE and a MODIFY COLUMN at one TS, no change
 # between the last run's target and them: emptying gold must not take the version that
 # run's merge took.
@@ -225,6 +294,7 @@ TRUNCATE_AND_MODIFY_AT_ONE_TS = [
 @example(ADDED_AGAIN)
 @example(TRUNCATE_AND_MODIFY_AT_ONE_TS)
 @example(WIDEN_BETWEEN)
+@example(RENAME_AND_WIDEN_BETWEEN)
 def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
     assert_fold_equals_barriers(spark, operations)
 
@@ -273,34 +343,40 @@ def test_add_column_with_a_default_after_a_row_and_a_truncate_between_changes_of
     assert second.commits == 1  # TRUNCATE and the merge after it: one commit
 
 
-def test_a_modify_column_that_keeps_golds_type_is_folded(spark, tmp_path):
+def test_column_ddls_that_keep_or_widen_values_are_folded_and_a_narrowing_splits(spark, tmp_path):
     log = _Log()
     log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v varchar(10), n int)", "a")
     image = {"id": _column("c_int", 1, key=True), "v": _column("c_varchar", "x")}
     log.row(110, "a", "insert", image | {"n": _column("c_int", 5)})
     log.resolved(120)
-    log.ddl(130, "ALTER TABLE s.a MODIFY COLUMN v varchar(255) NOT NULL", "a")  # folded
+    log.ddl(130, "ALTER TABLE s.a MODIFY COLUMN v varchar(255) NOT NULL", "a")  # same type
     changed = {"id": _column("c_int", 1, key=True), "v": _column("c_varchar", "y")}
     log.row(
         140, "a", "update", changed | {"n": _column("c_int", 6)}, image | {"n": _column("c_int", 5)}
     )
-    log.ddl(150, "ALTER TABLE s.a MODIFY COLUMN n bigint", "a")  # int to bigint: a barrier
-    added = {"id": _column("c_int", 2, key=True), "v": _column("c_varchar", "z")}
+    log.ddl(150, "ALTER TABLE s.a MODIFY COLUMN n bigint", "a")  # widened
+    log.ddl(155, "ALTER TABLE s.a RENAME COLUMN v TO label", "a")  # renamed
+    added = {"id": _column("c_int", 2, key=True), "label": _column("c_varchar", "z")}
     log.row(160, "a", "insert", added | {"n": _column("c_bigint", 7)})
-    log.resolved(170)
+    log.ddl(165, "ALTER TABLE s.a MODIFY COLUMN n smallint", "a")  # narrowed: a barrier
+    third = {"id": _column("c_int", 3, key=True), "label": _column("c_varchar", "w")}
+    log.row(170, "a", "insert", third | {"n": _column("c_smallint", 8)})
+    log.resolved(180)
     config, layout = log.landed(spark, tmp_path)
     compact(spark, config, until_ts=120)
 
     run = compact(spark, config).tables["s.a"]
     rows = DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table()
-    assert rows.schema.field("v").type == pa.string() and rows.schema.field("n").type == pa.int64()
+    assert rows.column_names == ["id", "label", "n", "_commit_ts"]  # renamed in its place
+    assert rows.schema.field("n").type == pa.int16()
     assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "v": "y", "n": 6, "_commit_ts": 140},
-        {"id": 2, "v": "z", "n": 7, "_commit_ts": 160},
+        {"id": 1, "label": "y", "n": 6, "_commit_ts": 140},
+        {"id": 2, "label": "z", "n": 7, "_commit_ts": 160},
+        {"id": 3, "label": "w", "n": 8, "_commit_ts": 170},
     ]
-    # The first MODIFY rides with the update (one merge); the second splits the run: a merge
-    # before it, its rewrite, a merge after it.
-    assert (run.ddl, run.commits) == (2, 3)
+    # The first three DDLs ride with the changes before the narrowing (one reshape, one
+    # merge); the narrowing splits the run: its rewrite, then a merge after it.
+    assert (run.ddl, run.commits) == (4, 4)
 
 
 @pytest.mark.parametrize("fold", [False, True])

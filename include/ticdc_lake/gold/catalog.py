@@ -23,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ticdc_lake.gold import ddl
-from ticdc_lake.gold.types import ColumnSpec, delta_type_name, gold_type
+from ticdc_lake.gold.types import ColumnSpec, delta_type_name, gold_type, widens
 
 TableName = ddl.TableName
 
@@ -93,16 +93,21 @@ class AlterColumn(Effect):
     spec: ColumnSpec | None = None  # None: only renamed
     previous: ColumnSpec | None = None  # the column's type before, when a DDL defined it
 
-    def keeps_gold(self, present_type: str | None) -> bool:
-        """Whether gold stays as it is: the same name, and a type whose values convert as
-        the one before did (VARCHAR(10) to VARCHAR(20), INT to INT NOT NULL), which the gold
-        column has (``present_type``, its Delta type; None: gold has no such column yet)."""
-        if self.new_name != self.old_name or self.spec is None or self.previous is None:
+    def folds(self, present_type: str | None) -> bool:
+        """Whether a merge can carry it: the rows written before it read the same under the new
+        definition, so a segment types them all by it. So for a rename (RENAME COLUMN, CHANGE
+        keeping the type), a type whose values convert as before (VARCHAR(10) to VARCHAR(20),
+        INT to INT NOT NULL) and a widening (INT to BIGINT: types.widens); and only while the
+        gold column has the type from before (``present_type``, its Delta type; None: gold
+        has no such column yet)."""
+        if self.spec is None:
+            return True  # only renamed: the values stay as they are
+        if self.previous is None:
+            return False  # no DDL defined the column: its type before is not known
+        before, after = gold_type(self.previous), gold_type(self.spec)
+        if present_type is not None and present_type != delta_type_name(before.arrow):
             return False
-        gold = gold_type(self.spec)
-        if gold != gold_type(self.previous):
-            return False
-        return present_type is None or present_type == delta_type_name(gold.arrow)
+        return before == after or widens(self.previous, self.spec)
 
 
 @dataclass(frozen=True)

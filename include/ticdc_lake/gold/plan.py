@@ -9,12 +9,12 @@ cannot be placed among the changes: in a changefeed that has TSs it only marks t
 names as not consistent; in one without, it is applied after the run's changes.
 
 A barrier *splits* only the tables whose gold it changes in ways a merge cannot carry (DROP and
-RENAME TABLE, partition DDLs, RENAME COLUMN, a MODIFY COLUMN that changes gold's type, DDLs
-without a TS). The others (ADD and DROP COLUMN, TRUNCATE, CREATE TABLE, a MODIFY COLUMN that
-leaves gold's type as it is, DDLs that only mark a table) are *folded* into the table's
-segment (``Segment``): its changes and those DDLs go to gold in one step with the schema after
-them (stages/compact.py). ``build_timeline(fold=False)`` splits at every barrier: the reference
-the fold is tested against.
+RENAME TABLE, partition DDLs, a MODIFY COLUMN whose values convert differently, DDLs without a
+TS). The others (ADD, DROP and RENAME COLUMN, TRUNCATE, CREATE TABLE, a MODIFY or CHANGE
+COLUMN that keeps or widens the values, DDLs that only mark a table) are *folded* into the
+table's segment (``Segment``): its changes and those DDLs go to gold in one step with the
+schema after them (stages/compact.py). ``build_timeline(fold=False)`` splits at every
+barrier: the reference the fold is tested against.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from ticdc_lake.gold.catalog import (
 from ticdc_lake.gold.ddl import Action, NoOp, parse_ddl
 from ticdc_lake.gold.defaults import AddedValue, added_values
 from ticdc_lake.gold.exceptions import DdlParseError
+from ticdc_lake.gold.types import gold_type
 
 # ActionTypes (PROTOCOLS.md §1.4) that change neither columns, rows nor names: no need to parse.
 HARMLESS_ACTIONS = frozenset(
@@ -136,9 +137,10 @@ class Barrier:
         zone = zones.get(self.ddl.record.topic, "UTC")
         return added_values(effect.definitions, self.ts, zone)
 
-    def folds_into(self, table: TableName, gold_columns: Mapping[str, str]) -> bool:
+    def folds_into(self, table: TableName, gold_columns: Mapping[str, str] | None) -> bool:
         """Whether the table's segment can carry this DDL (it then does not split it).
-        ``gold_columns``: the Delta types of the gold table's columns before the run."""
+        ``gold_columns``: the Delta types of the gold table's columns before it (None: not
+        known)."""
         effects = self.effects_on(table)
         return (
             self.ts is not None
@@ -147,23 +149,82 @@ class Barrier:
         )
 
 
-def _foldable(effect: Effect, gold_columns: Mapping[str, str]) -> bool:
+def _foldable(effect: Effect, gold_columns: Mapping[str, str] | None) -> bool:
     if isinstance(effect, AlterColumn):
-        # A MODIFY COLUMN that leaves gold as it is changes nothing a merge must carry.
-        return effect.keeps_gold(gold_columns.get(effect.old_name))
+        # Rows before it read the same under the new definition (catalog.AlterColumn.folds).
+        return gold_columns is not None and effect.folds(gold_columns.get(effect.old_name))
     return isinstance(effect, FOLDABLE) and not isinstance(effect, Move)
+
+
+def gold_columns_after(
+    effects: list[Effect], gold_columns: Mapping[str, str] | None
+) -> dict[str, str] | None:
+    """The Delta types of a gold table's columns after ``effects`` (None: not known)."""
+    if gold_columns is None:
+        return None
+    columns = dict(gold_columns)
+    for effect in effects:
+        if isinstance(effect, AddColumns):
+            for name, spec in effect.columns:
+                columns.setdefault(name, gold_type(spec).delta)
+        elif isinstance(effect, DropColumns):
+            for name in effect.names:
+                columns.pop(name, None)
+        elif isinstance(effect, AlterColumn) and effect.old_name in columns:
+            present = columns.pop(effect.old_name)
+            columns[effect.new_name] = gold_type(effect.spec).delta if effect.spec else present
+        elif isinstance(effect, Create) and effect.columns:
+            if effect.replace:
+                columns = {}
+            for name, spec in effect.columns:
+                columns.setdefault(name, gold_type(spec).delta)
+        elif isinstance(effect, (Create, Move)):
+            return None  # columns from a table not followed here
+    return columns
 
 
 @dataclass(frozen=True)
 class FoldPoint:
-    """What a folded DDL does to the changes before it: a reset (TRUNCATE, CREATE TABLE)
-    discards them; a DROP COLUMN takes the column out of their images; an ADD COLUMN puts in
-    the value the rows already there get (gold/defaults.py)."""
+    """What one folded DDL effect does to the changes before it: a reset (TRUNCATE, CREATE
+    TABLE) discards them; a DROP COLUMN takes the column out of their images; an ADD COLUMN
+    puts in the value the rows already there get (gold/defaults.py); a RENAME or CHANGE
+    COLUMN renames the column in them."""
 
     ts: int
-    reset: bool
-    dropped: tuple[str, ...]
+    reset: bool = False
+    dropped: tuple[str, ...] = ()
     added: tuple[AddedValue, ...] = ()
+    renamed: tuple[str, str] | None = None  # (old name, new name)
+
+
+class ColumnTrail:
+    """Columns followed through DDLs in order: which column from before each name holds."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, str] = {}  # name now -> its name before, for renamed columns
+        self.gone: set[str] = set()  # names before no longer holding their column
+
+    def source(self, name: str) -> str | None:
+        """The name before of the column called ``name`` now (None: a new column)."""
+        if name in self.sources:
+            return self.sources[name]
+        return None if name in self.gone else name
+
+    def drop(self, name: str) -> None:
+        self.sources.pop(name, None)
+        self.gone.add(name)
+
+    def rename(self, old: str, new: str) -> None:
+        source = self.source(old)
+        self.drop(old)
+        self.drop(new)
+        if source is not None:
+            self.sources[new] = source
+
+    @property
+    def renamed(self) -> dict[str, str]:
+        """Name before -> name now, of the columns that are still there under another name."""
+        return {before: now for now, before in self.sources.items()}
 
 
 @dataclass(frozen=True)
@@ -176,19 +237,21 @@ class Segment:
     catalog: Catalog  # what its changes are typed by: the catalog after its last DDL
 
     def points(self, table: TableName, zones: dict[str, str]) -> list[FoldPoint]:
-        """``zones``: topic -> the time zone upstream's time values are read in."""
+        """One point per folded effect, in order. ``zones``: topic -> the time zone
+        upstream's time values are read in."""
         points = []
         for barrier in self.folds:
-            effects = barrier.effects_on(table)
-            reset = any(isinstance(e, (Truncate, Create)) for e in effects)
-            dropped = [n for e in effects if isinstance(e, DropColumns) for n in e.names]
-            added = [
-                value
-                for e in effects
-                if isinstance(e, AddColumns)
-                for value in barrier.added_values(e, zones)
-            ]
-            points.append(FoldPoint(barrier.ts, reset, tuple(dropped), tuple(added)))
+            for effect in barrier.effects_on(table):
+                if isinstance(effect, (Truncate, Create)):
+                    points.append(FoldPoint(barrier.ts, reset=True))
+                elif isinstance(effect, DropColumns):
+                    points.append(FoldPoint(barrier.ts, dropped=effect.names))
+                elif isinstance(effect, AddColumns):
+                    added = barrier.added_values(effect, zones)
+                    points.append(FoldPoint(barrier.ts, added=added))
+                elif isinstance(effect, AlterColumn) and effect.old_name != effect.new_name:
+                    renamed = (effect.old_name, effect.new_name)
+                    points.append(FoldPoint(barrier.ts, renamed=renamed))
         return points
 
 
@@ -199,6 +262,7 @@ class Timeline:
     fold: bool = True  # False: every barrier splits (the reference path)
     # Per table, the Delta types of its gold columns before the run.
     gold_columns: Mapping[TableName, Mapping[str, str]] = field(default_factory=dict)
+    _folded: dict[TableName, set[int]] = field(default_factory=dict, init=False, repr=False)
 
     def segments_of(self, table: TableName) -> list[Segment]:
         """The table's segments in order. A non-last segment is typed by the catalog right
@@ -236,7 +300,15 @@ class Timeline:
         return not self._folds(barrier, table)
 
     def _folds(self, barrier: Barrier, table: TableName) -> bool:
-        return self.fold and barrier.folds_into(table, self.gold_columns.get(table, {}))
+        if table not in self._folded:
+            # Each DDL is judged by the gold columns the ones before it leave.
+            folded, columns = set(), dict(self.gold_columns.get(table, {}))
+            for earlier in self.barriers_of(table):
+                if self.fold and earlier.folds_into(table, columns):
+                    folded.add(id(earlier))
+                columns = gold_columns_after(earlier.effects_on(table), columns)
+            self._folded[table] = folded
+        return id(barrier) in self._folded[table]
 
     def barriers_of(self, table: TableName) -> list[Barrier]:
         return [barrier for barrier in self.barriers if table in barrier.tables]

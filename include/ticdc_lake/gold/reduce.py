@@ -23,8 +23,8 @@ In order (stages/compact.py strings them together):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -33,10 +33,13 @@ from pyspark.sql.types import (
     BooleanType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
 )
+
+from ticdc_lake.gold.plan import ColumnTrail
 
 POSITION = ("topic", "partition", "offset", "index")
 NO_SEGMENT_TS = None
@@ -171,8 +174,9 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     segment)) on the changes before them (by ``order_ts``; a change at a DDL's TS comes after
     it): a change before a reset (TRUNCATE, CREATE TABLE) is dropped, a change before a DROP
     COLUMN loses the column from its images (a column added again later is another column), a
-    change before an ADD COLUMN gains the value the rows already there get. Handle-key columns
-    stay: the key is what the change is merged by.
+    change before an ADD COLUMN gains the value the rows already there get, a change before a
+    RENAME COLUMN has the column, and its handle key, renamed. Handle-key columns stay: the
+    key is what the change is merged by.
 
     A broadcast join with each segment's TS ranges between its DDLs, as in ``with_segment``.
     """
@@ -183,15 +187,16 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         for number, high in enumerate(stamps):
             later = [point for point in folds if point.ts >= high]
             reset = any(point.reset for point in later)
-            final = _columns_after(later)
-            added = [
-                tuple(value.image_element()[name] for name in element.fieldNames())
-                for value in final.values()
-                if value is not None
-            ]
-            if reset or final:
+            trail, added = _columns_after(later)
+            if reset or trail.gone:
                 low = stamps[number - 1] if number else None
-                ranges.append((schema, table, segment, low, high, reset, sorted(final), added))
+                elements = [
+                    tuple(value.image_element()[name] for name in element.fieldNames())
+                    for value in added
+                ]
+                renamed = trail.renamed
+                gone = sorted(trail.gone)
+                ranges.append((schema, table, segment, low, high, reset, gone, renamed, elements))
     if not ranges:
         return changes
     folds = changes.sparkSession.createDataFrame(
@@ -204,7 +209,8 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                 StructField("_low", LongType()),
                 StructField("_high", LongType()),
                 StructField("_reset", BooleanType()),
-                StructField("_dropped", ArrayType(StringType())),
+                StructField("_gone", ArrayType(StringType())),
+                StructField("_renamed", MapType(StringType(), StringType())),
                 StructField("_added", ArrayType(element)),
             ]
         ),
@@ -217,42 +223,63 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         & (low.isNull() | (order_ts >= low))
         & (order_ts < F.col("_high"))
     )
-    dropped = F.col("_dropped")
+    gone, renamed = F.col("_gone"), F.col("_renamed")
     handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
+
+    def name_now(name: Column) -> Column:
+        return F.coalesce(F.try_element_at(renamed, name), name)
 
     def refolded(image: str) -> Column:
         kept = F.filter(
             F.col(image),
-            lambda c: ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"]),
+            lambda c: (
+                ~F.array_contains(gone, c["name"])
+                | F.array_contains(F.map_keys(renamed), c["name"])
+                | F.array_contains(handle, c["name"])
+            ),
         )
-        unchanged = dropped.isNull() | F.col(image).isNull()
-        return F.when(unchanged, F.col(image)).otherwise(F.concat(kept, F.col("_added")))
+        named = F.transform(kept, lambda c: c.withField("name", name_now(c["name"])))
+        unchanged = gone.isNull() | F.col(image).isNull()
+        return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
 
+    handle_now = F.when(
+        gone.isNull() | F.col("handle_key").isNull(), F.col("handle_key")
+    ).otherwise(F.transform("handle_key", name_now))
     return (
         changes.join(F.broadcast(folds), match, "left")
         .where(~F.coalesce(F.col("_reset"), F.lit(False)))
         .withColumn("columns", refolded("columns"))
         .withColumn("old_columns", refolded("old_columns"))
+        .withColumn("handle_key", handle_now)
         .drop(*_FOLD_COLUMNS)
     )
 
 
 _FOLD_COLUMNS = (
-    "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_dropped", "_added",
+    "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_gone",
+    "_renamed", "_added",
 )  # fmt: skip
 
 
-def _columns_after(points: Sequence) -> dict[str, Any]:
-    """The columns the folded DDLs ``points`` (in order) change in the images before them:
-    name -> the AddedValue the column ends with, or None where it ends dropped (or added
-    without a value: NULL, as an image without it reads)."""
-    final: dict[str, Any] = {}
+def _columns_after(points: Sequence) -> tuple[ColumnTrail, list]:
+    """What the folded DDLs ``points`` (in order) do to the columns of the images before them:
+    where each column goes (``ColumnTrail``), and the AddedValues of the columns they add
+    (those added without a value are NULL, as an image without them reads)."""
+    trail, added = ColumnTrail(), {}
     for point in points:
         for name in point.dropped:
-            final[name] = None
+            trail.drop(name)
+            added.pop(name, None)
         for value in point.added:
-            final[value.name] = None if value.is_null else value
-    return final
+            trail.drop(value.name)
+            added[value.name] = value
+        if point.renamed is not None:
+            old, new = point.renamed
+            trail.rename(old, new)
+            value = added.pop(old, None)
+            if value is not None:
+                added[new] = dataclasses.replace(value, name=new)
+    return trail, [value for value in added.values() if not value.is_null]
 
 
 def _key_text(image: Column, handle: Column) -> Column:

@@ -33,7 +33,7 @@ from ticdc_lake.gold.catalog import (
 from ticdc_lake.gold.changes import Batches, Reduced, SegmentKey
 from ticdc_lake.gold.exceptions import GoldError
 from ticdc_lake.gold.feed import FeedPlan
-from ticdc_lake.gold.plan import Barrier, Segment, Timeline
+from ticdc_lake.gold.plan import Barrier, ColumnTrail, Segment, Timeline
 from ticdc_lake.gold.state import TableState
 from ticdc_lake.gold.tables import (
     COMMIT_TS,
@@ -120,7 +120,9 @@ class Steps:
                 return
             if shape.changed and not shape.reset:
                 reshape = self._ddl_version(versions, item, segment, number)
-                item.commits += item.ddl_gold().reshape(shape.schema, reshape, shape.values)
+                item.commits += item.ddl_gold().reshape(
+                    shape.schema, reshape, shape.values, shape.sources
+                )
             if step.key not in reduced.keys:
                 return
             stats = self._apply(item, info, shape, reduced, step.key, version)
@@ -140,9 +142,10 @@ class Steps:
     def _shape(self, item: TableWork, segment: Segment) -> Shape:
         """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
         CREATE TABLE's columns, added ones appended (after _commit_ts) with the value the rows
-        already there get, dropped ones gone."""
+        already there get, dropped ones gone, renamed ones renamed and widened ones widened
+        in place."""
         present = item.gold.schema()
-        schema, reset, values = present, False, {}
+        schema, reset, values, trail = present, False, {}, ColumnTrail()
         for barrier in segment.folds:
             for effect in combined_effects(barrier.effects_on(item.name)):
                 if isinstance(effect, Inconsistent):
@@ -161,16 +164,23 @@ class Steps:
                     for name, value in self._added(effect, barrier, schema.names).items():
                         schema = schema.append(pa.field(name, value.type))
                         values[name] = value
+                        trail.drop(name)
                 elif isinstance(effect, DropColumns):
                     for name in effect.names:
                         if name in schema.names:
                             schema = schema.remove(schema.get_field_index(name))
                             values.pop(name, None)
-                # A folded AlterColumn leaves gold as it is (catalog.AlterColumn.keeps_gold).
+                            trail.drop(name)
+                elif isinstance(effect, AlterColumn) and effect.old_name in schema.names:
+                    schema, values = _altered(schema, values, effect)
+                    trail.rename(effect.old_name, effect.new_name)
+        sources = {}
+        if schema is not None and present is not None and not reset:
+            sources = {f.name: trail.source(f.name) for f in schema}
         changed = schema is not None and (
-            present is None or schema.names != present.names or bool(values)
+            present is None or _columns(schema) != _columns(present) or bool(values)
         )
-        return Shape(schema, reset, changed, values)
+        return Shape(schema, reset, changed, values, sources)
 
     def _added(
         self, effect: AddColumns, barrier: Barrier, existing: Container[str] = ()
@@ -340,6 +350,7 @@ class Steps:
         present = gold.schema()
         if present is None or effect.old_name not in present.names:
             return
+        _check_free(present, effect)
         current = present.field(effect.old_name).type
         target = _gold_arrow(effect.spec) if effect.spec is not None else current
         if target == current and effect.new_name == effect.old_name:
@@ -393,6 +404,8 @@ class Shape:
     reset: bool  # emptied (TRUNCATE, CREATE TABLE): the changes replace its rows
     changed: bool  # columns differ from gold's
     values: dict[str, pa.Scalar]  # added columns: the value the rows already there get
+    # Each column's name in gold before the segment (None: a new column; absent: as named).
+    sources: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -456,6 +469,35 @@ def combined_effects(effects: list[Effect]) -> list[Effect]:
         else:
             combined.append(effect)
     return combined
+
+
+def _altered(
+    schema: pa.Schema, values: dict[str, pa.Scalar], effect: AlterColumn
+) -> tuple[pa.Schema, dict[str, pa.Scalar]]:
+    """A folded RENAME, CHANGE or MODIFY COLUMN on gold's columns: the column in its place,
+    renamed and typed anew (a folded one only widens: catalog.AlterColumn.folds)."""
+    _check_free(schema, effect)
+    index = schema.get_field_index(effect.old_name)
+    arrow = schema.field(index).type if effect.spec is None else _gold_arrow(effect.spec)
+    schema = schema.set(index, pa.field(effect.new_name, arrow))
+    values = dict(values)
+    if effect.old_name in values:  # added by the segment: its value widened and renamed
+        values[effect.new_name] = values.pop(effect.old_name).cast(arrow)
+    return schema, values
+
+
+def _check_free(schema: pa.Schema, effect: AlterColumn) -> None:
+    """A column renamed onto one gold holds already (a change carried the name after the DDL
+    had taken it away) would leave two columns of one name."""
+    if effect.new_name != effect.old_name and effect.new_name in schema.names:
+        raise GoldError(
+            f"cannot rename column {effect.old_name!r} to {effect.new_name!r}: gold has a "
+            f"column {effect.new_name!r} already (changes carried it after the DDL)"
+        )
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    return [(f.name, f.type) for f in schema]
 
 
 def _gold_arrow(spec: ColumnSpec) -> pa.DataType:

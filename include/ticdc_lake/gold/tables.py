@@ -146,41 +146,56 @@ class GoldTable:
         return self._replace(table, upserts, version)
 
     def reshape(
-        self, schema: pa.Schema, version: int, values: dict[str, pa.Scalar] | None = None
+        self,
+        schema: pa.Schema,
+        version: int,
+        values: dict[str, pa.Scalar] | None = None,
+        sources: dict[str, str | None] | None = None,
     ) -> bool:
-        """Give the table ``schema``'s columns, in its order: columns it lacks dropped, new
-        ones NULL, or the value ``values`` gives them in every row (an added column's
-        default; a column that is there takes it too: it was dropped and added again). Only
-        NULL columns added: metadata only; else a rewrite (on the driver when the table is
-        small enough, else by Spark)."""
+        """Give the table ``schema``'s columns, in its order: each filled from the column
+        ``sources`` names (default: the same name; None: none), cast to its type; columns it
+        lacks dropped, new ones NULL, or the value ``values`` gives them in every row (an added
+        column's default; a column that is there takes it too: it was dropped and added
+        again). Only NULL columns added: metadata only; else a rewrite (on the driver when the
+        table is small enough, else by Spark)."""
         table = self._pending(version)
-        return table is not None and self._reshape(table, schema, version, values or {})
+        return table is not None and self._reshape(table, schema, version, values, sources)
 
     def _reshape(
-        self, table: DeltaTable, schema: pa.Schema, version: int, values: dict[str, pa.Scalar]
+        self,
+        table: DeltaTable,
+        schema: pa.Schema,
+        version: int,
+        values: dict[str, pa.Scalar] | None = None,
+        sources: dict[str, str | None] | None = None,
     ) -> bool:
         present = table_schema(table).to_arrow()
-        values = {n: v for n, v in values.items() if v.is_valid or n in present.names}
-        if present.names == schema.names and not values:
-            return False
-        appended = schema.names[: len(present)] == list(present.names)
-        if appended and not values:
-            added = [f for f in schema if f.name not in present.names]
+        values = {n: v for n, v in (values or {}).items() if v.is_valid or n in present.names}
+        sources = {f.name: (sources or {}).get(f.name, f.name) for f in schema}
+        sources = {n: s if s in present.names else None for n, s in sources.items()}
+        kept = [(f.name, f.name, f.type) for f in present]
+        same = [(f.name, sources[f.name], f.type) for f in schema]
+        if same[: len(kept)] == kept and not values:  # only new NULL columns, appended
+            added = list(schema)[len(kept) :]
+            if not added:
+                return False
             table.alter.add_columns(
                 DeltaSchema.from_arrow(pa.schema(added)).fields,
                 commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
             )
             return True
         if _row_count(table) > DRIVER_REWRITE_ROWS:
-            frame = reshaped(schema, values)(read_delta(self.spark, self.path))
+            frame = reshaped(schema, values, sources)(read_delta(self.spark, self.path))
             return self._write(frame, version)
         rows = table.to_pyarrow_table()
 
         def column(field: pa.Field) -> pa.Array:
             if field.name in values:
                 return pa.repeat(values[field.name], rows.num_rows)
-            if field.name in rows.column_names:
-                return rows.column(field.name)
+            source = sources[field.name]
+            if source is not None:
+                # Only widenings come here (catalog.AlterColumn.folds): a safe cast is exact.
+                return rows.column(source).cast(field.type)
             return pa.nulls(rows.num_rows, field.type)
 
         return self._replace(
@@ -288,22 +303,28 @@ def drop_columns(names: tuple[str, ...]):
     return transform
 
 
-def reshaped(schema: pa.Schema, values: dict[str, pa.Scalar] | None = None):
-    """The frame with ``schema``'s columns in its order (missing ones NULL, those in
-    ``values`` that value in every row)."""
-    values = values or {}
+def reshaped(
+    schema: pa.Schema,
+    values: dict[str, pa.Scalar] | None = None,
+    sources: dict[str, str | None] | None = None,
+):
+    """The frame with ``schema``'s columns in its order, each from the column ``sources``
+    names (default: the same name) cast to its type; missing ones NULL, those in ``values``
+    that value in every row."""
+    values, sources = values or {}, sources or {}
 
     def transform(frame: DataFrame) -> DataFrame:
-        return frame.select(
-            *[
-                _literal(values[f.name]).alias(f.name)
-                if f.name in values
-                else F.col(f"`{f.name}`")
-                if f.name in frame.columns
-                else F.lit(None).cast(gold_types.delta_type_name(f.type)).alias(f.name)
-                for f in schema
-            ]
-        )
+        columns = []
+        for f in schema:
+            source = sources.get(f.name, f.name)
+            delta_type = gold_types.delta_type_name(f.type)
+            if f.name in values:
+                columns.append(_literal(values[f.name]).alias(f.name))
+            elif source is not None and source in frame.columns:
+                columns.append(F.col(f"`{source}`").cast(delta_type).alias(f.name))
+            else:
+                columns.append(F.lit(None).cast(delta_type).alias(f.name))
+        return frame.select(*columns)
 
     return transform
 

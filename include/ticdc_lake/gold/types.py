@@ -222,6 +222,29 @@ def gold_type(spec: ColumnSpec) -> GoldType:
     return GoldType(TEXT, pa.string())
 
 
+_INTEGER_CODES = frozenset(_SIGNED_INTS)
+# Gold's integer types, each holding every value of those before it.
+_INTEGER_WIDTHS = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), UINT64)
+
+
+def widens(before: ColumnSpec, after: ColumnSpec) -> bool:
+    """Whether every value of ``before`` reads the same under ``after``: TiCDC sends it as the
+    same text, and typing that text by ``after`` gives what Spark's cast of the old gold value
+    gives. Integers to wider integers of the same signedness or from unsigned to signed (INT
+    to BIGINT), and decimals to more digits at the same scale (DECIMAL(10,2) to (12,2))."""
+    old, new = gold_type(before), gold_type(after)
+    if before.type_code in _INTEGER_CODES and after.type_code in _INTEGER_CODES:
+        if after.unsigned and not before.unsigned:
+            return False  # a negative value would read differently
+        return _INTEGER_WIDTHS.index(new.arrow) >= _INTEGER_WIDTHS.index(old.arrow)
+    decimals = (mysql.TYPE_NEWDECIMAL, mysql.TYPE_DECIMAL_OLD)
+    if before.type_code not in decimals or after.type_code not in decimals:
+        return False
+    if not (pa.types.is_decimal(old.arrow) and pa.types.is_decimal(new.arrow)):
+        return False  # more than 38 digits: gold holds the text
+    return new.arrow.scale == old.arrow.scale and new.arrow.precision >= old.arrow.precision
+
+
 def delta_type_name(arrow: pa.DataType) -> str:
     """The Delta (Spark) type name of an Arrow type that gold uses."""
     if pa.types.is_int8(arrow):
