@@ -100,6 +100,7 @@ def test_a_few_ddls_and_no_truncate(workload):
     alters = [e.query for e in ddls if not e.query.startswith("CREATE TABLE")]
     assert alters == [
         "ALTER TABLE `shop`.`customers` ADD COLUMN `phone` varchar(64) NULL",
+        "ALTER TABLE `shop`.`order_items` CHANGE COLUMN `qty` `quantity` int(10) unsigned NOT NULL",
         "ALTER TABLE `shop`.`orders` ADD COLUMN `coupon_code` varchar(64) NULL",
         "ALTER TABLE `shop`.`orders` DROP COLUMN `note`",
     ]

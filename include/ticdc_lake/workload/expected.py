@@ -8,10 +8,11 @@ folds it back into full tables, exactly.
 Rows are in the lossless JSON form of `events.json_value` (bytes as {"base64": ...}), sorted by
 handle key. On disk (`expected.jsonl`): a header line `{"format", "handle_keys"}`, then one line
 per resolved TS `{"resolved_ts", "row_counts": {"schema.table": n}, "tables": {"schema.table":
-{"columns": [...], "truncated": true?, "upserts": [...], "deletes": [[key values], ...]}}}`,
-listing only tables changed since the previous line. Folding a line: if `truncated`, start from
-no rows; if `columns` differ from before (ADD/DROP COLUMN), keep each row's values of the new
-columns (NULL for an added one); then remove `deletes` and put `upserts`.
+{"columns": [...], "truncated": true?, "renamed": {old: new}?, "upserts": [...], "deletes":
+[[key values], ...]}}}`, listing only tables changed since the previous line. Folding a line: if
+`truncated`, start from no rows; if `renamed` (RENAME/CHANGE COLUMN), rows keep their values
+under the new names; if `columns` differ from before (ADD/DROP COLUMN), keep each row's values
+of the new columns (NULL for an added one); then remove `deletes` and put `upserts`.
 """
 
 from __future__ import annotations
@@ -85,8 +86,14 @@ class ExpectedLog:
             for name, change in point["tables"].items():
                 columns = change["columns"]
                 old_columns, rows = state.get(name, (columns, {}))
+                renamed = change.get("renamed")
                 if change.get("truncated"):
                     rows = {}
+                elif renamed:  # RENAME/CHANGE COLUMN: existing rows keep their values
+                    rows = {
+                        key: json_row(columns, {renamed.get(c, c): v for c, v in row.items()})
+                        for key, row in rows.items()
+                    }
                 elif old_columns != columns:  # ADD/DROP COLUMN: existing rows follow
                     rows = {key: json_row(columns, row) for key, row in rows.items()}
                 for key in change.get("deletes", ()):
@@ -142,6 +149,7 @@ class SnapshotRecorder:
         self.log = log
         self._dirty: dict[str, set[tuple]] = {}
         self._truncated: set[str] = set()
+        self._renamed: dict[str, dict[str, str]] = {}  # table -> old name -> new name
         self._columns: dict[str, list[str]] = {}
 
     def changed(self, table: str, key: tuple) -> None:
@@ -150,6 +158,12 @@ class SnapshotRecorder:
     def truncated(self, table: str) -> None:
         """The table was emptied (TRUNCATE, or created): earlier rows are gone."""
         self._truncated.add(table)
+
+    def renamed(self, table: str, old: str, new: str) -> None:
+        """A column was renamed (RENAME or CHANGE COLUMN): earlier rows keep its values."""
+        names = self._renamed.setdefault(table, {})
+        earlier = next((before for before, now in names.items() if now == old), old)
+        names[earlier] = new
 
     def point(
         self,
@@ -165,7 +179,8 @@ class SnapshotRecorder:
         for name, (columns, rows, binary) in sorted(tables.items()):
             dirty = self._dirty.get(name, ())
             truncated = name in self._truncated
-            if not dirty and not truncated and self._columns.get(name) == columns:
+            renamed = self._renamed.get(name)
+            if not dirty and not truncated and not renamed and self._columns.get(name) == columns:
                 continue
             self._columns[name] = list(columns)
             upserts, deletes = [], []
@@ -178,12 +193,15 @@ class SnapshotRecorder:
             change: dict[str, Any] = {"columns": list(columns)}
             if truncated:
                 change["truncated"] = True
+            elif renamed:
+                change["renamed"] = dict(renamed)
             change.update(upserts=upserts, deletes=deletes)
             changes[name] = change
         row_counts = {name: len(rows) for name, (_, rows, _) in sorted(tables.items())}
         self.log.add_point(resolved_ts, changes, row_counts)
         self._dirty.clear()
         self._truncated.clear()
+        self._renamed.clear()
 
 
 def _json_form(values: dict[str, Any], binary: tuple[str, ...]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.expected import ExpectedLog
 from ticdc_lake.workload.generator import Workload
 
-_ADDED = re.compile(r"ADD COLUMN `([^`]+)` (.+) NULL$")
+_ADDED = re.compile(r"(?:ADD COLUMN|CHANGE COLUMN `[^`]+`) `([^`]+)` (.+?) (?:NOT )?NULL$")
 # Differences listed per table before the rest are only counted.
 MAX_DIFFERENCES = 3
 
@@ -43,7 +43,8 @@ def column_types(
     tables: Iterable[tuple[str, Iterable[tuple[str, str]]]], ddl: Iterable[tuple[str, str]]
 ) -> dict[str, dict[str, str]]:
     """Per table, every column's MySQL type: ``tables`` gives (name, (column, type)...) as
-    created, ``ddl`` (table, query) adds the columns of ADD COLUMN."""
+    created, ``ddl`` (table, query) adds the columns of ADD COLUMN and CHANGE COLUMN (the
+    rows before it keep the old name, typed as before)."""
     types = {name: dict(columns) for name, columns in tables}
     for table, query in ddl:
         match = _ADDED.search(query)

@@ -47,7 +47,13 @@ from ticdc_lake.events import (
     RowEvent,
 )
 from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
-from ticdc_lake.workload.shop import ADDED_COLUMNS, UPDATED, ShopValues, shop_tables
+from ticdc_lake.workload.shop import (
+    ADDED_COLUMNS,
+    CHANGED_COLUMN,
+    UPDATED,
+    ShopValues,
+    shop_tables,
+)
 from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
 
 START_PHYSICAL_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z: fixed, so outputs are reproducible
@@ -196,6 +202,12 @@ class _Rows:
 
     def clear(self) -> None:
         self._packed.clear()
+
+    def renamed(self, old: str, new: str) -> _Rows:
+        """The same rows with column ``old`` called ``new`` (values are packed by position)."""
+        rows = _Rows([new if name == old else name for name in self.columns])
+        rows._packed = self._packed
+        return rows
 
     def reshaped(self, columns: list[str]) -> _Rows:
         """The rows under new columns: an added one NULL, a dropped one gone (ALTER TABLE)."""
@@ -567,6 +579,7 @@ class _Generator:
             (first_table, first), (second_table, second) = ADDED_COLUMNS
             plan = {
                 0.3: (generator._add_column, (first_table, first)),
+                0.45: (generator._change_column, CHANGED_COLUMN),
                 0.6: (generator._add_column, (second_table, second)),
                 0.85: (generator._drop_column, ("shop.orders", "note")),
             }
@@ -620,6 +633,20 @@ class _Generator:
             state.table,
             f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
             mysql.ACTION_DROP_COLUMN,
+        )
+
+    def _change_column(self, name: str, old: str, column: ColumnDef) -> None:
+        """CHANGE COLUMN: renamed, with a type that holds every value the column has."""
+        state = self.states[name]
+        state.updated = tuple(column.name if c == old else c for c in state.updated)
+        state.table = state.table.rename_column(old, column.name).modify_column(column)
+        state.rows = state.rows.renamed(old, column.name)
+        self.recorder.renamed(name, old, column.name)
+        changed = state.table.by_name[column.name]
+        self._ddl(
+            state.table,
+            f"ALTER TABLE {state.table.quoted} CHANGE COLUMN `{old}` {changed.sql()}",
+            mysql.ACTION_MODIFY_COLUMN,
         )
 
     def _truncate(self, name: str) -> None:

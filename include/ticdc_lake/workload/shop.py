@@ -182,6 +182,8 @@ def covered_types(tables: tuple[TableDef, ...]) -> set[tuple[int, int]]:
 
 
 # Columns the realistic DDLs add (ALTER TABLE ... ADD COLUMN), in order.
+# The realistic profile's CHANGE COLUMN: a rename and a wider type that holds every value.
+CHANGED_COLUMN = ("shop.order_items", "qty", _column("quantity", "c_int_unsigned", False))
 ADDED_COLUMNS = (
     ("shop.customers", _column("phone", "c_varchar")),
     ("shop.orders", _column("coupon_code", "c_varchar")),
@@ -367,6 +369,8 @@ class ShopValues:
 
     def _qty(self) -> int:
         return self.rng.choices((1, 2, 3, 4, 10), (70, 18, 6, 4, 2))[0]
+
+    _quantity = _qty  # its name after the profile's CHANGE COLUMN
 
     def _unit_price_cents(self) -> str:
         return str(self.rng.randint(199, 49_999))

@@ -95,6 +95,19 @@ class TableDef:
     def drop_column(self, name: str) -> TableDef:
         return replace(self, columns=tuple(c for c in self.columns if c.name != name))
 
+    def modify_column(self, column: ColumnDef) -> TableDef:
+        """ALTER TABLE MODIFY COLUMN: the column of that name takes the new type, in place."""
+        flagged = _with_flags(column, self.handle, self.key_kind)
+        return replace(
+            self, columns=tuple(flagged if c.name == column.name else c for c in self.columns)
+        )
+
+    def rename_column(self, old: str, new: str) -> TableDef:
+        """ALTER TABLE RENAME COLUMN: the key follows its column's name."""
+        columns = tuple(replace(c, name=new) if c.name == old else c for c in self.columns)
+        handle = tuple(new if name == old else name for name in self.handle)
+        return replace(self, columns=columns, handle=handle)
+
     def truncated(self, new_table_id: int) -> TableDef:
         """TRUNCATE TABLE gives the table (and each partition) a new physical id."""
         partition_ids = tuple(new_table_id + 1 + i for i in range(len(self.partition_ids)))
