@@ -21,9 +21,9 @@ A run applies the changes with applied TS < TS <= target (``gold/reduce.py``): r
 recognised by event_id; per handle key the last change by (commit TS, topic, partition, offset,
 index) wins; deletes remove rows; a key change (delete + insert at one commit TS) moves the row.
 A table's DDLs are folded into its changes (``gold/plan.py``, ``reduce.with_folds``): within a
-run, ADD/DROP COLUMN, TRUNCATE, CREATE TABLE and a MODIFY COLUMN that leaves gold's type reach
-gold with the changes in at most two commits (a column reshape, then one merge, or after a
-TRUNCATE one commit replacing the rows).
+run, ADD/DROP/RENAME COLUMN, TRUNCATE, CREATE TABLE and a MODIFY/CHANGE COLUMN that keeps or
+widens the values reach gold with the changes in at most two commits (a column reshape, then
+one merge, or after a TRUNCATE one commit replacing the rows).
 Only the DDLs a merge cannot carry are barriers, and only for the tables they alter: the
 table's changes before one are merged under the old schema, then its effect is carried out on
 gold (``gold/tables.py``), then the changes after it (``gold/steps.py``).
