@@ -234,7 +234,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
             F.col(image),
             lambda c: (
                 ~F.array_contains(gone, c["name"])
-                | F.array_contains(F.map_keys(renamed), c["name"])
+                | F.map_contains_key(renamed, c["name"])
                 | F.array_contains(handle, c["name"])
             ),
         )
@@ -242,15 +242,12 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         unchanged = gone.isNull() | F.col(image).isNull()
         return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
 
-    handle_now = F.when(
-        gone.isNull() | F.col("handle_key").isNull(), F.col("handle_key")
-    ).otherwise(F.transform("handle_key", name_now))
     return (
         changes.join(F.broadcast(folds), match, "left")
         .where(~F.coalesce(F.col("_reset"), F.lit(False)))
         .withColumn("columns", refolded("columns"))
         .withColumn("old_columns", refolded("old_columns"))
-        .withColumn("handle_key", handle_now)
+        .withColumn("handle_key", F.transform("handle_key", name_now))
         .drop(*_FOLD_COLUMNS)
     )
 

@@ -96,7 +96,6 @@ class _Spill:
     def __init__(self, directory: Path, suffix: str):
         self.directory = directory
         self.suffix = suffix
-        self.files: dict[tuple[str, int], BinaryIO] = {}
         self.sinks: dict[tuple[str, int], BinaryIO] = {}
 
     def path(self, key: tuple[str, int]) -> Path:
@@ -105,18 +104,16 @@ class _Spill:
     def append(self, key: tuple[str, int], item: Any) -> None:
         sink = self.sinks.get(key)
         if sink is None:
-            file = self.files[key] = open(self.path(key), "wb")  # noqa: SIM115 - closed below
+            file = open(self.path(key), "wb")  # noqa: SIM115 - closed with its sink, below
             # A compressor per file: one compressor's streams must not interleave.
             compressor = zstandard.ZstdCompressor(level=_SPILL_LEVEL)
-            sink = self.sinks[key] = compressor.stream_writer(file, closefd=False)
+            sink = self.sinks[key] = compressor.stream_writer(file)
         pickle.dump(item, sink, protocol=pickle.HIGHEST_PROTOCOL)
 
     def close(self) -> None:
-        for key, sink in self.sinks.items():
-            sink.close()
-            self.files[key].close()
+        for sink in self.sinks.values():
+            sink.close()  # ends the zstd frame, then closes the file
         self.sinks.clear()
-        self.files.clear()
 
     def read(self, key: tuple[str, int]) -> Iterator[Any]:
         if not self.path(key).exists():
