@@ -279,17 +279,20 @@ def _columns_after(points: Sequence) -> tuple[ColumnTrail, list]:
     return trail, [value for value in added.values() if not value.is_null]
 
 
-def _key_text(image: Column, handle: Column) -> Column:
-    """The handle-key values of an image as canonical JSON text (compared, never parsed)."""
+def _key_of(image: Column, handle: Column) -> Column:
+    """The handle-key values of an image, sorted by column name: compared and hashed, never
+    read. (``sort_array`` orders by the struct's first field, the unique name, with no lambda
+    comparator: this runs once or twice per change.)"""
     key = F.filter(image, lambda c: F.array_contains(handle, c["name"]))
     key = F.transform(
         key, lambda c: F.struct(c["name"].alias("n"), c["text"].alias("t"), c["binary"].alias("b"))
     )
-    return F.to_json(F.array_sort(key))
+    return F.sort_array(key)
 
 
 def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], Sequence[str]]):
-    """One row per action: ``deleted``, ``image``, ``key`` (text), ``handle``, ``sub``.
+    """One row per action: ``deleted``, ``image``, ``key`` (its handle-key values),
+    ``handle``, ``sub``.
 
     ``fallback_handles`` gives, per table, the handle key the DDL log implies, for changes that
     name none (Canal-JSON marks only primary keys).
@@ -301,8 +304,13 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
             fallback = F.when(match, F.array(*[F.lit(n) for n in handle])).otherwise(fallback)
     handle = F.when(F.size("handle_key") > 0, F.col("handle_key")).otherwise(fallback)
     prepared = changes.withColumn("handle", F.coalesce(handle, F.array().cast("array<string>")))
-    new_key = _key_text(F.col("columns"), F.col("handle"))
-    old_key = _key_text(F.col("old_columns"), F.col("handle"))
+    prepared = prepared.withColumns(
+        {
+            "_new_key": _key_of(F.col("columns"), F.col("handle")),
+            "_old_key": _key_of(F.col("old_columns"), F.col("handle")),
+        }
+    )
+    new_key, old_key = F.col("_new_key"), F.col("_old_key")
 
     def action(deleted: bool, image: str, key: Column, sub: int) -> Column:
         return F.struct(
@@ -326,7 +334,7 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
     return (
         prepared.withColumn("_action", F.explode(actions))
         .select("*", "_action.*")
-        .drop("_action", "columns", "old_columns")
+        .drop("_action", "columns", "old_columns", "_new_key", "_old_key")
     )
 
 
@@ -334,8 +342,11 @@ def last_per_key(actions: DataFrame) -> DataFrame:
     """Keep the last action per (schema, table, segment, key), replays dropped. A change without
     any order TS (only when nothing tells its TS) sorts after every change that has one."""
     key = ("schema", "table", "segment", "key")
-    # One exchange: both windows below partition by a superset of these columns.
-    clustered = actions.repartition(*key)
+    # One exchange: both windows below partition by a superset of these columns. Not by the
+    # segment: it is a literal when no DDL splits the run, and Spark drops a literal from a
+    # window's partitioning but not from a hash partitioning, which then satisfies neither
+    # window (three more shuffles of the wide rows).
+    clustered = actions.repartition("schema", "table", "key")
     first = Window.partitionBy(*key, "event_id", "order_ts", "sub").orderBy(*POSITION)
     last = Window.partitionBy(*key).orderBy(
         F.col("order_ts").desc_nulls_first(),
@@ -349,5 +360,3 @@ def last_per_key(actions: DataFrame) -> DataFrame:
         .drop("_rank", "_copy")
     )
 
-
-NO_KEY = "[]"  # the key text of an image without handle-key columns
