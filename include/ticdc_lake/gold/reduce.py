@@ -196,7 +196,10 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                 ]
                 renamed = trail.renamed
                 gone = sorted(trail.gone)
-                ranges.append((schema, table, segment, low, high, reset, gone, renamed, elements))
+                touched = sorted(trail.gone | set(renamed))
+                ranges.append(
+                    (schema, table, segment, low, high, reset, gone, renamed, touched, elements)
+                )  # fmt: skip
     if not ranges:
         return changes
     folds = changes.sparkSession.createDataFrame(
@@ -211,6 +214,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                 StructField("_reset", BooleanType()),
                 StructField("_gone", ArrayType(StringType())),
                 StructField("_renamed", MapType(StringType(), StringType())),
+                StructField("_touched", ArrayType(StringType())),  # gone or renamed
                 StructField("_added", ArrayType(element)),
             ]
         ),
@@ -223,7 +227,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         & (low.isNull() | (order_ts >= low))
         & (order_ts < F.col("_high"))
     )
-    gone, renamed = F.col("_gone"), F.col("_renamed")
+    gone, renamed, touched = F.col("_gone"), F.col("_renamed"), F.col("_touched")
     handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
 
     def name_now(name: Column) -> Column:
@@ -240,21 +244,34 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         )
         named = F.transform(kept, lambda c: c.withField("name", name_now(c["name"])))
         unchanged = gone.isNull() | F.col(image).isNull()
-        return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
+        # Spark interprets the lambdas above for every element: only an image holding a
+        # column the folds drop or rename needs them (its names are read without one).
+        untouched = ~F.arrays_overlap(F.col(image)["name"], touched)
+        return (
+            F.when(unchanged, F.col(image))
+            .when(untouched, F.concat(F.col(image), F.col("_added")))
+            .otherwise(F.concat(named, F.col("_added")))
+        )
 
     return (
         changes.join(F.broadcast(folds), match, "left")
         .where(~F.coalesce(F.col("_reset"), F.lit(False)))
         .withColumn("columns", refolded("columns"))
         .withColumn("old_columns", refolded("old_columns"))
-        .withColumn("handle_key", F.transform("handle_key", name_now))
+        .withColumn(
+            "handle_key",
+            F.when(
+                renamed.isNull() | ~F.arrays_overlap("handle_key", F.map_keys(renamed)),
+                F.col("handle_key"),
+            ).otherwise(F.transform("handle_key", name_now)),
+        )
         .drop(*_FOLD_COLUMNS)
     )
 
 
 _FOLD_COLUMNS = (
     "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_gone",
-    "_renamed", "_added",
+    "_renamed", "_touched", "_added",
 )  # fmt: skip
 
 
@@ -359,4 +376,3 @@ def last_per_key(actions: DataFrame) -> DataFrame:
         .where("_rank = 1")
         .drop("_rank", "_copy")
     )
-
