@@ -9,7 +9,7 @@ UV_VERSION := 0.13.9
 
 setup: $(VENV)/.installed
 
-SPEEDUPS := $(wildcard include/ticdc_lake/protocols/_*speedups.[ch])
+SPEEDUPS := $(wildcard include/ticdc_lake/*/_*speedups.[ch])
 
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	python3 -m venv $(VENV)

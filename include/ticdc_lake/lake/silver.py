@@ -18,6 +18,12 @@ import orjson
 import pyarrow as pa
 
 from ticdc_lake.events import DdlEvent, Image, ResolvedEvent, RowEvent
+from ticdc_lake.mysql import FLAG_HANDLE_KEY
+
+try:  # the compiled image loop (_silver_speedups.c); optional, like the decoders' speedups
+    from ticdc_lake.lake import _silver_speedups as SPEEDUPS
+except ImportError:
+    SPEEDUPS = None
 
 COLUMN_TYPE = pa.struct(
     [
@@ -108,10 +114,13 @@ def _text(value: Any) -> str | None:
 class ImageColumns:
     """Images of many changes as the flat columns of IMAGE_TYPE, built without per-column dicts.
 
-    ``add`` converts each value once and returns the image's identity (what ``event_id`` hashes).
+    ``add`` converts each value once and returns the image's identity (what ``event_id`` hashes)
+    and its handle-key names (``RowEvent.handle_key``): in C when the extension is built, else
+    by ``add_python``, the reference it is tested against.
     """
 
-    def __init__(self):
+    def __init__(self, speedups=SPEEDUPS):
+        self.speedups = speedups
         self.offsets = [0]
         self.absent: list[bool] = []
         self.names: list[str] = []
@@ -121,12 +130,24 @@ class ImageColumns:
         self.texts: list[str | None] = []
         self.binaries: list[bytes | None] = []
 
-    def add(self, image: Image | None) -> list | None:
+    def add(self, image: Image | None) -> tuple[list | None, list[str]]:
         if image is None:
             self.absent.append(True)
             self.offsets.append(self.offsets[-1])
-            return None
-        identity = []
+            return None, []
+        if self.speedups is None:
+            identity, handle = self.add_python(image)
+        else:
+            identity, handle = self.speedups.add_image(
+                image, self.names, self.type_codes, self.flags, self.mysql_types, self.texts,
+                self.binaries, FLAG_HANDLE_KEY,
+            )  # fmt: skip
+        self.absent.append(False)
+        self.offsets.append(len(self.names))
+        return identity, handle
+
+    def add_python(self, image: Image) -> tuple[list, list[str]]:
+        identity, handle = [], []
         # Bound methods: this loop runs once per column of every change.
         add_text, add_binary = self.texts.append, self.binaries.append
         add_name, add_code = self.names.append, self.type_codes.append
@@ -147,9 +168,9 @@ class ImageColumns:
             add_code(column.type_code)
             add_flags(column.flags)
             add_mysql_type(column.mysql_type)
-        self.absent.append(False)
-        self.offsets.append(len(self.names))
-        return identity
+            if column.flags & FLAG_HANDLE_KEY:
+                handle.append(name)
+        return identity, handle
 
     def truncate(self, images: int) -> None:
         """Keep the first `images` images: undoes adds, including one that failed part way."""
@@ -221,17 +242,17 @@ class ChangeRows:
     Each value is converted to its (text, binary) form once, for the row and for its event_id.
     """
 
-    def __init__(self):
+    def __init__(self, speedups=SPEEDUPS):
         self.scalars: dict[str, list] = {f.name: [] for f in _SCALAR_FIELDS}
-        self.columns = ImageColumns()
-        self.old_columns = ImageColumns()
+        self.columns = ImageColumns(speedups)
+        self.old_columns = ImageColumns(speedups)
 
     def __len__(self) -> int:
         return len(self.scalars["event_id"])
 
     def add(self, event: RowEvent, bronze_batch: int) -> None:
-        new = self.columns.add(event.columns)
-        old = self.old_columns.add(event.old_columns)
+        new, new_handle = self.columns.add(event.columns)
+        old, old_handle = self.old_columns.add(event.old_columns)
         row = self.scalars
         row["event_id"].append(_event_id(_row_identity(event, new, old)))
         row["commit_ts"].append(event.commit_ts)
@@ -239,7 +260,8 @@ class ChangeRows:
         row["table"].append(event.table)
         row["op"].append(event.op)
         row["partition_id"].append(event.partition_id)
-        row["handle_key"].append(list(event.handle_key))
+        # RowEvent.handle_key: the new image's when there is one.
+        row["handle_key"].append(new_handle if event.columns is not None else old_handle)
         row["handle_key_only"].append(event.handle_key_only)
         row["topic"].append(event.topic)
         row["partition"].append(event.partition)

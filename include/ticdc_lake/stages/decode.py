@@ -74,6 +74,7 @@ from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
+from ticdc_lake.spark import cyclic_gc_paused
 
 APP_PREFIX = "decode-"
 PARTITION_BY = ("bronze_batch",)
@@ -663,6 +664,10 @@ class PartitionDecoder:
         return cls(settings, settings.fingerprint())
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with cyclic_gc_paused():  # events and their images are many small acyclic objects
+            yield from self._decode(batches)
+
+    def _decode(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         decoders = worker_decoders(self.fingerprint, self.settings)
         tallies: dict[int, list[int]] = {}
         for batch in batches:

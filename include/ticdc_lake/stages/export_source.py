@@ -23,7 +23,6 @@ Either way the rules are ``exports``' own: this module only adds positions and b
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -49,7 +48,7 @@ from pyspark.sql.types import (
 from ticdc_lake import exports
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.spark import register_data_source
+from ticdc_lake.spark import cyclic_gc_paused, register_data_source
 
 SOURCE_NAME = "ticdc_kafka_exports"
 
@@ -200,20 +199,15 @@ def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
 def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
     """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``."""
     file = partition.file
-    # The record-by-record layouts allocate millions of small acyclic objects; the cyclic
-    # GC's scans over them cost more than the parsing (measured: 2.4 s against 1.0 s).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # The record-by-record layouts allocate millions of small acyclic objects (measured: the
+    # GC's scans cost 2.4 s against 1.0 s of parsing).
+    with cyclic_gc_paused():
         if partition.byte_range is not None:
             yield from _batches(partition, _json_range_items(partition))
         elif file.layout == "parquet":
             yield from _parquet_batches(partition)
         else:
             yield from _batches(partition, _export_items(partition))
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:

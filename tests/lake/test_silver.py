@@ -1,0 +1,135 @@
+"""Silver change rows: the compiled image loop (_silver_speedups.c) against Python's."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sysconfig
+import warnings
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ticdc_lake.events import Column, RowEvent
+from ticdc_lake.lake import silver
+from ticdc_lake.lake.silver import ChangeRows
+from ticdc_lake.mysql import FLAG_HANDLE_KEY
+
+from tests.strategies import row_events
+
+SOURCE = Path(silver.__file__).with_name("_silver_speedups.c")
+
+
+def _build_speedups(directory: Path):
+    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
+    from setuptools import Distribution, Extension
+
+    extension = Extension("_silver_speedups", [str(SOURCE)])
+    command = Distribution({"name": "silver-speedups", "ext_modules": [extension]})
+    build = command.get_command_obj("build_ext")
+    build.build_lib = str(directory)
+    build.build_temp = str(directory / "tmp")
+    build.ensure_finalized()
+    build.run()
+    (path,) = directory.glob("_silver_speedups*.so")
+    spec = importlib.util.spec_from_file_location("_silver_speedups", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def speedups(tmp_path_factory):
+    if silver.SPEEDUPS is not None:
+        return silver.SPEEDUPS
+    try:
+        return _build_speedups(tmp_path_factory.mktemp("silver_speedups"))
+    except Exception as exc:  # no compiler: the Python reference is what runs, and is tested
+        warnings.warn(f"silver extension not built: {exc}", stacklevel=1)
+        pytest.skip("the silver extension cannot be built here")
+
+
+def test_speedups_are_used_when_built():
+    built = SOURCE.with_name("_silver_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if built.exists() or importlib.util.find_spec("ticdc_lake.lake._silver_speedups"):
+        assert silver.SPEEDUPS is not None
+    else:
+        assert silver.SPEEDUPS is None
+    assert ChangeRows().columns.speedups is silver.SPEEDUPS
+
+
+def _both(speedups, events):
+    """The same events built by C and by Python; each must give RowEvent.handle_key."""
+    compiled, reference = ChangeRows(speedups), ChangeRows(None)
+    for event in events:
+        compiled.add(event, 7)
+        reference.add(event, 7)
+        assert compiled.scalars["handle_key"][-1] == list(event.handle_key)
+    return compiled.table(), reference.table()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(row_events(), max_size=6))
+def test_compiled_rows_equal_the_reference(speedups, events):
+    compiled, reference = _both(speedups, events)
+    assert compiled.equals(reference)
+    assert compiled.column("event_id").to_pylist() == reference.column("event_id").to_pylist()
+
+
+class Texty:
+    """A value of a kind no decoder makes: converted by str(), as in Python."""
+
+    def __str__(self):
+        return "texty"
+
+
+class BytesLike(bytes):
+    pass
+
+
+class StrLike(str):
+    pass
+
+
+ODD_VALUES = [
+    None, "", "ü\x00\n", StrLike("sub"), b"", b"\xff\x00", BytesLike(b"sub"), 0, -1, 2**70,
+    -(2**70), True, 1.5, -0.0, math.inf, -math.inf, math.nan, 1e300, Decimal("-0.000100"),
+    Decimal("1E+5"), Texty(), bytearray(b"ab"),
+]  # fmt: skip
+ODD_FLAGS = [0, FLAG_HANDLE_KEY, FLAG_HANDLE_KEY | 1, -1, -4, 2**62 | FLAG_HANDLE_KEY, 2**62]
+
+
+def test_odd_values_and_flags_convert_as_in_python(speedups):
+    flags = ODD_FLAGS * len(ODD_VALUES)
+    image = {
+        f"c{i}": Column(i % 3 or None, flags[i], value, "t" if i % 2 else None)
+        for i, value in enumerate(ODD_VALUES)
+    }
+    events = [
+        RowEvent(1, "s", "t", "insert", image, None, "topic", 0, 1),
+        RowEvent(2, "s", "t", "update", {"c0": Column(1, 0, 5)}, image, "topic", 0, 2),
+        RowEvent(3, "s", "t", "delete", None, image, "topic", 0, 3),
+        RowEvent(None, "s", "t", "insert", {}, None, "topic", 0, 4),
+    ]
+    compiled, reference = _both(speedups, events)
+    assert compiled.equals(reference)
+
+
+class Exploding:
+    def __str__(self):
+        raise ValueError("no text")
+
+
+def test_a_failure_part_way_raises_and_truncate_undoes_it(speedups):
+    rows = ChangeRows(speedups)
+    good = RowEvent(1, "s", "t", "insert", {"a": Column(1, FLAG_HANDLE_KEY, 1)}, None, "t", 0, 1)
+    rows.add(good, 1)
+    bad = {"a": Column(1, 0, 2), "b": Column(1, 0, Exploding())}
+    with pytest.raises(ValueError, match="no text"):
+        rows.add(RowEvent(2, "s", "t", "insert", bad, None, "t", 0, 2), 1)
+    rows.truncate(1)
+    reference = ChangeRows(None)
+    reference.add(good, 1)
+    assert rows.table().equals(reference.table())
