@@ -6,12 +6,10 @@ the library creates or looks up a global session.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import sys
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -67,21 +65,6 @@ def _submitted_conf() -> SparkConf:
         # spark-submit launched the JVM first: connect to it, and SparkConf reads its settings.
         SparkContext._ensure_initialized()
     return SparkConf()
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """For a Python worker's hot loop that allocates millions of small acyclic objects (parsed
-    records, decoded events): the cyclic GC's scans over them cost more than the work itself
-    (measured on decoding: 8.0 s against 6.7 s). Refcounting still frees them; whatever cycles
-    the loop makes are collected once it ends."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def build_session(

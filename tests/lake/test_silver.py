@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sysconfig
 import warnings
 from decimal import Decimal
 from pathlib import Path
@@ -17,27 +15,10 @@ from ticdc_lake.lake import silver
 from ticdc_lake.lake.silver import ChangeRows
 from ticdc_lake.mysql import FLAG_HANDLE_KEY
 
+from tests.speedups import build_extension, extension_built
 from tests.strategies import row_events
 
 SOURCE = Path(silver.__file__).with_name("_silver_speedups.c")
-
-
-def _build_speedups(directory: Path):
-    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
-    from setuptools import Distribution, Extension
-
-    extension = Extension("_silver_speedups", [str(SOURCE)])
-    command = Distribution({"name": "silver-speedups", "ext_modules": [extension]})
-    build = command.get_command_obj("build_ext")
-    build.build_lib = str(directory)
-    build.build_temp = str(directory / "tmp")
-    build.ensure_finalized()
-    build.run()
-    (path,) = directory.glob("_silver_speedups*.so")
-    spec = importlib.util.spec_from_file_location("_silver_speedups", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +26,14 @@ def speedups(tmp_path_factory):
     if silver.SPEEDUPS is not None:
         return silver.SPEEDUPS
     try:
-        return _build_speedups(tmp_path_factory.mktemp("silver_speedups"))
+        return build_extension(SOURCE, tmp_path_factory.mktemp("silver_speedups"))
     except Exception as exc:  # no compiler: the Python reference is what runs, and is tested
         warnings.warn(f"silver extension not built: {exc}", stacklevel=1)
         pytest.skip("the silver extension cannot be built here")
 
 
 def test_speedups_are_used_when_built():
-    built = SOURCE.with_name("_silver_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
-    if built.exists() or importlib.util.find_spec("ticdc_lake.lake._silver_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.lake._silver_speedups"):
         assert silver.SPEEDUPS is not None
     else:
         assert silver.SPEEDUPS is None

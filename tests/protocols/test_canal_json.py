@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import importlib.util
 import json
 import random
 import re
 import sys
-import sysconfig
 import warnings
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from ticdc_lake.protocols.canal_json import (
 from ticdc_lake.records import KafkaRecord
 
 from tests.conftest import load_vector
+from tests.speedups import build_extension, extension_built
 from tests.strategies import partition_streams, row_events, without_coordinates
 
 BIN, UNS = mysql.FLAG_BINARY, mysql.FLAG_UNSIGNED
@@ -812,21 +811,7 @@ SOURCE = Path(canal_json.__file__).with_name("_canal_speedups.c")
 
 
 def _build_speedups(directory: Path):
-    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
-    from setuptools import Distribution, Extension
-
-    extension = Extension("_canal_speedups", [str(SOURCE)])
-    command = Distribution({"name": "canal-speedups", "ext_modules": [extension]})
-    build = command.get_command_obj("build_ext")
-    build.build_lib = str(directory)
-    build.build_temp = str(directory / "tmp")
-    build.ensure_finalized()
-    build.run()
-    (path,) = directory.glob("_canal_speedups*.so")
-    spec = importlib.util.spec_from_file_location("_canal_speedups", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return canal_json.configure_speedups(module)
+    return canal_json.configure_speedups(build_extension(SOURCE, directory))
 
 
 @pytest.fixture(scope="module")
@@ -894,8 +879,7 @@ class BothPaths:
 
 
 def test_speedups_are_used_when_built():
-    built = SOURCE.with_name("_canal_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
-    if built.exists() or importlib.util.find_spec("ticdc_lake.protocols._canal_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols._canal_speedups"):
         assert canal_json.SPEEDUPS is not None
     else:
         assert canal_json.SPEEDUPS is None

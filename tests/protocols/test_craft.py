@@ -8,10 +8,8 @@ must agree event for event and error for error.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
 import struct
-import sysconfig
 import warnings
 from pathlib import Path
 
@@ -42,6 +40,7 @@ from ticdc_lake.protocols.craft import (
 from ticdc_lake.records import KafkaRecord
 
 from tests.conftest import load_vector
+from tests.speedups import build_extension, extension_built
 from tests.strategies import partition_streams, without_coordinates
 
 VECTORS = load_vector("craft/HAND_DERIVED_NOT_UPSTREAM_examples.json")["examples"]
@@ -53,21 +52,7 @@ SOURCE = Path(craft.__file__).with_name("_craft_speedups.c")
 
 
 def _build_speedups(directory: Path):
-    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
-    from setuptools import Distribution, Extension
-
-    extension = Extension("_craft_speedups", [str(SOURCE)])
-    command = Distribution({"name": "craft-speedups", "ext_modules": [extension]})
-    build = command.get_command_obj("build_ext")
-    build.build_lib = str(directory)
-    build.build_temp = str(directory / "tmp")
-    build.ensure_finalized()
-    build.run()
-    (path,) = directory.glob("_craft_speedups*.so")
-    spec = importlib.util.spec_from_file_location("_craft_speedups", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return craft.configure_speedups(module)
+    return craft.configure_speedups(build_extension(SOURCE, directory))
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +109,7 @@ def _strip_mysql_type(event):
 
 
 def test_speedups_are_used_when_built():
-    built = SOURCE.with_name("_craft_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
-    if built.exists() or importlib.util.find_spec("ticdc_lake.protocols._craft_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols._craft_speedups"):
         assert craft.SPEEDUPS is not None
     else:
         assert craft.SPEEDUPS is None

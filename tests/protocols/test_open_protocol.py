@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib.util
 import json
 import random
 import struct
-import sysconfig
 import warnings
 from pathlib import Path
 
@@ -49,6 +47,7 @@ from ticdc_lake.values import events_problem
 
 from tests.conftest import VECTORS, load_vector
 from tests.protocols.test_go_quote import PROTOCOL_EXAMPLES
+from tests.speedups import build_extension, extension_built
 from tests.strategies import partition_streams, row_events, without_coordinates
 
 TOPIC, PARTITION = "tidb-cdc", 3
@@ -916,21 +915,7 @@ SOURCE = Path(open_protocol.__file__).with_name("_open_speedups.c")
 
 
 def _build_speedups(directory: Path):
-    """Compile the extension as setuptools' build_ext would, and load it from `directory`."""
-    from setuptools import Distribution, Extension
-
-    extension = Extension("_open_speedups", [str(SOURCE)])
-    command = Distribution({"name": "open-speedups", "ext_modules": [extension]})
-    build = command.get_command_obj("build_ext")
-    build.build_lib = str(directory)
-    build.build_temp = str(directory / "tmp")
-    build.ensure_finalized()
-    build.run()
-    (path,) = directory.glob("_open_speedups*.so")
-    spec = importlib.util.spec_from_file_location("_open_speedups", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return open_protocol.configure_speedups(module)
+    return open_protocol.configure_speedups(build_extension(SOURCE, directory))
 
 
 @pytest.fixture(scope="module")
@@ -992,8 +977,7 @@ def outcome(decoder: OpenProtocolDecoder, fuzzed: KafkaRecord):
 
 
 def test_speedups_are_used_when_built():
-    built = SOURCE.with_name("_open_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
-    if built.exists() or importlib.util.find_spec("ticdc_lake.protocols._open_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols._open_speedups"):
         assert open_protocol.SPEEDUPS is not None
     else:
         assert open_protocol.SPEEDUPS is None

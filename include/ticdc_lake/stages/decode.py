@@ -66,6 +66,7 @@ from ticdc_lake.delta.source import TaskFiles, WritePlan, commit_files, delete_f
 from ticdc_lake.delta.write import plan_write
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.gc_pause import gc_paused
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.limits import Limits
@@ -74,7 +75,6 @@ from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
-from ticdc_lake.spark import cyclic_gc_paused
 
 APP_PREFIX = "decode-"
 PARTITION_BY = ("bronze_batch",)
@@ -664,7 +664,7 @@ class PartitionDecoder:
         return cls(settings, settings.fingerprint())
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with cyclic_gc_paused():  # events and their images are many small acyclic objects
+        with gc_paused():  # events and their images are many small acyclic objects
             yield from self._decode(batches)
 
     def _decode(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

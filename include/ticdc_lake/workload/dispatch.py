@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
-from ticdc_lake.workload.generator import Workload, gc_paused
+from ticdc_lake.gc_pause import gc_paused
+from ticdc_lake.workload.generator import Workload
 
 DISPATCHERS = ("index-value", "table")
 MAX_REPLAY_EVENTS = 40

@@ -26,11 +26,9 @@ so a long workload can be written out without holding it (output.stream_generate
 
 from __future__ import annotations
 
-import gc
 import marshal
 import random
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +44,7 @@ from ticdc_lake.events import (
     ResolvedEvent,
     RowEvent,
 )
+from ticdc_lake.gc_pause import gc_paused
 from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
 from ticdc_lake.workload.shop import (
     ADDED_COLUMNS,
@@ -715,16 +714,3 @@ def _generator(seed, transactions, resolved_every, ddl, profile, emit=None, expe
     if not 1 <= low <= high:
         raise ValueError("resolved_every must be (low, high) with 1 <= low <= high")
     return _Generator(seed, transactions, resolved_every, ddl, chosen, emit, expected)
-
-
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector while building millions of acyclic event objects: its
-    full passes over the growing heap would otherwise take most of the time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -26,6 +26,7 @@ import yaml
 
 from ticdc_lake import exports
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.gc_pause import gc_paused
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
@@ -34,7 +35,6 @@ from ticdc_lake.workload.generator import (
     DDL_HEAVY,
     Workload,
     default_replays,
-    gc_paused,
     generate_workload,
     profile_named,
 )

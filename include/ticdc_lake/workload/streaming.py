@@ -37,6 +37,7 @@ import zstandard
 
 from ticdc_lake import exports
 from ticdc_lake.events import DdlEvent, Event, RowEvent
+from ticdc_lake.gc_pause import gc_paused
 from ticdc_lake.protocols import make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
@@ -48,7 +49,7 @@ from ticdc_lake.workload.dispatch import (
     with_replays,
 )
 from ticdc_lake.workload.expected import FORMAT, ExpectedLog
-from ticdc_lake.workload.generator import Workload, gc_paused, iter_workload, profile_named
+from ticdc_lake.workload.generator import Workload, iter_workload, profile_named
 from ticdc_lake.workload.output import (
     GenerateOptions,
     codec_settings,
