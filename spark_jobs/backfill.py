@@ -15,6 +15,7 @@ import sys
 
 from ticdc_lake.orchestration import BackfillParamError, parse_ts
 from ticdc_lake.pipeline import job_main, job_parser
+from ticdc_lake.process_exit import exit_now
 
 
 def parse_args(argv: list[str] | None):
@@ -52,4 +53,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

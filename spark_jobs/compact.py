@@ -10,9 +10,8 @@ names it and why; the other tables were compacted).
 
 from __future__ import annotations
 
-import sys
-
 from ticdc_lake.pipeline import job_main, job_parser
+from ticdc_lake.process_exit import exit_now
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.compact import compact
 
@@ -42,4 +41,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -8,9 +8,8 @@ batch a killed run left) and prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-import sys
-
 from ticdc_lake.pipeline import job_main, job_parser
+from ticdc_lake.process_exit import exit_now
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.land import land
 
@@ -24,4 +23,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

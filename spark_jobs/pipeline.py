@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from ticdc_lake.cli import main as cli_main
+from ticdc_lake.process_exit import exit_now
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,4 +20,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -10,10 +10,10 @@ policy `fail` failed.
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 
 from ticdc_lake.pipeline import job_main, job_parser
+from ticdc_lake.process_exit import exit_now
 from ticdc_lake.quality.run import STAGES, check_stage
 from ticdc_lake.spark import build_session
 
@@ -31,4 +31,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -1,3 +1,3 @@
-from ticdc_lake.cli import main
+from ticdc_lake.cli import run
 
-raise SystemExit(main())
+run()

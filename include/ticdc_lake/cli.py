@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -38,6 +38,7 @@ from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
 from ticdc_lake.lake.lock import add_lock_wait, lake_lock
+from ticdc_lake.process_exit import exit_now
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
@@ -47,6 +48,12 @@ from ticdc_lake.workload.output import GenerateOptions
 from ticdc_lake.workload.streaming import stream_generated
 
 _OUTPUT_CHUNK = 1 << 16
+
+
+def run() -> NoReturn:
+    """The ``ticdc-lake`` command: ``main``, then an exit that skips the interpreter's teardown
+    (process_exit.py says why)."""
+    exit_now(main())
 
 
 def main(argv: list[str] | None = None, *, spark=None) -> int:
