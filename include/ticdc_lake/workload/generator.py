@@ -336,6 +336,11 @@ class _Generator:
             t.full_name: _TableState(t, self.values, updated.get(t.full_name, ()))
             for t in self.initial
         }
+        if profile.name == REALISTIC:
+            self.values.referred = {
+                "customer_id": self.states["shop.customers"].live,
+                "order_id": self.states["shop.orders"].live,
+            }
         self.names = list(self.states)
         self.last_commit_ts = 0
         self.events: list[Event] = []

@@ -15,8 +15,8 @@ import json
 import random
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, ColumnType, format_decimal, fraction
@@ -199,14 +199,23 @@ NULL_SHARE = {
     "load_ms": 0.05, "tz_offset_h": 0.05, "latitude": 0.3, "longitude": 0.3,
     "session_year": 0.5, "session_blob": 0.9, "phone": 0.3, "coupon_code": 0.8,
 }  # fmt: skip
+# The columns an UPDATE changes. Not a customer's e-mail: it is made of the name inserted with
+# it, and one drawn again would belong to somebody else.
 UPDATED = {
-    "shop.customers": ("email", "tier", "newsletter", "loyalty_points", "consents", "preferences"),
+    "shop.customers": ("tier", "newsletter", "loyalty_points", "consents", "preferences", "phone"),
     "shop.products": ("stock", "rating", "tags", "description", "image"),
     "shop.orders": ("status", "updated_at", "note", "invoice_pdf", "total"),
     "shop.order_items": ("qty", "unit_price_cents"),
     "shop.payments": ("paid_at", "receipt", "fee_bps", "provider_token"),
     "shop.page_views": ("dwell", "load_ms", "session_blob"),
 }
+
+
+class LiveKeys(Protocol):
+    """The keys a table holds now (the generator's key pool)."""
+
+    def __len__(self) -> int: ...
+    def choice(self, rng: random.Random) -> tuple: ...
 
 
 @dataclass
@@ -216,6 +225,9 @@ class ShopValues:
     rng: random.Random
     clock_ms: Callable[[], int]  # the simulated commit time: timestamps fall shortly before it
     last_name: tuple[str, str] | None = None  # a customer's name, for the e-mail drawn next
+    # Per referring column, the keys of the table it refers to (the generator sets them):
+    # an order's customer and a payment's order exist, as in a shop's database.
+    referred: dict[str, LiveKeys] = field(default_factory=dict)
 
     def null_share(self, column: ColumnDef) -> float:
         return NULL_SHARE.get(column.name, 0.0) if column.nullable else 0.0
@@ -244,6 +256,13 @@ class ShopValues:
     def _money(self, low: int, high: int, scale: int = 6) -> str:
         cents = self.rng.randint(low * 100, high * 100)
         return format_decimal(cents * 10 ** (scale - 2), scale)
+
+    def _reference(self, column: str, most: int) -> int:
+        """A key the referred table holds now; any up to `most` while it holds none."""
+        keys = self.referred.get(column)
+        if keys:
+            return keys.choice(self.rng)[0]
+        return self.rng.randint(1, most)
 
     def _bytes(self, magic: bytes, low: int, high: int) -> bytes:
         return magic + self.rng.randbytes(self.rng.randint(low, high))
@@ -339,7 +358,7 @@ class ShopValues:
     # --- orders and items ----------------------------------------------------------------
 
     def _customer_id(self) -> int:
-        return self.rng.randint(1, 50_000)
+        return self._reference("customer_id", 50_000)
 
     def _status(self) -> int:
         return self.rng.choices((1, 2, 3, 4, 5, 6), (30, 35, 20, 10, 4, 1))[0]
@@ -381,7 +400,7 @@ class ShopValues:
     # --- payments ------------------------------------------------------------------------
 
     def _order_id(self) -> int:
-        return self.rng.randint(1, 200_000)
+        return self._reference("order_id", 200_000)
 
     def _method(self) -> int:
         return self.rng.choices((1, 2, 3, 4, 5), (55, 20, 10, 10, 5))[0]
