@@ -49,6 +49,7 @@ from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
 from ticdc_lake.workload.shop import (
     ADDED_COLUMNS,
     CHANGED_COLUMN,
+    REFERENCES,
     UPDATED,
     ShopValues,
     shop_tables,
@@ -338,8 +339,7 @@ class _Generator:
         }
         if profile.name == REALISTIC:
             self.values.referred = {
-                "customer_id": self.states["shop.customers"].live,
-                "order_id": self.states["shop.orders"].live,
+                column: self.states[table].live for column, table in REFERENCES.items()
             }
         self.names = list(self.states)
         self.last_commit_ts = 0

@@ -210,6 +210,9 @@ UPDATED = {
     "shop.page_views": ("dwell", "load_ms", "session_blob"),
 }
 
+# Columns that name another table's row, and that table: drawn from the keys it holds.
+REFERENCES = {"customer_id": "shop.customers", "order_id": "shop.orders"}
+
 
 class LiveKeys(Protocol):
     """The keys a table holds now (the generator's key pool)."""
@@ -225,8 +228,8 @@ class ShopValues:
     rng: random.Random
     clock_ms: Callable[[], int]  # the simulated commit time: timestamps fall shortly before it
     last_name: tuple[str, str] | None = None  # a customer's name, for the e-mail drawn next
-    # Per referring column, the keys of the table it refers to (the generator sets them):
-    # an order's customer and a payment's order exist, as in a shop's database.
+    # Per column of REFERENCES, the keys its table holds (the generator sets them): an order's
+    # customer and a payment's order exist, as in a shop's database.
     referred: dict[str, LiveKeys] = field(default_factory=dict)
 
     def null_share(self, column: ColumnDef) -> float:
