@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, read_delta
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import DdlRecord, Timeline, unique_records
@@ -168,12 +168,14 @@ class Reduced:
             shutil.rmtree(self.spill, ignore_errors=True)
 
 
-def read_ddl_records(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> list[DdlRecord]:
-    """The changefeed's DDL log, each DDL once."""
+def read_ddl_records(layout: LakeLayout, plan: FeedPlan) -> list[DdlRecord]:
+    """The changefeed's DDL log, each DDL once. Read on the driver with delta-rs: the log is
+    small, and a Spark job for it costs a second in a run's first use of the JVM."""
     if not delta_table_exists(layout.ddl):
         return []
-    rows = read_delta(spark, layout.ddl).where(_of_feed(plan)).collect()
-    return unique_records([row.asDict() for row in rows])
+    log = open_table(layout.ddl).to_pyarrow_table(columns=list(DdlRecord.__dataclass_fields__))
+    of_feed = log.filter(pc.is_in(log.column("topic"), pa.array(sorted(plan.topics), pa.string())))
+    return unique_records(of_feed.to_pylist())
 
 
 def reduce_changes(

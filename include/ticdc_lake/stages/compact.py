@@ -225,7 +225,7 @@ class _ChangefeedRun:
 
     def _timeline(self) -> Timeline:
         plan = self.plan
-        records = read_ddl_records(self.spark, self.layout, plan)
+        records = read_ddl_records(self.layout, plan)
         initial = Catalog(
             {name: TableInfo(name) for name, p in plan.prior.items() if not p.dropped}
         )
