@@ -36,6 +36,10 @@ DEFAULT_CONF: dict[str, str] = {
     # read_delta hands Spark the snapshot's file list; above this many paths Spark starts a
     # whole job just to stat them, which costs more than it saves on a local file system.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
+    # The stages are batch jobs: throughput counts, not pause times. With the parallel
+    # collector a cold compaction of the realistic 1M run took 36.5 s against G1's 38.2.
+    # (Only when Python starts the JVM; spark-submit has started it already.)
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 
 
