@@ -195,10 +195,9 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                     for value in added
                 ]
                 renamed = trail.renamed
-                gone = sorted(trail.gone)
-                touched = sorted(trail.gone | set(renamed))
+                dropped = sorted(trail.gone - set(renamed))
                 ranges.append(
-                    (schema, table, segment, low, high, reset, gone, renamed, touched, elements)
+                    (schema, table, segment, low, high, reset, dropped, renamed, elements)
                 )  # fmt: skip
     if not ranges:
         return changes
@@ -212,9 +211,8 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                 StructField("_low", LongType()),
                 StructField("_high", LongType()),
                 StructField("_reset", BooleanType()),
-                StructField("_gone", ArrayType(StringType())),
+                StructField("_dropped", ArrayType(StringType())),  # gone, not renamed
                 StructField("_renamed", MapType(StringType(), StringType())),
-                StructField("_touched", ArrayType(StringType())),  # gone or renamed
                 StructField("_added", ArrayType(element)),
             ]
         ),
@@ -227,31 +225,31 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         & (low.isNull() | (order_ts >= low))
         & (order_ts < F.col("_high"))
     )
-    gone, renamed, touched = F.col("_gone"), F.col("_renamed"), F.col("_touched")
+    dropped, renamed = F.col("_dropped"), F.col("_renamed")
     handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
 
     def name_now(name: Column) -> Column:
         return F.coalesce(F.try_element_at(renamed, name), name)
 
     def refolded(image: str) -> Column:
-        kept = F.filter(
-            F.col(image),
-            lambda c: (
-                ~F.array_contains(gone, c["name"])
-                | F.map_contains_key(renamed, c["name"])
-                | F.array_contains(handle, c["name"])
+        # Spark interprets a lambda for every element: each pass runs only on an image
+        # holding a column it changes (an image's names are read without one).
+        names = F.col(image)["name"]
+        kept = F.when(
+            F.arrays_overlap(names, dropped),
+            F.filter(
+                F.col(image),
+                lambda c: (
+                    ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"])
+                ),
             ),
-        )
-        named = F.transform(kept, lambda c: c.withField("name", name_now(c["name"])))
-        unchanged = gone.isNull() | F.col(image).isNull()
-        # Spark interprets the lambdas above for every element: only an image holding a
-        # column the folds drop or rename needs them (its names are read without one).
-        untouched = ~F.arrays_overlap(F.col(image)["name"], touched)
-        return (
-            F.when(unchanged, F.col(image))
-            .when(untouched, F.concat(F.col(image), F.col("_added")))
-            .otherwise(F.concat(named, F.col("_added")))
-        )
+        ).otherwise(F.col(image))
+        named = F.when(
+            F.arrays_overlap(names, F.map_keys(renamed)),
+            F.transform(kept, lambda c: c.withField("name", name_now(c["name"]))),
+        ).otherwise(kept)
+        unchanged = dropped.isNull() | F.col(image).isNull()
+        return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
 
     return (
         changes.join(F.broadcast(folds), match, "left")
@@ -270,8 +268,8 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
 
 
 _FOLD_COLUMNS = (
-    "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_gone",
-    "_renamed", "_touched", "_added",
+    "_fold_schema", "_fold_table", "_fold_segment", "_low", "_high", "_reset", "_dropped",
+    "_renamed", "_added",
 )  # fmt: skip
 
 
