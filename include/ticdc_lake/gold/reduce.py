@@ -231,6 +231,14 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     def name_now(name: Column) -> Column:
         return F.coalesce(F.try_element_at(renamed, name), name)
 
+    fields = element.fieldNames()
+
+    def renamed_field(column: Column, name: str) -> Column:
+        # A new struct, not withField: Spark interprets the lambda, and withField's generic
+        # struct update costs more per element.
+        value = name_now(column[name]) if name == "name" else column[name]
+        return value.alias(name)
+
     def refolded(image: str) -> Column:
         # Spark interprets a lambda for every element: each pass runs only on an image
         # holding a column it changes (an image's names are read without one).
@@ -246,7 +254,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         ).otherwise(F.col(image))
         named = F.when(
             F.arrays_overlap(names, F.map_keys(renamed)),
-            F.transform(kept, lambda c: c.withField("name", name_now(c["name"]))),
+            F.transform(kept, lambda c: F.struct(*[renamed_field(c, f) for f in fields])),
         ).otherwise(kept)
         unchanged = dropped.isNull() | F.col(image).isNull()
         return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
