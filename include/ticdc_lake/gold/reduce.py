@@ -302,15 +302,40 @@ def _columns_after(points: Sequence) -> tuple[ColumnTrail, list]:
     return trail, [value for value in added.values() if not value.is_null]
 
 
-def _key_of(image: Column, handle: Column) -> Column:
+KEY_TYPE = "array<struct<n:string,t:string,b:binary>>"
+
+
+def _key_part(column: Column) -> Column:
+    return F.struct(
+        column["name"].alias("n"), column["text"].alias("t"), column["binary"].alias("b")
+    )
+
+
+def _key_of(image: Column, handle: Column, sole: Column) -> Column:
     """The handle-key values of an image, sorted by column name: compared and hashed, never
     read. (``sort_array`` orders by the struct's first field, the unique name, with no lambda
-    comparator: this runs once or twice per change.)"""
+    comparator: this runs once or twice per change.)
+
+    A handle of one column (most tables) is ``sole``, the image's element of that column
+    (null: none), found without a lambda: Spark interprets lambdas element by element."""
     key = F.filter(image, lambda c: F.array_contains(handle, c["name"]))
-    key = F.transform(
-        key, lambda c: F.struct(c["name"].alias("n"), c["text"].alias("t"), c["binary"].alias("b"))
+    by_lambda = F.sort_array(F.transform(key, _key_part))
+    return (
+        F.when(F.size(handle) != 1, by_lambda)
+        .when(image.isNull(), F.lit(None).cast(KEY_TYPE))
+        .when(sole.isNull(), F.array().cast(KEY_TYPE))
+        .otherwise(F.array(_key_part(sole)))
     )
-    return F.sort_array(key)
+
+
+def _sole_position(image: Column, handle: Column) -> Column:
+    """Where the image holds the column of a one-column handle (0: nowhere; null: no image,
+    or a handle of other than one column)."""
+    return F.when(F.size(handle) == 1, F.array_position(image["name"], F.element_at(handle, 1)))
+
+
+def _sole(image: Column, position: Column) -> Column:
+    return F.when(position > 0, F.element_at(image, position.cast("int")))
 
 
 def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], Sequence[str]]):
@@ -327,10 +352,23 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
             fallback = F.when(match, F.array(*[F.lit(n) for n in handle])).otherwise(fallback)
     handle = F.when(F.size("handle_key") > 0, F.col("handle_key")).otherwise(fallback)
     prepared = changes.withColumn("handle", F.coalesce(handle, F.array().cast("array<string>")))
+    # In projections of their own, so each is found once and not once per use.
     prepared = prepared.withColumns(
         {
-            "_new_key": _key_of(F.col("columns"), F.col("handle")),
-            "_old_key": _key_of(F.col("old_columns"), F.col("handle")),
+            "_new_at": _sole_position(F.col("columns"), F.col("handle")),
+            "_old_at": _sole_position(F.col("old_columns"), F.col("handle")),
+        }
+    )
+    prepared = prepared.withColumns(
+        {
+            "_new_sole": _sole(F.col("columns"), F.col("_new_at")),
+            "_old_sole": _sole(F.col("old_columns"), F.col("_old_at")),
+        }
+    )
+    prepared = prepared.withColumns(
+        {
+            "_new_key": _key_of(F.col("columns"), F.col("handle"), F.col("_new_sole")),
+            "_old_key": _key_of(F.col("old_columns"), F.col("handle"), F.col("_old_sole")),
         }
     )
     new_key, old_key = F.col("_new_key"), F.col("_old_key")
@@ -357,8 +395,11 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
     return (
         prepared.withColumn("_action", F.explode(actions))
         .select("*", "_action.*")
-        .drop("_action", "columns", "old_columns", "_new_key", "_old_key")
+        .drop("_action", "columns", "old_columns", *_KEY_COLUMNS)
     )
+
+
+_KEY_COLUMNS = ("_new_at", "_old_at", "_new_sole", "_old_sole", "_new_key", "_old_key")
 
 
 def last_per_key(actions: DataFrame) -> DataFrame:
