@@ -6,7 +6,6 @@ Silver is partitioned by bronze batch, so a run reads only the batches after the
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import shutil
@@ -25,7 +24,6 @@ from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import DdlRecord, Timeline, unique_records
 from ticdc_lake.gold.reduce import (
-    DISCARDED,
     key_actions,
     last_per_key,
     with_folds,
@@ -46,10 +44,8 @@ SCRATCH = "_scratch"
 SPILL_BUCKET = "segment_bucket"
 REDUCED_COLUMNS = (
     "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
-    "handle_key_only", "topic", "partition", "offset", "replays", DISCARDED,
+    "handle_key_only", "topic", "partition", "offset",
 )  # fmt: skip
-# What ``last_per_key`` adds for counting: not applied to gold.
-COUNTING_COLUMNS = ["replays", DISCARDED]
 
 SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 
@@ -59,7 +55,7 @@ class TableCounts:
     """A table's changes in a run."""
 
     read: int = 0  # selected for this run, replays included
-    changes: int = 0  # distinct events among them (read less the replays the reduce found)
+    changes: int = 0  # distinct events among them
     pending: int = 0  # changes without a commit TS left for a later run
     max_ts: int | None = None  # the largest order TS selected
 
@@ -91,10 +87,7 @@ class Reduced:
         self.segments: dict[SegmentKey, pa.Table] = {}
         self.sizes: dict[SegmentKey, int] = {}
         self.buckets: dict[SegmentKey, int] = {}
-        self.replays: dict[TableName, int] = {}  # replays skipped, per table
         if table is not None and table.num_rows:
-            self._count_replays(table.select(["schema", "table", "replays"]))
-            table = table.filter(pc.invert(table.column(DISCARDED))).drop_columns(COUNTING_COLUMNS)
             # One sort, then each segment is a slice (a take per segment costs a pass each).
             order = [("schema", "ascending"), ("table", "ascending"), ("segment", "ascending")]
             table = table.sort_by(order).combine_chunks()
@@ -107,13 +100,6 @@ class Reduced:
                 self.sizes[key] = size
                 start += size
         self.keys = set(self.sizes)
-
-    def _count_replays(self, counts: pa.Table) -> None:
-        sums = counts.group_by(["schema", "table"], use_threads=False).aggregate(
-            [("replays", "sum")]
-        )
-        for row in sums.to_pylist():
-            self.replays[TableName(row["schema"], row["table"])] = int(row["replays_sum"] or 0)
 
     @classmethod
     def empty(cls) -> Reduced:
@@ -136,13 +122,14 @@ class Reduced:
         # Listed once: a run may read a thousand segments from it.
         dataset = reduced.dataset = ds.dataset(directory, format="parquet", partitioning="hive")
         reduced.frame_all = frame.sparkSession.read.parquet(str(directory))
-        columns = ["schema", "table", "segment", SPILL_BUCKET, DISCARDED]
-        groups = dataset.to_table(columns=[*columns, "replays"]).group_by(
-            columns, use_threads=False
+        columns = ["schema", "table", "segment", SPILL_BUCKET]
+        groups = (
+            dataset.to_table(columns=columns)
+            .group_by(columns, use_threads=False)
+            .aggregate([([], "count_all")])
+            .to_pylist()
         )
-        groups = groups.aggregate([([], "count_all"), ("replays", "sum")])
-        reduced._count_replays(groups.rename_columns({"replays_sum": "replays"}))
-        for group in groups.filter(pc.invert(groups.column(DISCARDED))).to_pylist():
+        for group in groups:
             key = (group["schema"], group["table"], group["segment"])
             reduced.sizes[key] = group["count_all"]
             reduced.buckets[key] = group[SPILL_BUCKET]
@@ -163,19 +150,18 @@ class Reduced:
             & (column("schema") == schema)
             & (column("table") == table)
             & (column("segment") == segment)
-            & ~column(DISCARDED)
         )
 
     def frame(self, key: SegmentKey) -> DataFrame:
         """A spilled segment as a DataFrame (a large one, for the executors to load)."""
         assert self.frame_all is not None, "only a spilled segment is read by Spark"
-        return self.frame_all.where(self._where(key, F.col)).drop(SPILL_BUCKET, *COUNTING_COLUMNS)
+        return self.frame_all.where(self._where(key, F.col)).drop(SPILL_BUCKET)
 
     def rows(self, key: SegmentKey) -> pa.Table:
         if self.dataset is None:
             return self.segments[key]
         rows = self.dataset.to_table(filter=self._where(key, pc.field))
-        return rows.drop_columns([SPILL_BUCKET, *COUNTING_COLUMNS])
+        return rows.drop_columns([SPILL_BUCKET])
 
     def release(self) -> None:
         if self.spill is not None:
@@ -230,15 +216,9 @@ def reduce_changes(
     actions = key_actions(applying, _fallback_handles(timeline))
     reduced = last_per_key(actions).select(*REDUCED_COLUMNS)
     if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
-        result = Reduced(reduced.toArrow())
-    else:
-        result = Reduced.spilled(reduced, layout.root / SCRATCH / f"compact-{plan.name}")
-    # Distinct changes: those read, less the replays the reduce recognised.
-    counts = {
-        name: dataclasses.replace(count, changes=count.read - result.replays.get(name, 0))
-        for name, count in counts.items()
-    }
-    return result, counts, batches
+        return Reduced(reduced.toArrow()), counts, batches
+    spill = layout.root / SCRATCH / f"compact-{plan.name}"
+    return Reduced.spilled(reduced, spill), counts, batches
 
 
 def _of_feed(plan: FeedPlan):
@@ -308,6 +288,10 @@ def _counts(marked: DataFrame, plan: FeedPlan) -> tuple[dict[TableName, TableCou
         marked.groupBy("schema", "table")
         .agg(
             F.sum(selected.cast("long")).alias("read"),
+            # Replays: copies of an event (same event_id and order TS) beyond the first.
+            F.count_distinct(
+                F.when(selected, F.struct("event_id", F.coalesce("order_ts", F.lit(-1))))
+            ).alias("changes"),
             F.sum(waiting.cast("long")).alias("pending"),
             F.min(F.when(unsettled, F.col("bronze_batch"))).alias("pending_batch"),
             F.max("bronze_batch").alias("max_batch"),
@@ -318,6 +302,7 @@ def _counts(marked: DataFrame, plan: FeedPlan) -> tuple[dict[TableName, TableCou
     counts = {
         TableName(row.schema, row.table): TableCounts(
             read=int(row.read or 0),
+            changes=int(row.changes or 0),
             pending=int(row.pending or 0),
             max_ts=row.max_ts,
         )

@@ -17,9 +17,8 @@ In order (stages/compact.py strings them together):
    ``output-raw-change-event``, deletes the old key and upserts the new one).
 5. ``last_per_key``: per (table, segment, key) the last action by (order TS, topic, partition,
    offset, index), after dropping at-least-once replays: copies of an event (same event_id and
-   order TS) after its first in Kafka order, counted per key for the run's report. All of it
-   happens after one shuffle by key: every copy of an event has the same table, segment and
-   key.
+   order TS) after its first in Kafka order. Both happen after one shuffle by key: every copy
+   of an event has the same table, segment and key.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from pyspark.sql.types import (
 from ticdc_lake.gold.plan import ColumnTrail
 
 POSITION = ("topic", "partition", "offset", "index")
-DISCARDED = "discarded"  # a change a folded reset (TRUNCATE, CREATE TABLE) discards
 NO_SEGMENT_TS = None
 
 
@@ -174,8 +172,7 @@ def with_segment(
 def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequence]) -> DataFrame:
     """Carry out a segment's folded DDLs (``points``: plan.FoldPoint by (schema, table,
     segment)) on the changes before them (by ``order_ts``; a change at a DDL's TS comes after
-    it): a change before a reset (TRUNCATE, CREATE TABLE) is marked ``discarded`` (kept until
-    ``last_per_key`` has counted its replays), a change before a DROP
+    it): a change before a reset (TRUNCATE, CREATE TABLE) is dropped, a change before a DROP
     COLUMN loses the column from its images (a column added again later is another column), a
     change before an ADD COLUMN gains the value the rows already there get, a change before a
     RENAME COLUMN has the column, and its handle key, renamed. Handle-key columns stay: the
@@ -203,7 +200,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
                     (schema, table, segment, low, high, reset, dropped, renamed, elements)
                 )  # fmt: skip
     if not ranges:
-        return changes.withColumn(DISCARDED, F.lit(False))
+        return changes
     folds = changes.sparkSession.createDataFrame(
         ranges,
         StructType(
@@ -264,7 +261,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
 
     return (
         changes.join(F.broadcast(folds), match, "left")
-        .withColumn(DISCARDED, F.coalesce(F.col("_reset"), F.lit(False)))
+        .where(~F.coalesce(F.col("_reset"), F.lit(False)))
         .withColumn("columns", refolded("columns"))
         .withColumn("old_columns", refolded("old_columns"))
         .withColumn(
@@ -406,13 +403,8 @@ _KEY_COLUMNS = ("_new_at", "_old_at", "_new_sole", "_old_sole", "_new_key", "_ol
 
 
 def last_per_key(actions: DataFrame) -> DataFrame:
-    """Keep the last action per (schema, table, segment, key), replays dropped and counted in
-    ``replays`` (per key: copies of its events beyond the first). A change without any order
-    TS (only when nothing tells its TS) sorts after every change that has one.
-
-    The last action of a key whose changes a folded reset discarded stays, marked
-    ``discarded``, for its replays to be counted: the reset's TS is above all of them, so the
-    key's last action is discarded exactly when every action of the key is."""
+    """Keep the last action per (schema, table, segment, key), replays dropped. A change without
+    any order TS (only when nothing tells its TS) sorts after every change that has one."""
     key = ("schema", "table", "segment", "key")
     # One exchange: both windows below partition by a superset of these columns. Not by the
     # segment: it is a literal when no DDL splits the run, and Spark drops a literal from a
@@ -425,14 +417,7 @@ def last_per_key(actions: DataFrame) -> DataFrame:
         *[F.col(name).desc() for name in POSITION],
         F.col("sub").desc(),
     )
-    copy = F.col("_copy") > 1
-    # An event's first action (sub 0) counts its copies once, however many actions it has.
-    replays = F.sum((copy & (F.col("sub") == 0)).cast("long")).over(Window.partitionBy(*key))
-    unique = (
-        clustered.withColumn("_copy", F.row_number().over(first))
-        .withColumn("replays", replays)
-        .where(~copy)
-    )
+    unique = clustered.withColumn("_copy", F.row_number().over(first)).where("_copy = 1")
     return (
         unique.withColumn("_rank", F.row_number().over(last))
         .where("_rank = 1")
