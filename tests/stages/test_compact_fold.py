@@ -449,3 +449,23 @@ def test_rows_already_in_gold_get_an_added_columns_default(
         {"id": 3, "v": 8, "_commit_ts": ddl_ts + 10, "status": "new", "note": "x",
          "amount": None, "at": None, "gone": None},  # written after it, as its image says
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["barriers", "folded"])
+def test_replays_are_counted_once_also_of_changes_a_truncate_discards(spark, tmp_path, fold):
+    log = _Log()
+    log.ddl(100, "CREATE TABLE s.a (id int PRIMARY KEY, v int)", "a")
+    for id_, ts, copies in ((1, 110, 2), (2, 115, 3), (3, 130, 2)):
+        image = {"id": _column("c_int", id_, key=True), "v": _column("c_int", id_)}
+        for _ in range(copies):  # TiCDC sending the change again (at least once)
+            log.row(ts, "a", "insert", image)
+        if ts == 115:
+            log.ddl(120, "TRUNCATE TABLE s.a", "a")
+    log.resolved(140)
+    config, layout = log.landed(spark, tmp_path)
+
+    run = compact(spark, config, fold_ddl=fold).tables["s.a"]
+    assert (run.changes, run.duplicates, run.upserts) == (3, 4, 1 if fold else 3)
+    assert DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist() == [
+        {"id": 3, "v": 3, "_commit_ts": 130}
+    ]
