@@ -107,6 +107,8 @@ def check_files_present(table: DeltaTable) -> list[str]:
 
 
 _FILE_IN_MESSAGE = re.compile(r"(?:file:)?/+([^\s'\"]+?\.parquet)")
+# delta-rs and pyarrow name a data file by its path in its table: 'bronze_batch=1/part-….parquet'
+_TABLE_FILE_IN_MESSAGE = re.compile(r"'([^\s'\"/][^\s'\"]*?\.parquet)'")
 
 
 def file_problem(root: str | os.PathLike, error: BaseException) -> DeltaIOError | None:
@@ -125,12 +127,17 @@ def file_problem(root: str | os.PathLike, error: BaseException) -> DeltaIOError 
         missing = missing_files(table)
         if missing:
             return TableFileMissingError(str(location), missing, table.version())
+    cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
     for match in _FILE_IN_MESSAGE.finditer(str(error)):
         file = Path("/" + unquote(match.group(1)))
         owner = next((t for t in tables if t in file.parents), None)
         if owner is not None:
-            cause = str(error).strip().splitlines()[0][:300]
             return TableFileUnreadableError(str(owner), str(file), cause)
+    for match in _TABLE_FILE_IN_MESSAGE.finditer(str(error)):
+        for location in sorted(tables):
+            file = location / unquote(match.group(1))
+            if file.is_file() and file.resolve().is_relative_to(location.resolve()):
+                return TableFileUnreadableError(str(location), str(file), cause)
     return None
 
 
