@@ -127,13 +127,14 @@ def file_problem(root: str | os.PathLike, error: BaseException) -> DeltaIOError 
         missing = missing_files(table)
         if missing:
             return TableFileMissingError(str(location), missing, table.version())
-    cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
-    for match in _FILE_IN_MESSAGE.finditer(str(error)):
+    text = str(error)
+    cause = text.strip().splitlines()[0][:300] if text.strip() else repr(error)
+    for match in _FILE_IN_MESSAGE.finditer(text):
         file = Path("/" + unquote(match.group(1)))
         owner = next((t for t in tables if t in file.parents), None)
         if owner is not None:
             return TableFileUnreadableError(str(owner), str(file), cause)
-    for match in _TABLE_FILE_IN_MESSAGE.finditer(str(error)):
+    for match in _TABLE_FILE_IN_MESSAGE.finditer(text):
         for location in sorted(tables):
             file = location / unquote(match.group(1))
             if file.is_file() and file.resolve().is_relative_to(location.resolve()):

@@ -338,6 +338,10 @@ def _sole(image: Column, position: Column) -> Column:
     return F.when(position > 0, F.element_at(image, position.cast("int")))
 
 
+# key_actions' working columns, dropped from its result.
+_KEY_COLUMNS = ("_new_at", "_old_at", "_new_sole", "_old_sole", "_new_key", "_old_key")
+
+
 def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], Sequence[str]]):
     """One row per action: ``deleted``, ``image``, ``key`` (its handle-key values),
     ``handle``, ``sub``.
@@ -397,9 +401,6 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
         .select("*", "_action.*")
         .drop("_action", "columns", "old_columns", *_KEY_COLUMNS)
     )
-
-
-_KEY_COLUMNS = ("_new_at", "_old_at", "_new_sole", "_old_sole", "_new_key", "_old_key")
 
 
 def last_per_key(actions: DataFrame) -> DataFrame:
