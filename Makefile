@@ -14,10 +14,13 @@ SPEEDUPS := $(wildcard include/ticdc_lake/*/_*speedups.[ch])
 # Bytecode compiled once here: where PYTHONDONTWRITEBYTECODE is set (CI, containers) every new
 # process (Spark's Python workers, each Airflow task) would otherwise compile its imports again,
 # 10.2 s against 4.5 s for Airflow's and Great Expectations' alone.
+# No uv cache: PySpark comes only as a source archive, and where the index's responses are not
+# cacheable uv kept a new 0.5-1.4 GB copy of it per setup (66 GB after a few dozen clean clones,
+# with the disk full); uv's temporary cache is removed when the install ends.
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
+	$(VENV)/bin/pip install --quiet --no-cache-dir uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --quiet --no-cache --compile-bytecode --python $(PY) \
 		-r requirements.txt -c constraints.txt -e .
 	$(PY) -m compileall -q -j 0 include dags plugins spark_jobs
 	touch $@
