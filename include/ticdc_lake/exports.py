@@ -688,10 +688,11 @@ def _record_from_kcat_object(document: dict) -> KafkaRecord:
 def open_parquet_export(path: str, compression: str) -> pq.ParquetFile:
     """A Parquet export file; a whole-file-compressed one is unpacked in memory (Parquet needs
     random access). Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
+    # INT96 (Spark's default for timestamps) in µs: as nanoseconds it overflows past 2262.
     if compression == "none":
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
     with _open_decompressed(path) as stream:
-        return pq.ParquetFile(pa.BufferReader(stream.read()))
+        return pq.ParquetFile(pa.BufferReader(stream.read()), coerce_int96_timestamp_unit="us")
 
 
 def missing_columns_error(parquet: pq.ParquetFile, path: str) -> ExportError | None:

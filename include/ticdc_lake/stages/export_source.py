@@ -126,7 +126,6 @@ class ExportPartition(InputPartition):
         self.first_row = first_row
         self.byte_range = byte_range
         self.first_line = first_line
-        self.coordinates_only = False  # Parquet: read topic, partition, offset only
 
 
 def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
@@ -226,8 +225,6 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
         return
     names = parquet.schema_arrow.names
     wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
-    if part.coordinates_only:
-        wanted = ["topic", "partition", "offset"]
     groups = range(*part.row_groups) if part.row_groups else None
     row = part.first_row
     try:
@@ -377,17 +374,14 @@ class ExportReader(DataSourceReader):
     def __init__(
         self,
         files: list[ExportFile],
-        coordinates_only: bool = False,
         limits: Limits | None = None,
     ):
         self.files = files
-        self.coordinates_only = coordinates_only
         self.limits = limits or Limits()
 
     def partitions(self) -> list[ExportPartition]:
         parts = plan_partitions(self.files)
         for part in parts:
-            part.coordinates_only = self.coordinates_only
             part.limits = self.limits
         return parts
 
@@ -410,7 +404,7 @@ class KafkaExportsDataSource(DataSource):
             raise ValueError(f"the {SOURCE_NAME} data source needs the `files` option")
         files = [ExportFile(**entry) for entry in json.loads(self.options["files"])]
         limits = Limits(**json.loads(self.options.get("limits", "{}")))
-        return ExportReader(files, self.options.get("coordinates_only") == "true", limits)
+        return ExportReader(files, limits)
 
 
 def files_option(files: Sequence[ExportFile]) -> str:
@@ -421,21 +415,15 @@ def read_export_files(
     spark: SparkSession,
     files: Sequence[ExportFile],
     *,
-    coordinates_only: bool = False,
     limits: Limits | None = None,
 ) -> DataFrame:
     """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors.
 
-    ``coordinates_only``: plain Parquet files give topic, partition and offset but no
-    timestamp, key, value or headers (null), reading only those columns: a cheap first look
-    at a batch. (Spark's Python data sources cannot prune columns themselves.) Other layouts
-    are parsed whole either way, and give everything. ``limits``: a JSON Lines line longer
-    than ``max_export_line_bytes`` is an error row."""
+    ``limits``: a JSON Lines line longer than ``max_export_line_bytes`` is an error row."""
     register_data_source(spark, KafkaExportsDataSource)
     rows = (
         spark.read.format(SOURCE_NAME)
         .option("files", files_option(files))
-        .option("coordinates_only", str(coordinates_only).lower())
         .option("limits", json.dumps(asdict(limits or Limits())))
         .load()
     )

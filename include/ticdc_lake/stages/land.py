@@ -93,6 +93,8 @@ class LandResult:
     files_refused: int = 0
     refused: tuple[str, ...] = ()  # "path: reason" of the first REFUSED_SHOWN
     recovered: bool = False  # this run finished a batch a killed run had started
+    reader: str = ""  # what read the batch's files: Spark's Parquet reader or the export reader
+    reader_fallback: str = ""  # why Spark's Parquet reader was tried and not used
     seconds: float = 0.0
 
     def __str__(self) -> str:
@@ -105,8 +107,15 @@ class LandResult:
             f"{self.records_read} read, {self.records_added} added, "
             f"{self.duplicates} duplicates, {self.conflicts} conflicts; {self.errors} errors; "
             f"{self.offset_gaps} offset gaps ({self.missing_offsets} offsets); "
-            f"{self.seconds:.1f} s"
+            f"{self._read_by()}{self.seconds:.1f} s"
         )
+
+    def _read_by(self) -> str:
+        if not self.reader:
+            return ""
+        if self.reader_fallback:
+            return f"read by {self.reader} (Spark's Parquet reader: {self.reader_fallback}); "
+        return f"read by {self.reader}; "
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,6 +175,8 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
         errors=counts.errors,
         offset_gaps=len(outcome.gaps),
         missing_offsets=sum(gap["size"] for gap in outcome.gaps),
+        reader=outcome.reader,
+        reader_fallback=outcome.reader_fallback,
         seconds=time.perf_counter() - started,
     )
 

@@ -3,15 +3,23 @@
 The records' coordinates and positions are cached: they answer what the batch holds. Usually
 it holds each offset once and none that bronze has: then nothing is sorted and no record's
 bytes are compared. Otherwise every record is classified (``classify``) by the hash of its
-bytes. Plain Parquet files are read three columns wide for the coordinates, and again whole to
-write the new records (cheaper than caching whole records); records parsed in Python (JSON
-Lines, kcat, Avro, compressed files) are cached whole instead, parsing being the dearer part.
+bytes.
+
+A batch of plain Spark Kafka Parquet files is read by Spark's own Parquet reader
+(``export_parquet``), with no Python worker: three columns wide for the coordinates, and again
+whole to write the new records (cheaper than caching whole records). Until bronze's commit is
+made, any failure of that read, or a file whose rows do not add up to its footer's count, makes
+the batch start again with the export reader, whose rows are the same and which reports a
+broken file row by row. Records the export reader parses (JSON Lines, kcat, Avro, compressed
+or other Parquet) are cached whole, parsing being the dearer part.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +31,7 @@ from pyspark.sql.types import LongType, StringType, StructType
 
 from ticdc_lake.delta import merge_delta, open_table, read_delta, write_delta
 from ticdc_lake.limits import Limits
+from ticdc_lake.stages.export_parquet import read_kafka_parquet
 from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
 from ticdc_lake.stages.land_tables import (
     APP_ID,
@@ -82,19 +91,45 @@ class RecordCounts:
 class BatchOutcome:
     counts: RecordCounts
     gaps: list[dict]  # the open offset gaps after the batch (rows of offset_gaps)
+    reader: str  # SPARK_PARQUET or EXPORT_READER
+    # Why Spark's Parquet reader's rows were not used, when it was tried and they were not.
+    reader_fallback: str = ""
+
+
+SPARK_PARQUET, EXPORT_READER = "Spark's Parquet reader", "the export reader"
+
+
+class SparkParquetFailed(Exception):
+    """Spark's Parquet reader failed on the batch, or gave other rows than the footers say."""
 
 
 def run_batch(
     spark: SparkSession, tables: LandTables, plan: LandPlan, limits: Limits | None = None
 ) -> BatchOutcome:
     """Read the plan's files and make its commits (those not made yet)."""
+    try:
+        return _run_batch(spark, tables, plan, limits, spark_parquet=True)
+    except SparkParquetFailed as failed:
+        outcome = _run_batch(spark, tables, plan, limits, spark_parquet=False)
+        return dataclasses.replace(outcome, reader_fallback=str(failed))
+
+
+def _run_batch(
+    spark: SparkSession,
+    tables: LandTables,
+    plan: LandPlan,
+    limits: Limits | None,
+    spark_parquet: bool,
+) -> BatchOutcome:
     commits = BatchCommits(spark, tables, plan)
-    records = BatchRecords(spark, plan, limits)
+    records = BatchRecords(spark, plan, limits, spark_parquet)
     try:
         old_runs = old_offset_runs(spark, tables, plan)
-        sorted_records = sort_records(spark, tables, plan, records, old_runs)
+        with records.falling_back():
+            sorted_records = sort_records(spark, tables, plan, records, old_runs)
         try:
-            commits.bronze(records.records, sorted_records)
+            with records.falling_back():
+                commits.bronze(records.records, sorted_records)
             commits.export_errors(records.errors(), sorted_records.totals)
             commits.conflicts(records.records, sorted_records)
         finally:
@@ -103,24 +138,31 @@ def run_batch(
         records.release()
     gaps = commits.offset_runs(merge_runs(old_runs, sorted_records.new_runs))
     commits.landed_files(sorted_records.per_file)
-    return BatchOutcome(sorted_records.totals, gaps)
+    return BatchOutcome(sorted_records.totals, gaps, records.reader)
 
 
 class BatchRecords:
     """The batch's records as Spark reads them, and the cache of what it holds."""
 
-    def __init__(self, spark: SparkSession, plan: LandPlan, limits: Limits | None):
-        self.raw = read_export_files(spark, plan.files, limits=limits)
-        self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
-        if all(_plain_parquet(f) for f in plan.files):
-            # Parquet is cheap to read again, and its coordinates alone cheaper still.
+    def __init__(
+        self, spark: SparkSession, plan: LandPlan, limits: Limits | None, spark_parquet: bool
+    ):
+        parquet = read_kafka_parquet(spark, plan.files) if spark_parquet else None
+        # Per file, the rows its footer says it holds: what Spark's Parquet reader must give.
+        self.footer_rows = None if parquet is None else parquet.footer_rows
+        self.reader = EXPORT_READER if parquet is None else SPARK_PARQUET
+        if parquet is not None:
+            # Spark prunes Parquet columns itself: the coordinates are a cheap first look,
+            # and the files cheap to read again for the records.
+            self.raw = parquet.rows
             self.cached = []
-            first_look = read_export_files(spark, plan.files, coordinates_only=True)
         else:
-            # Records parsed in Python: parse once, keep them.
+            # Records parsed in Python: parse once, keep them. (Parsed again, a file could
+            # break where its first look did not: its records would be counted, not landed.)
+            self.raw = read_export_files(spark, plan.files, limits=limits)
             self.cached = [self.raw.persist(StorageLevel.MEMORY_AND_DISK)]
-            first_look = self.raw
-        self.slim = first_look.select(
+        self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
+        self.slim = self.raw.select(
             *COORDINATES, F.col("error").isNull().alias("is_record")
         ).persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(self.slim)
@@ -128,6 +170,28 @@ class BatchRecords:
     def errors(self) -> DataFrame:
         """The rows ``exports`` could not read, with why (not cached: rare, maybe long)."""
         return self.raw.where(F.col("error").isNotNull()).withColumnRenamed("error", "reason")
+
+    def check_footers(self, per_file: list[RecordCounts], files: Sequence[ExportFile]) -> None:
+        """Spark's Parquet reader gave each file's rows, as many as its footer says."""
+        for counts, rows, file in zip(per_file, self.footer_rows or (), files, strict=False):
+            if counts.read + counts.errors != rows:
+                raise SparkParquetFailed(
+                    f"{file.path}: {counts.read + counts.errors} rows read, its footer has {rows}"
+                )
+
+    @contextmanager
+    def falling_back(self) -> Iterator[None]:
+        """Failures of Spark's Parquet reader become SparkParquetFailed (nothing is committed
+        yet where this is used, so the batch can start again with the export reader)."""
+        if self.reader != SPARK_PARQUET:
+            yield
+            return
+        try:
+            yield
+        except SparkParquetFailed:
+            raise
+        except Exception as exc:  # any: the export reader reads again or says what is wrong
+            raise SparkParquetFailed(_spark_reason(exc)) from exc
 
     def release(self) -> None:
         for frame in self.cached:
@@ -151,6 +215,15 @@ class SortedRecords:
             self.status.unpersist()
 
 
+def _spark_reason(exc: Exception) -> str:
+    """The Spark error's own message (``[ERROR_CLASS] ...``), not py4j's "An error occurred
+    while calling o464.save." nor the Java stack."""
+    text = str(exc)
+    found = re.search(r"\[[A-Z][A-Z_.]+\][^\n]*", text)
+    line = found.group(0) if found else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return line.strip()[:500]
+
+
 def sort_records(
     spark: SparkSession,
     tables: LandTables,
@@ -159,6 +232,7 @@ def sort_records(
     old_runs: Runs,
 ) -> SortedRecords:
     extents, per_file = _extents(records.slim, len(plan.files))
+    records.check_footers(per_file, plan.files)
     windows = overlap_windows(extents, old_runs)
     present = records.slim.where(F.col("is_record")).drop("is_record")
     if not windows and _offsets_unique(present, extents):
@@ -468,7 +542,3 @@ def _statuses(status: DataFrame, kinds: Sequence[str], expected: int) -> DataFra
     """(file_index, position) of records with the given statuses, broadcast when small."""
     keys = status.where(F.col("status").isin(list(kinds))).select("file_index", "position")
     return F.broadcast(keys) if expected <= _BROADCAST_ROWS else keys
-
-
-def _plain_parquet(file: ExportFile) -> bool:
-    return file.layout == "parquet" and file.compression == "none"

@@ -1,0 +1,186 @@
+"""Spark Kafka Parquet exports read by Spark's own Parquet reader: land's fast path.
+
+``read_kafka_parquet(spark, files)`` gives the rows ``export_source`` gives for the same files
+(``EXPORT_ROWS_SCHEMA`` plus ``source_file``), without a Python worker, or None when some file
+is not one both read alike (``footer_rows``). Spark reads a file whole or fails, where the
+export reader keeps the rows before a broken page: so a batch read here is checked against
+each footer's row count, and read again by the export reader on any difference or failure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ticdc_lake import exports
+from ticdc_lake.stages.export_source import EXPORT_ROWS_SCHEMA, HEADERS_TYPE, ExportFile
+
+# exports.SPARK_KAFKA_SCHEMA as Spark types: what Spark's Kafka source writes.
+KAFKA_COLUMNS = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", HEADERS_TYPE),
+    ]
+)
+
+# The columns both readers take exactly alike; any other type goes to the export reader.
+_ARROW_TYPES = {
+    "key": pa.binary(),
+    "value": pa.binary(),
+    "topic": pa.string(),
+    "partition": pa.int32(),
+    "offset": pa.int64(),
+    "timestampType": pa.int32(),
+}
+# Hadoop takes these for a pattern or a URI scheme; a path holding one stays with Python.
+_HADOOP_SPECIAL = re.compile(r"[*?\[\]{}\\:]")
+
+
+@dataclass(frozen=True)
+class KafkaParquet:
+    rows: DataFrame  # EXPORT_ROWS_SCHEMA plus source_file
+    footer_rows: list[int]  # per file of the batch: the rows its footer says it holds
+
+
+def read_kafka_parquet(spark: SparkSession, files: Sequence[ExportFile]) -> KafkaParquet | None:
+    """The files' rows by Spark's Parquet reader, or None if a file must go to Python."""
+    counts = [footer_rows(file) for file in files]
+    if not files or None in counts:
+        return None
+    paths = [file.path for file in files]
+    read = (
+        spark.read.schema(KAFKA_COLUMNS)
+        # Values as stored, as pyarrow reads them, whatever the session's rebase settings.
+        .option("datetimeRebaseMode", "CORRECTED")
+        .option("int96RebaseMode", "CORRECTED")
+        .parquet(*paths)
+    )
+    # Spark names each file by its qualified URI; the plan's order is the file's index.
+    uris = [_spark_uri(spark, path) for path in paths]
+    file_index = F.array_position(F.array(*map(F.lit, uris)), F.col("_metadata.file_path")) - 1
+    rows = read.select(
+        "*",
+        file_index.cast(IntegerType()).alias("file_index"),
+        F.col("_metadata.row_index").alias("position"),
+    ).select(*_export_rows(F.coalesce(_is_record(), F.lit(False))))
+    source_file = F.element_at(F.array(*map(F.lit, paths)), F.col("file_index") + 1)
+    return KafkaParquet(rows.withColumn("source_file", source_file), counts)
+
+
+def footer_rows(file: ExportFile) -> int | None:
+    """The row count of a plain Parquet file both readers read alike, else None: every Spark
+    Kafka column present by its exact name and of the type Spark writes, timestamps in ms or
+    µs of UTC (or INT96), no other column of the same name in other case (Spark matches names
+    regardless of case), and a path Hadoop takes literally."""
+    if file.layout != "parquet" or file.compression != "none":
+        return None
+    if _HADOOP_SPECIAL.search(file.path) or not file.path.startswith("/"):
+        return None
+    try:
+        parquet = pq.ParquetFile(file.path)
+        schema = parquet.schema_arrow
+        timestamp = parquet.schema.column(schema.get_field_index("timestamp"))
+    except (*exports.CORRUPT_FILE_ERRORS, KeyError, IndexError):
+        return None
+    names = [name.lower() for name in schema.names]
+    if any(names.count(name.lower()) != 1 for name in exports.SPARK_KAFKA_SCHEMA.names):
+        return None
+    for name, wanted in _ARROW_TYPES.items():
+        if name not in schema.names or schema.field(name).type != wanted:
+            return None
+    headers = schema.field("headers").type if "headers" in schema.names else None
+    if headers is None or not _kafka_headers(headers) or not _utc_instants(timestamp):
+        return None
+    return parquet.metadata.num_rows
+
+
+def _kafka_headers(kind: pa.DataType) -> bool:
+    """list<struct<key: string, value: binary>>, whatever the list's element is named."""
+    return (
+        pa.types.is_list(kind)
+        and kind.value_type == exports.SPARK_KAFKA_SCHEMA.field("headers").type.value_type
+    )
+
+
+def _utc_instants(column: pq.ColumnSchema) -> bool:
+    if column.physical_type == "INT96":
+        return True
+    logical = json.loads(column.logical_type.to_json())
+    return (
+        column.physical_type == "INT64"
+        and logical.get("Type") == "Timestamp"
+        and logical.get("isAdjustedToUTC") is True
+        and logical.get("timeUnit") in ("milliseconds", "microseconds")
+    )
+
+
+def _spark_uri(spark: SparkSession, path: str) -> str:
+    """The path as Spark's ``_metadata.file_path`` gives it: the qualified path's URI built
+    from its parts ("file:/a%20b", where the URI's own string is "file:///a%20b")."""
+    jvm = spark.sparkContext._jvm
+    hadoop = jvm.org.apache.hadoop.fs.Path(path)
+    system = hadoop.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    uri = system.makeQualified(hadoop).toUri()
+    return jvm.java.net.URI(
+        uri.getScheme(), uri.getAuthority(), uri.getPath(), None, None
+    ).toString()
+
+
+def _is_record() -> Column:
+    """What ``exports.kafka_columns`` keeps: a topic, a partition in [0, 2^31), an offset
+    of at least 0 (the partition column is 32 bits: it cannot exceed 2^31 - 1)."""
+    return F.col("topic").isNotNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+
+
+def _export_rows(is_record: Column) -> list[Column]:
+    """The columns of EXPORT_ROWS_SCHEMA: a record row, or an error row naming what is wrong
+    with the coordinates as ``exports`` words it (same precedence: partition, offset, null)."""
+    partition, offset = F.col("partition"), F.col("offset")
+    reason = (
+        F.when(
+            partition < 0, F.format_string("`partition` must be in [0, 2^31), found %d", partition)
+        )
+        .when(offset < 0, F.format_string("`offset` must not be negative, found %d", offset))
+        .otherwise(F.lit("topic, partition and offset must not be null"))
+    )
+    timestamp_type = F.col("timestampType")
+    columns = {
+        "file_index": F.col("file_index"),
+        "position": F.col("position"),
+        "topic": F.col("topic"),
+        "partition": F.when(partition >= 0, partition),
+        "offset": F.when(offset >= 0, offset),
+        "timestamp": F.when(is_record, F.col("timestamp")),
+        "timestamp_type": F.when(is_record & (timestamp_type != -1), timestamp_type),
+        "key": F.when(is_record, F.col("key")),
+        "value": F.when(is_record, F.col("value")),
+        "headers": F.when(is_record, F.col("headers")),
+        "line": F.when(~is_record, F.col("position") + 1),
+        "error": F.when(~is_record, reason),
+        "raw": F.lit(None).cast(BinaryType()),
+    }
+    return [
+        columns[field.name].cast(field.dataType).alias(field.name) for field in EXPORT_ROWS_SCHEMA
+    ]
