@@ -770,12 +770,18 @@ def kafka_columns(batch: pa.RecordBatch, *, path: str, first_row: int) -> KafkaC
     return KafkaColumns(records, rows, errors)
 
 
+# Why a Parquet row is not a record (the first two end with the value found).
+NULL_COORDINATES = "topic, partition and offset must not be null"
+PARTITION_OUT_OF_RANGE = "`partition` must be in [0, 2^31), found "
+NEGATIVE_OFFSET = "`offset` must not be negative, found "
+
+
 def _bad_row(path: str, row: int, topic, partition, offset) -> ExportError:
-    reason = "topic, partition and offset must not be null"
+    reason = NULL_COORDINATES
     if partition is not None and not 0 <= partition <= _INT32_MAX:
-        reason, partition = f"`partition` must be in [0, 2^31), found {partition}", None
+        reason, partition = f"{PARTITION_OUT_OF_RANGE}{partition}", None
     elif offset is not None and offset < 0:
-        reason, offset = f"`offset` must not be negative, found {offset}", None
+        reason, offset = f"{NEGATIVE_OFFSET}{offset}", None
     return ExportError(
         reason, path=path, line=row + 1, topic=topic, partition=partition, offset=offset
     )

@@ -67,6 +67,8 @@ def varied_files(tmp_path) -> list[export_source.ExportFile]:
     millis = millis.append_column("key", pa.array([b"m"] * len(ODD_ROWS))).append_column(
         "extra", pa.array(range(len(ODD_ROWS)))
     )
+    # Headers first: two leaves before the timestamp's.
+    millis = millis.select(["headers", *(n for n in millis.column_names if n != "headers")])
     return [
         write(tmp_path / "odd.parquet", odd, row_group_size=3),
         write(tmp_path / "int96.parquet", odd, use_deprecated_int96_timestamps=True),
@@ -127,6 +129,12 @@ LEFT_TO_PYTHON = {
     ),
     "headers of another type": with_column(ONE, "headers", pa.array([[1]], pa.list_(pa.int64()))),
     "a column named alike but for case": ONE.append_column("Key", pa.array([b"k"])),
+    "a column named only in another case": ONE.rename_columns(
+        ["Timestamp" if n == "timestamp" else n for n in ONE.column_names]
+    ),
+    "headers first, timestamp without zone": with_column(
+        ONE, "timestamp", pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us"))
+    ).select(["headers", *(n for n in ONE.column_names if n != "headers")]),
 }
 
 

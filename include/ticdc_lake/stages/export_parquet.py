@@ -100,18 +100,16 @@ def footer_rows(file: ExportFile) -> int | None:
         return None
     try:
         parquet = pq.ParquetFile(file.path)
-        schema = parquet.schema_arrow
-        timestamp = parquet.schema.column(schema.get_field_index("timestamp"))
-    except (*exports.CORRUPT_FILE_ERRORS, KeyError, IndexError):
+    except exports.CORRUPT_FILE_ERRORS:
         return None
-    names = [name.lower() for name in schema.names]
-    if any(names.count(name.lower()) != 1 for name in exports.SPARK_KAFKA_SCHEMA.names):
-        return None
-    for name, wanted in _ARROW_TYPES.items():
-        if name not in schema.names or schema.field(name).type != wanted:
+    schema = parquet.schema_arrow
+    lowered = [name.lower() for name in schema.names]
+    for name in exports.SPARK_KAFKA_SCHEMA.names:
+        if name not in schema.names or lowered.count(name.lower()) > 1:
             return None
-    headers = schema.field("headers").type if "headers" in schema.names else None
-    if headers is None or not _kafka_headers(headers) or not _utc_instants(timestamp):
+    if any(schema.field(name).type != kind for name, kind in _ARROW_TYPES.items()):
+        return None
+    if not _kafka_headers(schema.field("headers").type) or not _utc_instants(parquet):
         return None
     return parquet.metadata.num_rows
 
@@ -124,7 +122,10 @@ def _kafka_headers(kind: pa.DataType) -> bool:
     )
 
 
-def _utc_instants(column: pq.ColumnSchema) -> bool:
+def _utc_instants(parquet: pq.ParquetFile) -> bool:
+    """The timestamp column holds INT96, or ms or µs since the epoch in UTC."""
+    leaves = (parquet.schema.column(i) for i in range(parquet.metadata.num_columns))
+    column = next(leaf for leaf in leaves if leaf.path == "timestamp")
     if column.physical_type == "INT96":
         return True
     logical = json.loads(column.logical_type.to_json())
@@ -159,11 +160,9 @@ def _export_rows(is_record: Column) -> list[Column]:
     with the coordinates as ``exports`` words it (same precedence: partition, offset, null)."""
     partition, offset = F.col("partition"), F.col("offset")
     reason = (
-        F.when(
-            partition < 0, F.format_string("`partition` must be in [0, 2^31), found %d", partition)
-        )
-        .when(offset < 0, F.format_string("`offset` must not be negative, found %d", offset))
-        .otherwise(F.lit("topic, partition and offset must not be null"))
+        F.when(partition < 0, F.concat(F.lit(exports.PARTITION_OUT_OF_RANGE), partition))
+        .when(offset < 0, F.concat(F.lit(exports.NEGATIVE_OFFSET), offset))
+        .otherwise(F.lit(exports.NULL_COORDINATES))
     )
     timestamp_type = F.col("timestampType")
     columns = {
