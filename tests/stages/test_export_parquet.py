@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql.types import StructType
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
@@ -60,8 +61,8 @@ def write(path: Path, data: pa.Table, **options) -> export_source.ExportFile:
 @pytest.fixture
 def varied_files(tmp_path) -> list[export_source.ExportFile]:
     """Spark Kafka Parquet files both readers take: µs, INT96 and ms timestamps, a zone other
-    than UTC, columns in another order with one more, small row groups, an empty file, and a
-    path with spaces, non-ASCII and URI characters."""
+    than UTC, columns in another order with one more, small row groups, an empty file, a path
+    with spaces, non-ASCII and URI characters, and the optional columns absent."""
     odd = kafka_table(ODD_ROWS)
     millis = kafka_table(ODD_ROWS, pa.timestamp("ms", tz="Europe/Paris")).drop_columns("key")
     millis = millis.append_column("key", pa.array([b"m"] * len(ODD_ROWS))).append_column(
@@ -77,6 +78,9 @@ def varied_files(tmp_path) -> list[export_source.ExportFile]:
         ),
         write(tmp_path / "empty.parquet", kafka_table([])),
         write(tmp_path / "a b ü" / "x 1%41#y,z=2.parquet", odd),
+        # Spark's Kafka source without includeHeaders; and a file with no timestamps at all.
+        write(tmp_path / "no-headers.parquet", odd.drop_columns("headers")),
+        write(tmp_path / "bare.parquet", odd.drop_columns(["timestamp", "timestampType"])),
     ]
 
 
@@ -91,10 +95,10 @@ def rows_of(frame) -> list[dict]:
 def test_spark_reads_the_rows_the_export_reader_reads(spark, varied_files):
     assert all(export_parquet.footer_rows(file) is not None for file in varied_files)
     fast = export_parquet.read_kafka_parquet(spark, varied_files)
-    assert fast.footer_rows == [len(ODD_ROWS)] * 3 + [0, len(ODD_ROWS)]
+    assert fast.footer_rows == [len(ODD_ROWS)] * 3 + [0] + [len(ODD_ROWS)] * 3
     mine = rows_of(fast.rows)
     theirs = rows_of(export_source.read_export_files(spark, varied_files))
-    assert len(mine) == 4 * len(ODD_ROWS)
+    assert len(mine) == 6 * len(ODD_ROWS)
     assert mine == theirs
     first, int96 = mine[: len(ODD_ROWS)], mine[len(ODD_ROWS) : 2 * len(ODD_ROWS)]
     assert [r["error"] is None for r in first] == [True, False, False, False, False, False, False,
@@ -105,9 +109,36 @@ def test_spark_reads_the_rows_the_export_reader_reads(spark, varied_files):
     # INT96 past 2262 and before 1900, as written (nanoseconds would have overflowed).
     assert (int96[9]["timestamp"].year, int96[9]["timestamp"].microsecond) == (1850, 1)
     assert (int96[10]["timestamp"].year, int96[10]["timestamp"].microsecond) == (3000, 999999)
+    bare = mine[-len(ODD_ROWS) :]
+    assert {(r["timestamp"], r["timestamp_type"]) for r in bare} == {(None, None)}
     assert {r["source_file"] for r in mine} == {f.path for f in varied_files} - {
         varied_files[3].path  # the empty file has no rows
     }
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("headers", [True, False])
+def test_exports_spark_itself_wrote_are_read_by_spark(spark, tmp_path, headers):
+    """As Spark's Kafka source writes them: INT96 timestamps (Spark's default), headers only
+    with includeHeaders, part files of a directory."""
+    schema = export_parquet.KAFKA_COLUMNS
+    if not headers:
+        schema = StructType([f for f in schema.fields if f.name != "headers"])
+    rows = [
+        {k: r.get(k) for k in schema.names}
+        | {"timestamp": dt.datetime(2024, 6, 1, 12, 0, 0, 5 * i, tzinfo=UTC)}
+        for i, r in enumerate(ODD_ROWS)
+    ]
+    spark.createDataFrame(rows, schema).coalesce(2).write.parquet(str(tmp_path / "export"))
+    paths = sorted((tmp_path / "export").glob("part-*.parquet"))
+    files = [export_source.describe_file(str(path)) for path in paths]
+    timestamp = pq.ParquetFile(paths[0]).schema.column(5)
+    assert (timestamp.name, timestamp.physical_type) == ("timestamp", "INT96")
+    fast = export_parquet.read_kafka_parquet(spark, files)
+    assert fast is not None, "a Spark Kafka export goes to Spark's reader"
+    mine = rows_of(fast.rows)
+    assert mine == rows_of(export_source.read_export_files(spark, files))
+    assert len(mine) == len(ODD_ROWS)
 
 
 def with_column(data: pa.Table, name: str, column: pa.Array) -> pa.Table:
@@ -116,8 +147,10 @@ def with_column(data: pa.Table, name: str, column: pa.Array) -> pa.Table:
 
 ONE = kafka_table(ODD_ROWS[:1])
 LEFT_TO_PYTHON = {
-    "headers missing": ONE.drop_columns("headers"),
-    "timestamp missing": ONE.drop_columns("timestamp"),
+    "offset missing": ONE.drop_columns("offset"),
+    "headers named only in another case": ONE.rename_columns(
+        ["Headers" if n == "headers" else n for n in ONE.column_names]
+    ),
     "timestampType of 64 bits": with_column(ONE, "timestampType", pa.array([0], pa.int64())),
     "partition of 64 bits": with_column(ONE, "partition", pa.array([0], pa.int64())),
     "topic as bytes": with_column(ONE, "topic", pa.array([b"t"])),

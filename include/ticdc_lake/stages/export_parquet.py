@@ -90,10 +90,12 @@ def read_kafka_parquet(spark: SparkSession, files: Sequence[ExportFile]) -> Kafk
 
 
 def footer_rows(file: ExportFile) -> int | None:
-    """The row count of a plain Parquet file both readers read alike, else None: every Spark
-    Kafka column present by its exact name and of the type Spark writes, timestamps in ms or
-    µs of UTC (or INT96), no other column of the same name in other case (Spark matches names
-    regardless of case), and a path Hadoop takes literally."""
+    """The row count of a plain Parquet file both readers read alike, else None: the Spark
+    Kafka columns by their exact names, of the types Spark writes (``timestamp``,
+    ``timestampType`` and ``headers`` may be absent, as without the Kafka source's
+    ``includeHeaders``: both readers give nulls), timestamps in ms or µs of UTC (or INT96), no
+    column of the same name in another case (Spark matches names regardless of case), and a
+    path Hadoop takes literally."""
     if file.layout != "parquet" or file.compression != "none":
         return None
     if _HADOOP_SPECIAL.search(file.path) or not file.path.startswith("/"):
@@ -103,13 +105,18 @@ def footer_rows(file: ExportFile) -> int | None:
     except exports.CORRUPT_FILE_ERRORS:
         return None
     schema = parquet.schema_arrow
-    lowered = [name.lower() for name in schema.names]
+    names, lowered = set(schema.names), [name.lower() for name in schema.names]
     for name in exports.SPARK_KAFKA_SCHEMA.names:
-        if name not in schema.names or lowered.count(name.lower()) > 1:
-            return None
-    if any(schema.field(name).type != kind for name, kind in _ARROW_TYPES.items()):
+        alike = lowered.count(name.lower())
+        if alike != (name in names) or (name in exports.REQUIRED_COLUMNS and alike == 0):
+            return None  # named only in another case, twice, or a required column missing
+    if any(
+        name in names and schema.field(name).type != kind for name, kind in _ARROW_TYPES.items()
+    ):
         return None
-    if not _kafka_headers(schema.field("headers").type) or not _utc_instants(parquet):
+    if "headers" in names and not _kafka_headers(schema.field("headers").type):
+        return None
+    if "timestamp" in names and not _utc_instants(parquet):
         return None
     return parquet.metadata.num_rows
 
