@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable, TableFeatures, write_deltalake
@@ -47,6 +48,7 @@ from ticdc_lake.delta import (
 from ticdc_lake.delta.partitions import directory, directory_values
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.source import (
+    ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
     DeltaDataSource,
     TaskFiles,
@@ -576,6 +578,23 @@ def test_task_files_roll_over_by_parquet_size_and_split_by_partition(tmp_path):
     sizes = sorted((a["partition_values"]["p"] or "null", a["num_records"]) for a in adds)
     assert sizes == [("1", rows - 2 * group), ("1", group), ("1", group), ("2", 2), ("null", 1)]
     assert all(os.path.getsize(os.path.join(path, a["path"])) == a["size"] for a in adds)
+
+
+def test_wide_rows_close_row_groups_by_bytes_so_readers_can_split_the_file(tmp_path):
+    path = str(tmp_path / "t")
+    schema = TableSchema((("id", "long"), ("value", "binary")), ())
+    files = TaskFiles(WritePlan(path, "w1", "append", schema, schema))
+    batch, width = 1_000, 10_000  # 10 MB of values per batch
+    for start in range(0, 40 * batch, batch):
+        ids = pa.array(range(start, start + batch), pa.int64())
+        files.write(pa.record_batch({"id": ids, "value": pa.array([b"x" * width] * batch)}))
+    (add,) = files.close()
+    metadata = pq.ParquetFile(os.path.join(path, add["path"])).metadata
+    assert add["num_records"] == metadata.num_rows == 40 * batch < ROW_GROUP_ROWS
+    groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    # About 400 MB of values: row groups of at most ROW_GROUP_BYTES (plus one batch).
+    assert len(groups) >= 400 * 10**6 // (ROW_GROUP_BYTES + batch * width)
+    assert all(rows * width <= ROW_GROUP_BYTES + batch * width for rows in groups)
 
 
 @pytest.mark.spark

@@ -45,9 +45,13 @@ from ticdc_lake.spark import register_data_source
 
 SOURCE_NAME = "ticdc_delta"
 
-# A row group is written once this many rows of a file are buffered: pyarrow writes at least
-# one row group per write call, and Spark hands over batches of 10k rows.
+# A row group is written once this many rows of a file are buffered (pyarrow writes at least
+# one row group per write call, and Spark hands over batches of 10k rows), or this many bytes
+# of Arrow data: Spark splits a file for its readers only between row groups, and wide rows
+# (bronze's JSON messages) made a 486 MB row group of a 62 MB file, read by one task while the
+# other core idled.
 ROW_GROUP_ROWS = 128 * 1024
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 # File sizes: each task writes one file per partition value it meets, and starts a new one
 # once the current file holds this many bytes of Parquet (checked after each row group, so a
 # file ends up to one row group larger). 128 MiB: few enough files for readers to list and
@@ -135,20 +139,21 @@ class _DataFile:
         self.stats = FileStats(schema)
         self.bytes = 0
         self._pending: list[pa.Table] = []
-        self._pending_rows = 0
+        self._pending_rows = self._pending_bytes = 0
         self._writer = pq.ParquetWriter(self.absolute, schema, compression="zstd")
 
     def append(self, data: pa.Table) -> None:
         self.stats.update(data)
         self._pending.append(data)
         self._pending_rows += data.num_rows
-        if self._pending_rows >= ROW_GROUP_ROWS:
+        self._pending_bytes += data.nbytes
+        if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         if self._pending:
             self._writer.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
-            self._pending, self._pending_rows = [], 0
+            self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
             self.bytes = os.path.getsize(self.absolute)  # Parquet bytes written so far
 
     def close(self) -> dict[str, Any]:
