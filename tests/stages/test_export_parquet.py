@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import export_parquet, export_source
+from ticdc_lake.stages import export_parquet, export_source, land_batch
 from ticdc_lake.stages.land import LandTables, land
 from ticdc_lake.stages.land_batch import EXPORT_READER, SPARK_PARQUET
 
@@ -93,10 +93,9 @@ def rows_of(frame) -> list[dict]:
 
 @pytest.mark.spark
 def test_spark_reads_the_rows_the_export_reader_reads(spark, varied_files):
-    assert all(export_parquet.footer_rows(file) is not None for file in varied_files)
-    fast = export_parquet.read_kafka_parquet(spark, varied_files)
-    assert fast.footer_rows == [len(ODD_ROWS)] * 3 + [0] + [len(ODD_ROWS)] * 3
-    mine = rows_of(fast.rows)
+    counts = [export_parquet.footer_rows(file) for file in varied_files]
+    assert counts == [len(ODD_ROWS)] * 3 + [0] + [len(ODD_ROWS)] * 3
+    mine = rows_of(export_parquet.read_kafka_parquet(spark, varied_files, range(7)))
     theirs = rows_of(export_source.read_export_files(spark, varied_files))
     assert len(mine) == 6 * len(ODD_ROWS)
     assert mine == theirs
@@ -134,9 +133,8 @@ def test_exports_spark_itself_wrote_are_read_by_spark(spark, tmp_path, headers):
     files = [export_source.describe_file(str(path)) for path in paths]
     timestamp = pq.ParquetFile(paths[0]).schema.column(5)
     assert (timestamp.name, timestamp.physical_type) == ("timestamp", "INT96")
-    fast = export_parquet.read_kafka_parquet(spark, files)
-    assert fast is not None, "a Spark Kafka export goes to Spark's reader"
-    mine = rows_of(fast.rows)
+    assert all(export_parquet.footer_rows(file) for file in files), "for Spark's reader"
+    mine = rows_of(export_parquet.read_kafka_parquet(spark, files, range(len(files))))
     assert mine == rows_of(export_source.read_export_files(spark, files))
     assert len(mine) == len(ODD_ROWS)
 
@@ -221,6 +219,22 @@ def test_a_parquet_landing_area_is_read_by_spark_and_lands_exactly(spark, genera
     assert bronze_records(tables) == expected(everything)
 
 
+@pytest.mark.spark
+def test_a_mixed_landing_area_reads_its_parquet_with_spark_and_the_rest_in_python(
+    spark, generated, tmp_path
+):
+    config, records = parquet_landing(tmp_path, generated)
+    (tmp_path / "landing" / "p1.parquet").unlink()
+    exports.write_export(tmp_path / "landing" / "p1.jsonl", records[1], "jsonl")
+    result = land(spark, config)
+    assert result.reader == f"{SPARK_PARQUET} (2 files) and {EXPORT_READER} (1)"
+    everything = [r for stream in records.values() for r in stream]
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(everything)
+    files = {Path(r["source_file"]).name for r in table(tables.bronze)}
+    assert files == {"p0.parquet", "p1.jsonl", "p2.parquet"}
+
+
 def break_first_page(path: Path, column: str) -> None:
     """Garbage over the page header of ``column``'s first data page: the footer still reads."""
     metadata = pq.ParquetFile(path).metadata
@@ -258,7 +272,7 @@ def test_rows_that_do_not_add_up_to_the_footers_send_the_batch_to_the_export_rea
 ):
     config, records = parquet_landing(tmp_path, generated)
     counted = export_parquet.footer_rows
-    monkeypatch.setattr(export_parquet, "footer_rows", lambda file: counted(file) + 1)
+    monkeypatch.setattr(land_batch, "footer_rows", lambda file: counted(file) + 1)
     result = land(spark, config)
     assert result.reader == EXPORT_READER
     assert "rows read, its footer has" in result.reader_fallback

@@ -1,10 +1,10 @@
 """Spark Kafka Parquet exports read by Spark's own Parquet reader: land's fast path.
 
-``read_kafka_parquet(spark, files)`` gives the rows ``export_source`` gives for the same files
-(``EXPORT_ROWS_SCHEMA`` plus ``source_file``), without a Python worker, or None when some file
-is not one both read alike (``footer_rows``). Spark reads a file whole or fails, where the
-export reader keeps the rows before a broken page: so a batch read here is checked against
-each footer's row count, and read again by the export reader on any difference or failure.
+``read_kafka_parquet(spark, files, indices)`` gives the rows ``export_source`` gives for those
+files (``EXPORT_ROWS_SCHEMA`` plus ``source_file``) without a Python worker; ``footer_rows``
+tells which files both read alike. Spark reads a file whole or fails, where the export reader
+keeps the rows before a broken page: so what is read here is checked against each footer's row
+count, and read again by the export reader on any difference or failure.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,18 +57,13 @@ _ARROW_TYPES = {
 _HADOOP_SPECIAL = re.compile(r"[*?\[\]{}\\:]")
 
 
-@dataclass(frozen=True)
-class KafkaParquet:
-    rows: DataFrame  # EXPORT_ROWS_SCHEMA plus source_file
-    footer_rows: list[int]  # per file of the batch: the rows its footer says it holds
-
-
-def read_kafka_parquet(spark: SparkSession, files: Sequence[ExportFile]) -> KafkaParquet | None:
-    """The files' rows by Spark's Parquet reader, or None if a file must go to Python."""
-    counts = [footer_rows(file) for file in files]
-    if not files or None in counts:
-        return None
-    paths = [file.path for file in files]
+def read_kafka_parquet(
+    spark: SparkSession, files: Sequence[ExportFile], indices: Sequence[int]
+) -> DataFrame:
+    """The rows of the files at ``indices`` (each one ``footer_rows`` takes) by Spark's
+    Parquet reader; ``file_index`` is the file's place in ``files``, -1 for a file Spark names
+    otherwise than expected (the footer check then finds its rows missing)."""
+    paths = [files[index].path for index in indices]
     read = (
         spark.read.schema(KAFKA_COLUMNS)
         # Values as stored, as pyarrow reads them, whatever the session's rebase settings.
@@ -77,16 +71,19 @@ def read_kafka_parquet(spark: SparkSession, files: Sequence[ExportFile]) -> Kafk
         .option("int96RebaseMode", "CORRECTED")
         .parquet(*paths)
     )
-    # Spark names each file by its qualified URI; the plan's order is the file's index.
+    # Spark names each file by its qualified URI.
     uris = [_spark_uri(spark, path) for path in paths]
-    file_index = F.array_position(F.array(*map(F.lit, uris)), F.col("_metadata.file_path")) - 1
+    found = F.array_position(F.array(*map(F.lit, uris)), F.col("_metadata.file_path")).cast("int")
+    file_index = F.when(found > 0, F.element_at(F.array(*map(F.lit, indices)), found))
     rows = read.select(
         "*",
-        file_index.cast(IntegerType()).alias("file_index"),
+        F.coalesce(file_index, F.lit(-1)).cast(IntegerType()).alias("file_index"),
         F.col("_metadata.row_index").alias("position"),
     ).select(*_export_rows(F.coalesce(_is_record(), F.lit(False))))
-    source_file = F.element_at(F.array(*map(F.lit, paths)), F.col("file_index") + 1)
-    return KafkaParquet(rows.withColumn("source_file", source_file), counts)
+    source_file = F.element_at(
+        F.array(*[F.lit(file.path) for file in files]), F.col("file_index") + 1
+    )
+    return rows.withColumn("source_file", source_file)
 
 
 def footer_rows(file: ExportFile) -> int | None:

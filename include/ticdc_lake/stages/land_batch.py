@@ -5,18 +5,19 @@ it holds each offset once and none that bronze has: then nothing is sorted and n
 bytes are compared. Otherwise every record is classified (``classify``) by the hash of its
 bytes.
 
-A batch of plain Spark Kafka Parquet files is read by Spark's own Parquet reader
+A batch's plain Spark Kafka Parquet files are read by Spark's own Parquet reader
 (``export_parquet``), with no Python worker: three columns wide for the coordinates, and again
 whole to write the new records (cheaper than caching whole records). Until bronze's commit is
 made, any failure of that read, or a file whose rows do not add up to its footer's count, makes
-the batch start again with the export reader, whose rows are the same and which reports a
-broken file row by row. Records the export reader parses (JSON Lines, kcat, Avro, compressed
-or other Parquet) are cached whole, parsing being the dearer part.
+the batch start again with the export reader alone, whose rows are the same and which reports
+a broken file row by row. The other files (JSON Lines, kcat, Avro, compressed or other
+Parquet) are parsed by the export reader and cached whole, parsing being the dearer part.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from pyspark.sql.types import LongType, StringType, StructType
 
 from ticdc_lake.delta import merge_delta, open_table, read_delta, write_delta
 from ticdc_lake.limits import Limits
-from ticdc_lake.stages.export_parquet import read_kafka_parquet
+from ticdc_lake.stages.export_parquet import footer_rows, read_kafka_parquet
 from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
 from ticdc_lake.stages.land_tables import (
     APP_ID,
@@ -91,7 +92,7 @@ class RecordCounts:
 class BatchOutcome:
     counts: RecordCounts
     gaps: list[dict]  # the open offset gaps after the batch (rows of offset_gaps)
-    reader: str  # SPARK_PARQUET or EXPORT_READER
+    reader: str  # SPARK_PARQUET, EXPORT_READER, or both with their files' counts
     # Why Spark's Parquet reader's rows were not used, when it was tried and they were not.
     reader_fallback: str = ""
 
@@ -147,20 +148,25 @@ class BatchRecords:
     def __init__(
         self, spark: SparkSession, plan: LandPlan, limits: Limits | None, spark_parquet: bool
     ):
-        parquet = read_kafka_parquet(spark, plan.files) if spark_parquet else None
-        # Per file, the rows its footer says it holds: what Spark's Parquet reader must give.
-        self.footer_rows = None if parquet is None else parquet.footer_rows
-        self.reader = EXPORT_READER if parquet is None else SPARK_PARQUET
-        if parquet is not None:
-            # Spark prunes Parquet columns itself: the coordinates are a cheap first look,
-            # and the files cheap to read again for the records.
-            self.raw = parquet.rows
-            self.cached = []
-        else:
+        files = plan.files
+        # Per file, the rows its footer says it holds when Spark's Parquet reader reads it.
+        self.footer_rows = [footer_rows(f) if spark_parquet else None for f in files]
+        by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
+        parsed = [i for i, rows in enumerate(self.footer_rows) if rows is None]
+        self.reader = _readers(len(by_spark), len(parsed))
+        # Spark prunes Parquet columns itself: the coordinates are a cheap first look, and the
+        # files cheap to read again for the records.
+        frames = [read_kafka_parquet(spark, files, by_spark)] if by_spark else []
+        self.cached = []
+        if parsed or not by_spark:
             # Records parsed in Python: parse once, keep them. (Parsed again, a file could
             # break where its first look did not: its records would be counted, not landed.)
-            self.raw = read_export_files(spark, plan.files, limits=limits)
-            self.cached = [self.raw.persist(StorageLevel.MEMORY_AND_DISK)]
+            rows = read_export_files(spark, [files[i] for i in parsed], limits=limits)
+            places = F.array(*[F.lit(i) for i in parsed])
+            rows = rows.withColumn("file_index", F.element_at(places, F.col("file_index") + 1))
+            self.cached.append(rows.persist(StorageLevel.MEMORY_AND_DISK))
+            frames.append(rows)
+        self.raw = functools.reduce(DataFrame.unionByName, frames)
         self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
         self.slim = self.raw.select(
             *COORDINATES, F.col("error").isNull().alias("is_record")
@@ -172,9 +178,9 @@ class BatchRecords:
         return self.raw.where(F.col("error").isNotNull()).withColumnRenamed("error", "reason")
 
     def check_footers(self, per_file: list[RecordCounts], files: Sequence[ExportFile]) -> None:
-        """Spark's Parquet reader gave each file's rows, as many as its footer says."""
-        for counts, rows, file in zip(per_file, self.footer_rows or (), files, strict=False):
-            if counts.read + counts.errors != rows:
+        """Spark's Parquet reader gave each of its files' rows, as many as the footer says."""
+        for counts, rows, file in zip(per_file, self.footer_rows, files, strict=True):
+            if rows is not None and counts.read + counts.errors != rows:
                 raise SparkParquetFailed(
                     f"{file.path}: {counts.read + counts.errors} rows read, its footer has {rows}"
                 )
@@ -183,7 +189,7 @@ class BatchRecords:
     def falling_back(self) -> Iterator[None]:
         """Failures of Spark's Parquet reader become SparkParquetFailed (nothing is committed
         yet where this is used, so the batch can start again with the export reader)."""
-        if self.reader != SPARK_PARQUET:
+        if all(rows is None for rows in self.footer_rows):
             yield
             return
         try:
@@ -213,6 +219,12 @@ class SortedRecords:
     def release(self) -> None:
         if self.status is not None:
             self.status.unpersist()
+
+
+def _readers(by_spark: int, parsed: int) -> str:
+    if not by_spark or not parsed:
+        return SPARK_PARQUET if by_spark else EXPORT_READER
+    return f"{SPARK_PARQUET} ({by_spark} files) and {EXPORT_READER} ({parsed})"
 
 
 def _spark_reason(exc: Exception) -> str:
