@@ -17,32 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import BinaryType, IntegerType
 
 from ticdc_lake import exports
-from ticdc_lake.stages.export_source import EXPORT_ROWS_SCHEMA, HEADERS_TYPE, ExportFile
+from ticdc_lake.stages.export_source import EXPORT_ROWS_SCHEMA, ExportFile, with_source_file
 
-# exports.SPARK_KAFKA_SCHEMA as Spark types: what Spark's Kafka source writes.
-KAFKA_COLUMNS = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-        StructField("headers", HEADERS_TYPE),
-    ]
-)
+# What Spark's Kafka source writes, as Spark types.
+KAFKA_COLUMNS = from_arrow_schema(exports.SPARK_KAFKA_SCHEMA)
 
 # The columns both readers take exactly alike; any other type goes to the export reader.
 _ARROW_TYPES = {
@@ -80,10 +62,7 @@ def read_kafka_parquet(
         F.coalesce(file_index, F.lit(-1)).cast(IntegerType()).alias("file_index"),
         F.col("_metadata.row_index").alias("position"),
     ).select(*_export_rows(F.coalesce(_is_record(), F.lit(False))))
-    source_file = F.element_at(
-        F.array(*[F.lit(file.path) for file in files]), F.col("file_index") + 1
-    )
-    return rows.withColumn("source_file", source_file)
+    return with_source_file(rows, files)
 
 
 def footer_rows(file: ExportFile) -> int | None:

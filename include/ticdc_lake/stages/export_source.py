@@ -427,6 +427,11 @@ def read_export_files(
         .option("limits", json.dumps(asdict(limits or Limits())))
         .load()
     )
+    return with_source_file(rows, files)
+
+
+def with_source_file(rows: DataFrame, files: Sequence[ExportFile]) -> DataFrame:
+    """``source_file``: the path of the file at ``file_index`` in ``files``."""
     # The JVM looks the path up: a path string per row need not cross from Python.
     paths = F.array(*[F.lit(file.path) for file in files])
     return rows.withColumn("source_file", F.element_at(paths, F.col("file_index") + 1))

@@ -162,7 +162,7 @@ class BatchRecords:
             # Records parsed in Python: parse once, keep them. (Parsed again, a file could
             # break where its first look did not: its records would be counted, not landed.)
             rows = read_export_files(spark, [files[i] for i in parsed], limits=limits)
-            places = F.array(*[F.lit(i) for i in parsed])
+            places = F.array(*[F.lit(i) for i in parsed])  # the files' places in the batch
             rows = rows.withColumn("file_index", F.element_at(places, F.col("file_index") + 1))
             self.cached.append(rows.persist(StorageLevel.MEMORY_AND_DISK))
             frames.append(rows)
