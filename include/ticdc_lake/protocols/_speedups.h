@@ -240,7 +240,15 @@ check_temporal(int code, const char *s, Py_ssize_t n)
         if (!check_two(rest + 1, 59) || rest[3] != ':' || !check_two(rest + 4, 59)
             || !check_fraction(rest + 6, n - hour_digits - 6))
             return 0;
-        return hours < 838; /* 838:… is left to Python */
+        if (hours != 838)
+            return hours < 838;
+        /* 838 hours: up to 838:59:59 exactly (a fraction of zeros is still exact). */
+        if (rest[1] != '5' || rest[2] != '9' || rest[4] != '5' || rest[5] != '9')
+            return 1;
+        for (Py_ssize_t i = hour_digits + 7; i < n; i++)
+            if (s[i] != '0')
+                return 0;
+        return 1;
     }
     /* DATETIME, TIMESTAMP */
     return n >= 19 && check_date(s) && s[10] == ' ' && check_two(s + 11, 23) && s[13] == ':'
