@@ -434,3 +434,14 @@ def test_the_compiled_check_never_passes_what_values_py_refuses(module):
     for column in EDGE_VALUES:
         fits = module.events_fit([row(column)])
         assert fits or column.type_code in typed_codes, column
+
+
+@pytest.mark.skipif(not COMPILED, reason="no compiled decoder is built here")
+@pytest.mark.parametrize("module", COMPILED, ids=lambda module: module.__name__.split(".")[-1])
+def test_the_compiled_check_leaves_objects_with_unset_fields_to_python(module):
+    """An event or column made without its fields (no decoder makes one) is left to Python,
+    which reports it, instead of being read as empty memory."""
+    no_flags = Column.__new__(Column)
+    no_flags.type_code, no_flags.value = mysql.TYPE_TINY, 5
+    for event in (row(Column.__new__(Column)), row(no_flags), RowEvent.__new__(RowEvent)):
+        assert not module.events_fit([event])

@@ -305,6 +305,8 @@ value_fits(PyObject *column)
 {
     PyObject *value = slot_get(column, &column_class, COLUMN_VALUE);
     PyObject *code_object = slot_get(column, &column_class, COLUMN_TYPE_CODE);
+    if (value == NULL || code_object == NULL) /* a slot never set: Python reports it */
+        return 0;
     if (value == Py_None || code_object == Py_None)
         return 1;
     if (!PyLong_CheckExact(code_object))
@@ -323,7 +325,7 @@ value_fits(PyObject *column)
             && slot_get(column, &column_class, COLUMN_MYSQL_TYPE) != Py_None)
             return 0;
         PyObject *flags = slot_get(column, &column_class, COLUMN_FLAGS);
-        if (!PyLong_CheckExact(flags))
+        if (flags == NULL || !PyLong_CheckExact(flags))
             return 0;
         long flag_bits = PyLong_AsLongAndOverflow(flags, &overflow);
         if (overflow)
@@ -378,6 +380,8 @@ value_fits(PyObject *column)
 static inline int
 image_fits(PyObject *image)
 {
+    if (image == NULL)
+        return 0;
     if (image == Py_None)
         return 1;
     if (!PyDict_CheckExact(image))
