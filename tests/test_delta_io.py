@@ -238,6 +238,32 @@ def test_partitioned_round_trip_keeps_partition_columns(spark, tmp_path):
     assert _spark_rows(back, "id") == _delta_rows(tmp_path / "t", "id")
 
 
+def test_a_value_range_reads_only_the_files_that_can_hold_it(spark, tmp_path):
+    """Files whose statistics (or partition value) rule the range out are not read; a file
+    without statistics is read; the rows of the files read are all there, to be filtered."""
+    plain, partitioned, bare = tmp_path / "plain", tmp_path / "partitioned", tmp_path / "bare"
+    for batch in (1, 2, 3):
+        rows = spark.createDataFrame(
+            [(batch, batch * 10), (batch, batch * 10 + 1)], "b long, v long"
+        )
+        write_delta(rows, plain)
+        write_delta(rows, partitioned, partition_by=["b"])
+        write_deltalake(  # a writer that records no statistics
+            str(bare), pa.table({"b": [batch], "v": [batch]}), mode="append",
+            configuration={"delta.dataSkippingNumIndexedCols": "0"},
+        )  # fmt: skip
+
+    def values(path, within):
+        return sorted(row.v for row in read_delta(spark, path, within=within).collect())
+
+    assert values(plain, ("b", 2, 2)) == [20, 21]
+    assert values(plain, ("b", 2, 9)) == [20, 21, 30, 31]
+    assert values(partitioned, ("b", 3, 3)) == [30, 31]
+    assert values(plain, ("b", 4, 9)) == []
+    assert values(bare, ("b", 2, 2)) == [1, 2, 3]
+    assert values(plain, None) == [10, 11, 20, 21, 30, 31]
+
+
 def test_a_partitioned_table_reached_through_a_symlink_reads(spark, tmp_path):
     # A lake under a symlinked directory (/data -> /mnt/disk1): delta-rs resolves the link, and
     # Spark refused the files as outside the base path it was given.

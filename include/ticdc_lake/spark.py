@@ -6,10 +6,11 @@ the library creates or looks up a global session.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -61,6 +62,23 @@ def register_data_source(spark: SparkSession, source: type[DataSource]) -> bool:
     spark.dataSource.register(source)
     names.add(source.name())
     return True
+
+
+@contextlib.contextmanager
+def job_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` for the jobs Spark plans inside the block; each setting is as it was
+    before (set, or not set at all) after it."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _submitted_conf() -> SparkConf:

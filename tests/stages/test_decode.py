@@ -455,6 +455,25 @@ def test_unreachable_registry_fails_the_stage(spark, generated, tmp_path):
 # --- idempotency -----------------------------------------------------------------------------
 
 
+def test_bronze_is_split_for_every_core_to_stay_busy(spark):
+    """Up to four splits per core, none much under 32 MiB; a session's own choice stands."""
+    frame = spark.range(0)
+    cores = spark.sparkContext.defaultParallelism
+    mib = 1024 * 1024
+
+    def splits(size: int) -> dict[str, str]:
+        return stage.BronzeBatches(frame, size).split_settings(spark)
+
+    assert splits(448 * mib) == {"spark.sql.files.minPartitionNum": str(4 * cores)}
+    assert splits(3 * 32 * mib) == {"spark.sql.files.minPartitionNum": str(max(cores, 3))}
+    assert splits(5 * mib) == {"spark.sql.files.minPartitionNum": str(cores)}
+    spark.conf.set("spark.sql.files.minPartitionNum", "5")
+    try:
+        assert splits(448 * mib) == {}
+    finally:
+        spark.conf.unset("spark.sql.files.minPartitionNum")
+
+
 def test_a_crash_between_the_writes_then_a_rerun_recovers(spark, generated, tmp_path):
     output = generated("craft")
     config = generated_config(tmp_path, output)
@@ -466,8 +485,9 @@ def test_a_crash_between_the_writes_then_a_rerun_recovers(spark, generated, tmp_
 
     # Batch 20 is decoded, but the run dies after writing changes and DDL only ...
     land(spark, config, {20: batches[20]})
-    bronze_version = DeltaTable(str(layout.bronze)).version()
-    bronze = read_delta(spark, layout.bronze, bronze_version)
+    snapshot = DeltaTable(str(layout.bronze))
+    bronze_version = snapshot.version()
+    bronze = stage.BronzeBatches.read(spark, layout, snapshot, [20])
     expected_counts = {20: len(batches[20])}
     plans = stage.silver_plans(layout, version=20)
     run = stage.decode_batches(

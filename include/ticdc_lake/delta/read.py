@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -79,16 +80,55 @@ def table_schema(table: DeltaTable) -> TableSchema:
 
 
 def snapshot_files(table: DeltaTable) -> list[str]:
-    """The local paths of the snapshot's data files.
+    """The local paths of the snapshot's data files."""
+    return [file.path for file in data_files(table)]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str  # local
+    size: int  # bytes
+
+
+# (column, low, high): the rows a reader wants have low <= column <= high.
+ValueRange = tuple[str, int, int]
+
+
+def data_files(table: DeltaTable, within: ValueRange | None = None) -> list[DataFile]:
+    """The snapshot's data files; with ``within``, only those whose partition value or
+    statistics allow a value of its column in its range (a file without them is kept: the
+    reader still filters the rows).
 
     The log holds each path percent-encoded (RFC 3986), relative to the table; decoding it
     once gives the name on disk (partition directories keep their own ``%xx`` escapes).
     """
     location = table_path(unquote(table.table_uri))
-    relative = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    actions = pa.table(table.get_add_actions(flatten=True))
+    kept = _may_hold(actions, within) if within else [True] * actions.num_rows
+    paths, sizes = actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()
     return [
-        table_path(unquote(path)) if "://" in path else os.path.join(location, unquote(path))
-        for path in relative
+        DataFile(
+            table_path(unquote(path)) if "://" in path else os.path.join(location, unquote(path)),
+            size,
+        )
+        for path, size, keep in zip(paths, sizes, kept, strict=True)
+        if keep
+    ]
+
+
+def _may_hold(actions: pa.Table, within: ValueRange) -> list[bool]:
+    column, low, high = within
+    names = actions.column_names
+    if f"partition.{column}" in names:
+        lows = highs = actions.column(f"partition.{column}").to_pylist()
+    elif f"min.{column}" in names and f"max.{column}" in names:
+        lows = actions.column(f"min.{column}").to_pylist()
+        highs = actions.column(f"max.{column}").to_pylist()
+    else:
+        return [True] * actions.num_rows
+    return [
+        least is None or most is None or (least <= high and most >= low)
+        for least, most in zip(lows, highs, strict=True)
     ]
 
 
@@ -97,9 +137,10 @@ def missing_files(table: DeltaTable) -> list[str]:
     return [path for path in snapshot_files(table) if not os.path.isfile(path)]
 
 
-def check_files_present(table: DeltaTable) -> list[str]:
-    """The snapshot's local file paths; TableFileMissingError when some are not on disk."""
-    files = snapshot_files(table)
+def check_files_present(table: DeltaTable, within: ValueRange | None = None) -> list[str]:
+    """The snapshot's local file paths (those of ``within``, see ``data_files``);
+    TableFileMissingError when some are not on disk."""
+    files = [file.path for file in data_files(table, within)]
     missing = [path for path in files if not os.path.isfile(path)]
     if missing:
         raise TableFileMissingError(table_path(unquote(table.table_uri)), missing, table.version())
@@ -170,9 +211,17 @@ def _check_partition_paths(table: DeltaTable, schema: TableSchema) -> None:
 
 
 def read_delta(
-    spark: SparkSession, path: str | os.PathLike, version: int | None = None
+    spark: SparkSession,
+    path: str | os.PathLike,
+    version: int | None = None,
+    *,
+    within: ValueRange | None = None,
 ) -> DataFrame:
     """The table's rows at ``version`` (default: latest) as a DataFrame in the Delta schema.
+
+    ``within`` (column, low, high) leaves out the files whose partition value or statistics
+    rule out a row in that range, so Spark does not even open them; the DataFrame still holds
+    the other rows of the files it reads: filter them.
 
     Raises TableNotFoundError for a missing table (see ``delta_table_exists``),
     TableFileMissingError when a data file of the snapshot is gone, and
@@ -182,7 +231,7 @@ def read_delta(
     check_plain_files(table)
     schema = table_schema(table)
     spark_schema = schema.to_spark()
-    files = check_files_present(table)
+    files = check_files_present(table, within)
     if not files:
         return spark.createDataFrame([], spark_schema)
     reader = spark.read.schema(spark_schema)
