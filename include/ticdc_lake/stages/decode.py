@@ -398,7 +398,8 @@ class DecodedRun:
 
 
 # Decoding is CPU-bound and bronze's parts cost unevenly: a few large splits leave a core idle
-# while the last one finishes (ddl-heavy 1M: 4 splits on 2 cores took 41.5 s, 8 splits 37.6 s).
+# while the last one finishes (ddl-heavy 1M, the stage alone: 4 splits on 2 cores took 42.8 s,
+# 8 splits 39.1-39.6 s).
 # So up to this many splits per core, but none much under SPLIT_FLOOR_BYTES of bronze, where
 # a task's start costs more than the balance gains.
 SPLITS_PER_CORE = 4
