@@ -487,7 +487,7 @@ def test_a_crash_between_the_writes_then_a_rerun_recovers(spark, generated, tmp_
     land(spark, config, {20: batches[20]})
     snapshot = DeltaTable(str(layout.bronze))
     bronze_version = snapshot.version()
-    bronze = stage.BronzeBatches.read(spark, layout, snapshot, [20])
+    bronze = stage.BronzeBatches.read(spark, snapshot, [20])
     expected_counts = {20: len(batches[20])}
     plans = stage.silver_plans(layout, version=20)
     run = stage.decode_batches(

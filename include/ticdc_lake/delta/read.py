@@ -227,7 +227,13 @@ def read_delta(
     TableFileMissingError when a data file of the snapshot is gone, and
     UnsupportedTableError for deletion vectors, column mapping or type widening.
     """
-    table = open_table(path, version)
+    return read_table(spark, open_table(path, version), within=within)
+
+
+def read_table(
+    spark: SparkSession, table: DeltaTable, *, within: ValueRange | None = None
+) -> DataFrame:
+    """``read_delta`` of a snapshot already open (its log is not read again)."""
     check_plain_files(table)
     schema = table_schema(table)
     spark_schema = schema.to_spark()

@@ -60,7 +60,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, TopicConfig
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
-from ticdc_lake.delta.read import data_files, table_path
+from ticdc_lake.delta.read import data_files, read_table, table_path
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.source import TaskFiles, WritePlan, commit_files, delete_files, delete_write
 from ticdc_lake.delta.write import plan_write
@@ -205,7 +205,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     check_topics(config)
     snapshot = open_table(layout.bronze)  # one bronze version for the whole run
     bronze_version = snapshot.version()
-    bronze = read_delta(spark, layout.bronze, bronze_version)
+    bronze = read_table(spark, snapshot)
     counts = batch_counts(bronze, snapshot)
     pending = pending_batches(counts, logged_batches(layout))
     if not pending:
@@ -214,7 +214,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     expected = {batch: counts[batch] for batch in pending}
     version = max(pending)
     plans = silver_plans(layout, version=version)
-    records = BronzeBatches.read(spark, layout, snapshot, pending)
+    records = BronzeBatches.read(spark, snapshot, pending)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="decode")
     try:
         for name in SILVER_TABLES:
@@ -416,10 +416,10 @@ class BronzeBatches:
 
     @classmethod
     def read(
-        cls, spark: SparkSession, layout: LakeLayout, snapshot: DeltaTable, batches: Sequence[int]
+        cls, spark: SparkSession, snapshot: DeltaTable, batches: Sequence[int]
     ) -> BronzeBatches:
         within = ("batch_id", min(batches), max(batches))
-        frame = read_delta(spark, layout.bronze, snapshot.version(), within=within)
+        frame = read_table(spark, snapshot, within=within)
         return cls(frame, sum(file.size for file in data_files(snapshot, within)))
 
     def split_settings(self, spark: SparkSession) -> dict[str, str]:
@@ -920,7 +920,7 @@ def redecode(
     check_topics(config)
     snapshot = open_table(layout.bronze)
     bronze_version = snapshot.version()
-    bronze = read_delta(spark, layout.bronze, bronze_version)
+    bronze = read_table(spark, snapshot)
     if batches is None:
         if start_ts is None or end_ts is None or not 0 <= start_ts <= end_ts:
             raise ValueError(f"need 0 <= start_ts <= end_ts, not [{start_ts}, {end_ts}]")
@@ -938,7 +938,7 @@ def redecode(
             f"(version {bronze_version})"
         )
     plans = silver_plans(layout, replace=chosen)
-    records = BronzeBatches.read(spark, layout, snapshot, chosen)
+    records = BronzeBatches.read(spark, snapshot, chosen)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="redecode")
     try:
         for name in SILVER_TABLES:
