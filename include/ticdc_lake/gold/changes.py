@@ -107,15 +107,10 @@ class Reduced:
 
     @classmethod
     def spilled(cls, frame: DataFrame, directory: Path) -> Reduced:
-        """Write ``frame`` under ``directory``, one Parquet directory per bucket of segments."""
+        """Write ``frame`` under ``directory``, one Parquet directory per SPILL_BUCKET (a
+        column of ``frame``: a hash of schema, table and segment)."""
         shutil.rmtree(directory, ignore_errors=True)
-        bucket = F.xxhash64("schema", "table", "segment")
-        (
-            frame.withColumn(SPILL_BUCKET, bucket)
-            .repartition(SPILL_BUCKET)
-            .write.partitionBy(SPILL_BUCKET)
-            .parquet(str(directory))
-        )
+        frame.write.partitionBy(SPILL_BUCKET).parquet(str(directory))
         reduced = cls(spill=directory)
         if not any(directory.glob(f"{SPILL_BUCKET}=*")):
             return reduced  # nothing to apply
@@ -214,9 +209,12 @@ def reduce_changes(
     applying = with_segment(selected.where(F.col("selected")), splits)
     applying = with_folds(applying, points)
     actions = key_actions(applying, _fallback_handles(timeline))
-    reduced = last_per_key(actions).select(*REDUCED_COLUMNS)
     if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
-        return Reduced(reduced.toArrow()), counts, batches
+        return Reduced(last_per_key(actions).select(*REDUCED_COLUMNS).toArrow()), counts, batches
+    # The spill's bucket leads the reduce's windows: their output is then sorted by it, and
+    # the partitioned write needs neither a shuffle nor a sort of its own.
+    bucketed = actions.withColumn(SPILL_BUCKET, F.xxhash64("schema", "table", "segment"))
+    reduced = last_per_key(bucketed, ahead=[SPILL_BUCKET]).select(*REDUCED_COLUMNS, SPILL_BUCKET)
     spill = layout.root / SCRATCH / f"compact-{plan.name}"
     return Reduced.spilled(reduced, spill), counts, batches
 

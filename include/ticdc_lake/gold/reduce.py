@@ -403,10 +403,14 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
     )
 
 
-def last_per_key(actions: DataFrame) -> DataFrame:
+def last_per_key(actions: DataFrame, ahead: Sequence[str] = ()) -> DataFrame:
     """Keep the last action per (schema, table, segment, key), replays dropped. A change without
-    any order TS (only when nothing tells its TS) sorts after every change that has one."""
-    key = ("schema", "table", "segment", "key")
+    any order TS (only when nothing tells its TS) sorts after every change that has one.
+
+    ``ahead``: columns that are functions of (schema, table, segment), e.g. a hash of them, to
+    lead the windows' partitioning: each task's result then comes out sorted by them, as a
+    write partitioned by them needs (without a sort of its own)."""
+    key = (*ahead, "schema", "table", "segment", "key")
     # One exchange: both windows below partition by a superset of these columns. Not by the
     # segment: it is a literal when no DDL splits the run, and Spark drops a literal from a
     # window's partitioning but not from a hash partitioning, which then satisfies neither
