@@ -380,10 +380,12 @@ def _bronze_copies(
     spark: SparkSession, tables: LandTables, plan: LandPlan, windows: dict
 ) -> DataFrame | None:
     """Bronze's copies of offsets the batch may hold again: only the windows where the
-    batch's offsets meet bronze's runs are read, and only the narrow columns."""
+    batch's offsets meet bronze's runs are read, only from the files whose offset statistics
+    meet the windows' (not every file bronze ever landed), and only the narrow columns."""
     version = plan.versions.get("bronze")
     if version is None or not windows:
         return None
+    lows, highs = zip(*windows.values(), strict=True)
     condition = F.lit(False)
     for (topic, partition), (low, high) in sorted(windows.items()):
         condition = condition | (
@@ -393,7 +395,7 @@ def _bronze_copies(
         )
     topics = sorted({topic for topic, _ in windows})
     return (
-        read_delta(spark, tables.bronze, version)
+        read_delta(spark, tables.bronze, version, within=("offset", min(lows), max(highs)))
         .where(F.col("topic").isin(topics))  # prunes the topic directories
         .where(condition)
         .select(
