@@ -16,7 +16,7 @@ from ticdc_lake.delta.exceptions import (
     UnsupportedTableError,
 )
 from ticdc_lake.delta.merge import MergeResult, merge_delta
-from ticdc_lake.delta.read import delta_table_exists, open_table, read_delta
+from ticdc_lake.delta.read import delta_table_exists, open_table, read_delta, read_table, spanning
 from ticdc_lake.delta.source import register_delta_source
 from ticdc_lake.delta.write import WriteResult, write_delta
 
@@ -34,6 +34,8 @@ __all__ = [
     "merge_delta",
     "open_table",
     "read_delta",
+    "read_table",
     "register_delta_source",
+    "spanning",
     "write_delta",
 ]

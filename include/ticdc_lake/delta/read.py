@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -92,6 +93,12 @@ class DataFile:
 
 # (column, low, high): the rows a reader wants have low <= column <= high.
 ValueRange = tuple[str, int, int]
+
+
+def spanning(column: str, values: Iterable[int]) -> ValueRange:
+    """The ValueRange of ``column`` from the least to the greatest of ``values``."""
+    values = list(values)
+    return column, min(values), max(values)
 
 
 def data_files(table: DeltaTable, within: ValueRange | None = None) -> list[DataFile]:

@@ -15,8 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.delta.read import read_table
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, spanning
 from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
@@ -50,17 +49,17 @@ def batch_records(ctx: QualityContext, batches: Sequence[int]) -> DataFrame:
     read for them, and only those whose offsets may meet the batches' for earlier rows: a
     run's check reads what it landed and its neighbours, not all of bronze's history."""
     bronze = open_table(ctx.layout.bronze)
-    ids = ("batch_id", min(batches), max(batches)) if batches else None
+    ids = spanning("batch_id", batches) if batches else None
     mine = read_table(ctx.spark, bronze, within=ids).where(F.col("batch_id").isin(list(batches)))
     bounds = (
         mine.groupBy("topic", "partition")
         .agg(F.min("offset").alias("low"), F.max("offset").alias("high"))
         .collect()
     )
-    lows = [row.low for row in bounds if row.low is not None]
-    if not lows:  # no batch records, or none with an offset: none was seen before
+    known = [row for row in bounds if row.low is not None]
+    if not known:  # no batch records, or none with an offset: none was seen before
         return mine.withColumn("seen_before", F.lit(False))
-    offsets = ("offset", min(lows), max(row.high for row in bounds if row.high is not None))
+    offsets = spanning("offset", [bound for row in known for bound in (row.low, row.high)])
     ranges = ctx.spark.createDataFrame(bounds, "topic string, partition int, low long, high long")
     earlier = (
         read_table(ctx.spark, bronze, within=offsets)

@@ -59,8 +59,16 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, TopicConfig
-from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
-from ticdc_lake.delta.read import data_files, read_table, table_path
+from ticdc_lake.delta import (
+    delta_table_exists,
+    merge_delta,
+    open_table,
+    read_delta,
+    read_table,
+    spanning,
+    write_delta,
+)
+from ticdc_lake.delta.read import data_files, table_path
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.source import TaskFiles, WritePlan, commit_files, delete_files, delete_write
 from ticdc_lake.delta.write import plan_write
@@ -418,7 +426,7 @@ class BronzeBatches:
     def read(
         cls, spark: SparkSession, snapshot: DeltaTable, batches: Sequence[int]
     ) -> BronzeBatches:
-        within = ("batch_id", min(batches), max(batches))
+        within = spanning("batch_id", batches)
         frame = read_table(spark, snapshot, within=within)
         return cls(frame, sum(file.size for file in data_files(snapshot, within)))
 

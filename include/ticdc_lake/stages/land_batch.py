@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructType
 
-from ticdc_lake.delta import merge_delta, open_table, read_delta, write_delta
+from ticdc_lake.delta import merge_delta, open_table, read_delta, spanning, write_delta
 from ticdc_lake.limits import Limits
 from ticdc_lake.stages.export_parquet import footer_rows, read_kafka_parquet
 from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
@@ -385,7 +385,6 @@ def _bronze_copies(
     version = plan.versions.get("bronze")
     if version is None or not windows:
         return None
-    lows, highs = zip(*windows.values(), strict=True)
     condition = F.lit(False)
     for (topic, partition), (low, high) in sorted(windows.items()):
         condition = condition | (
@@ -394,8 +393,9 @@ def _bronze_copies(
             & F.col("offset").between(low, high)
         )
     topics = sorted({topic for topic, _ in windows})
+    bounds = [bound for window in windows.values() for bound in window]
     return (
-        read_delta(spark, tables.bronze, version, within=("offset", min(lows), max(highs)))
+        read_delta(spark, tables.bronze, version, within=spanning("offset", bounds))
         .where(F.col("topic").isin(topics))  # prunes the topic directories
         .where(condition)
         .select(
