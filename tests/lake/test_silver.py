@@ -113,3 +113,45 @@ def test_a_failure_part_way_raises_and_truncate_undoes_it(speedups):
     reference = ChangeRows(None)
     reference.add(good, 1)
     assert rows.table().equals(reference.table())
+
+
+def test_a_failure_inside_a_column_leaves_no_half_entry(speedups):
+    """The C columns take a column's entries one by one: a value refused after some of them
+    (here its MySQL type, after its name, type code and flags) must leave none behind."""
+    rows = ChangeRows(speedups)
+    good = RowEvent(1, "s", "t", "insert", {"a": Column(1, FLAG_HANDLE_KEY, 1)}, None, "t", 0, 1)
+    rows.add(good, 1)
+    bad = {"a": Column(1, 0, 2), "b": Column(1, 0, 3, mysql_type=5)}
+    with pytest.raises(TypeError, match="MySQL type must be str or None, not int"):
+        rows.add(RowEvent(2, "s", "t", "insert", bad, None, "t", 0, 2), 1)
+    rows.truncate(1)
+    later = RowEvent(3, "s", "t", "update", {"a": Column(2, 0, "x")}, {"a": Column(2, 0, None)},
+                     "t", 0, 3)  # fmt: skip
+    rows.add(later, 1)
+    reference = ChangeRows(None)
+    for event in (good, later):
+        reference.add(event, 1)
+    assert rows.table().equals(reference.table())
+
+
+@pytest.mark.parametrize(
+    ("column", "error"),
+    [
+        (Column(2**31, 0, 1), "type code 2147483648 does not fit 32 bits"),
+        (Column(1, 2**63, 1), "int too big to convert"),
+        (Column("7", 0, 1), "type code and flags must be int or None, not str"),
+    ],
+)
+def test_numbers_silver_cannot_hold_fail_the_change_not_the_batch(speedups, column, error):
+    """A type code or flags out of range fails the change as it is added (the decode stage then
+    quarantines its record) instead of the whole batch when the columns become Arrow."""
+    rows = ChangeRows(speedups)
+    with pytest.raises((OverflowError, TypeError), match=error):
+        rows.add(RowEvent(1, "s", "t", "insert", {"a": column}, None, "t", 0, 1), 1)
+    rows.truncate(0)
+    assert rows.table().num_rows == 0
+
+
+def test_image_buffers_take_no_arguments(speedups):
+    with pytest.raises(TypeError, match="takes no arguments"):
+        speedups.ImageBuffers(1)

@@ -115,14 +115,18 @@ class ImageColumns:
     """Images of many changes as the flat columns of IMAGE_TYPE, built without per-column dicts.
 
     ``add`` converts each value once and returns the image's identity (what ``event_id`` hashes)
-    and its handle-key names (``RowEvent.handle_key``): in C when the extension is built, else
-    by ``add_python``, the reference it is tested against.
+    and its handle-key names (``RowEvent.handle_key``): in C when the extension is built, which
+    writes the columns' Arrow buffers directly, else by ``add_python`` on Python lists, the
+    reference it is tested against.
     """
 
     def __init__(self, speedups=SPEEDUPS):
         self.speedups = speedups
         self.offsets = [0]
         self.absent: list[bool] = []
+        if speedups is not None:
+            self.buffers = speedups.ImageBuffers()
+            return
         self.names: list[str] = []
         self.type_codes: list[int | None] = []
         self.flags: list[int] = []
@@ -137,13 +141,11 @@ class ImageColumns:
             return None, []
         if self.speedups is None:
             identity, handle = self.add_python(image)
+            self.offsets.append(len(self.names))
         else:
-            identity, handle = self.speedups.add_image(
-                image, self.names, self.type_codes, self.flags, self.mysql_types, self.texts,
-                self.binaries, FLAG_HANDLE_KEY,
-            )  # fmt: skip
+            identity, handle = self.buffers.add(image, FLAG_HANDLE_KEY)
+            self.offsets.append(len(self.buffers))
         self.absent.append(False)
-        self.offsets.append(len(self.names))
         return identity, handle
 
     def add_python(self, image: Image) -> tuple[list, list[str]]:
@@ -177,21 +179,28 @@ class ImageColumns:
         del self.absent[images:]
         del self.offsets[images + 1 :]
         end = self.offsets[-1]
+        if self.speedups is not None:
+            self.buffers.truncate(end)
+            return
         for values in (
             self.names, self.type_codes, self.flags, self.mysql_types, self.texts, self.binaries
         ):  # fmt: skip
             del values[end:]
 
+    def _fields(self) -> list[pa.Array]:
+        """The six COLUMN_TYPE columns of every image, in order."""
+        if self.speedups is not None:
+            entries = len(self.buffers)
+            return [
+                pa.Array.from_buffers(f.type, entries, [pa.py_buffer(b) for b in buffers])
+                for buffers, f in zip(self.buffers.export(), COLUMN_TYPE, strict=True)
+            ]
+        columns = (self.names, self.type_codes, self.flags, self.mysql_types, self.texts,
+                   self.binaries)  # fmt: skip
+        return [pa.array(values, f.type) for values, f in zip(columns, COLUMN_TYPE, strict=True)]
+
     def array(self) -> pa.ListArray:
-        fields = [
-            pa.array(self.names, pa.string()),
-            pa.array(self.type_codes, pa.int32()),
-            pa.array(self.flags, pa.int64()),
-            pa.array(self.mysql_types, pa.string()),
-            pa.array(self.texts, pa.string()),
-            pa.array(self.binaries, pa.binary()),
-        ]
-        values = pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
+        values = pa.StructArray.from_arrays(self._fields(), fields=list(COLUMN_TYPE))
         return pa.ListArray.from_arrays(
             pa.array(self.offsets, pa.int32()),
             values,
