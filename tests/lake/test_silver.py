@@ -155,3 +155,36 @@ def test_numbers_silver_cannot_hold_fail_the_change_not_the_batch(speedups, colu
 def test_image_buffers_take_no_arguments(speedups):
     with pytest.raises(TypeError, match="takes no arguments"):
         speedups.ImageBuffers(1)
+
+
+def _ids(rows: ChangeRows) -> list[str]:
+    return rows.table().column("event_id").to_pylist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=6), st.integers()),
+        max_size=5,
+    ),
+    st.one_of(st.none(), st.integers(min_value=-1, max_value=2**63 - 1)),
+)
+def test_change_rows_event_ids_are_event_id(speedups, values, partition_id):
+    """Both paths hash what event_id hashes, whatever the names and values hold (escapes,
+    non-ASCII, binaries)."""
+    image = {name: Column(1, 0, value) for name, value in values.items()}
+    event = RowEvent(5, 'a"\\\n', "t\x01é", "update", image, image, "topic", 0, 1,
+                     partition_id=partition_id)  # fmt: skip
+    for rows in (ChangeRows(speedups), ChangeRows(None)):
+        rows.add(event, 1)
+        assert _ids(rows) == [silver.event_id(event)]
+
+
+def test_text_that_is_not_utf8_fails_the_change_in_both_paths(speedups):
+    event = RowEvent(1, "s", "t", "insert", {"a": Column(1, 0, "\ud800")}, None, "t", 0, 1)
+    for rows in (ChangeRows(speedups), ChangeRows(None)):
+        with pytest.raises((UnicodeEncodeError, TypeError)):
+            rows.add(event, 1)
+        rows.truncate(0)
+        assert rows.table().num_rows == 0
