@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from decimal import Decimal
@@ -37,7 +38,7 @@ def test_speedups_are_used_when_built():
         assert silver.SPEEDUPS is not None
     else:
         assert silver.SPEEDUPS is None
-    assert ChangeRows().columns.speedups is silver.SPEEDUPS
+    assert ChangeRows().speedups is silver.SPEEDUPS
 
 
 def _both(speedups, events):
@@ -46,7 +47,8 @@ def _both(speedups, events):
     for event in events:
         compiled.add(event, 7)
         reference.add(event, 7)
-        assert compiled.scalars["handle_key"][-1] == list(event.handle_key)
+    handle_keys = [list(event.handle_key) for event in events]
+    assert compiled.table().column("handle_key").to_pylist() == handle_keys
     return compiled.table(), reference.table()
 
 
@@ -139,7 +141,7 @@ def test_a_failure_inside_a_column_leaves_no_half_entry(speedups):
     [
         (Column(2**31, 0, 1), "type code 2147483648 does not fit 32 bits"),
         (Column(1, 2**63, 1), "int too big to convert"),
-        (Column("7", 0, 1), "type code and flags must be int or None, not str"),
+        (Column("7", 0, 1), "type code must be int or None, not str"),
     ],
 )
 def test_numbers_silver_cannot_hold_fail_the_change_not_the_batch(speedups, column, error):
@@ -188,3 +190,29 @@ def test_text_that_is_not_utf8_fails_the_change_in_both_paths(speedups):
             rows.add(event, 1)
         rows.truncate(0)
         assert rows.table().num_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"partition": 2**31}, "partition 2147483648 does not fit 32 bits"),
+        ({"index": -(2**31) - 1}, "index -2147483649 does not fit 32 bits"),
+        ({"schema": 5}, "schema must be str or None, not int"),
+        ({"offset": 2**63}, "int too big to convert"),
+    ],
+)
+def test_a_row_silver_cannot_hold_fails_whole_and_leaves_nothing(speedups, changes, error):
+    """The compiled rows refuse the row as it is added, after its images were written: none of
+    its columns keeps anything, and the rows before and after it are whole."""
+    rows = ChangeRows(speedups)
+    image = {"a": Column(1, FLAG_HANDLE_KEY, 1), "b": Column(2, 0, b"\x00")}
+    good = RowEvent(1, "s", "t", "update", image, image, "t", 0, 1)
+    rows.add(good, 1)
+    bad = dataclasses.replace(good, **changes)
+    with pytest.raises((OverflowError, TypeError), match=error):
+        rows.add(bad, 1)
+    rows.add(good, 2)
+    reference = ChangeRows(None)
+    reference.add(good, 1)
+    reference.add(good, 2)
+    assert rows.table().equals(reference.table())

@@ -192,7 +192,7 @@ class ImageColumns:
         if self.speedups is not None:
             entries = len(self.buffers)
             return [
-                pa.Array.from_buffers(f.type, entries, [pa.py_buffer(b) for b in buffers])
+                _buffers_array(f.type, entries, buffers)
                 for buffers, f in zip(self.buffers.export(), COLUMN_TYPE, strict=True)
             ]
         columns = (self.names, self.type_codes, self.flags, self.mysql_types, self.texts,
@@ -249,17 +249,28 @@ class ChangeRows:
     """Silver change rows (CHANGES_SCHEMA), built column by column: the decode stage's hot path.
 
     Each value is converted to its (text, binary) form once, for the row and for its event_id.
+    With the extension built, a row is added in one call that writes every column's Arrow
+    buffers (``ChangeBuffers``); else on Python lists, the reference it is tested against.
     """
 
     def __init__(self, speedups=SPEEDUPS):
+        self.speedups = speedups
+        if speedups is not None:
+            self.buffers = speedups.ChangeBuffers()
+            return
         self.scalars: dict[str, list] = {f.name: [] for f in _SCALAR_FIELDS}
-        self.columns = ImageColumns(speedups)
-        self.old_columns = ImageColumns(speedups)
+        self.columns = ImageColumns(None)
+        self.old_columns = ImageColumns(None)
 
     def __len__(self) -> int:
+        if self.speedups is not None:
+            return len(self.buffers)
         return len(self.scalars["event_id"])
 
     def add(self, event: RowEvent, bronze_batch: int) -> None:
+        if self.speedups is not None:
+            self.buffers.add(event, bronze_batch, FLAG_HANDLE_KEY, _event_id)
+            return
         new, new_handle = self.columns.add(event.columns)
         old, old_handle = self.old_columns.add(event.old_columns)
         row = self.scalars
@@ -280,6 +291,9 @@ class ChangeRows:
 
     def truncate(self, changes: int) -> None:
         """Keep the first `changes` rows: undoes adds, including one that failed part way."""
+        if self.speedups is not None:
+            self.buffers.truncate(changes)
+            return
         for values in self.scalars.values():
             del values[changes:]
         self.columns.truncate(changes)
@@ -287,6 +301,8 @@ class ChangeRows:
 
     def arrays(self) -> list[pa.Array]:
         """One array per CHANGES_SCHEMA field, in order."""
+        if self.speedups is not None:
+            return _change_arrays(self.buffers.export(), len(self.buffers))
         images = {"columns": self.columns, "old_columns": self.old_columns}
         return [
             images[f.name].array() if f.name in images else pa.array(self.scalars[f.name], f.type)
@@ -298,6 +314,52 @@ class ChangeRows:
 
     def table(self) -> pa.Table:
         return pa.Table.from_arrays(self.arrays(), schema=CHANGES_SCHEMA)
+
+
+def _buffers_array(kind: pa.DataType, length: int, buffers: tuple[bytes, ...]) -> pa.Array:
+    return pa.Array.from_buffers(kind, length, [pa.py_buffer(b) for b in buffers])
+
+
+def _list_end(offsets: bytes) -> int:
+    """How many values a list column's int32 offsets span (their last one)."""
+    return int.from_bytes(offsets[-4:], "little", signed=True)
+
+
+def _list_array(kind: pa.ListType, rows: int, lists: tuple[bytes, bytes], values: pa.Array):
+    validity, offsets = lists
+    return pa.Array.from_buffers(
+        kind, rows, [pa.py_buffer(validity), pa.py_buffer(offsets)], children=[values]
+    )
+
+
+def _image_values(exported: tuple, entries: int) -> pa.StructArray:
+    """COLUMN_TYPE entries from ImageBuffers.export()."""
+    fields = [
+        _buffers_array(f.type, entries, buffers)
+        for buffers, f in zip(exported, COLUMN_TYPE, strict=True)
+    ]
+    return pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
+
+
+# ChangeBuffers' scalar columns: CHANGES_SCHEMA's, but for the lists.
+_BUFFER_SCALARS = [f for f in _SCALAR_FIELDS if f.name != "handle_key"]
+
+
+def _change_arrays(exported: tuple, rows: int) -> list[pa.Array]:
+    """CHANGES_SCHEMA's arrays from ChangeBuffers.export()."""
+    scalars, (handle_lists, handle_names), images = exported
+    arrays = {}
+    for f, buffers in zip(_BUFFER_SCALARS, scalars, strict=True):
+        if f.type == pa.bool_():  # one byte per value in the buffers, one bit in Arrow
+            arrays[f.name] = _buffers_array(pa.int8(), rows, buffers).cast(pa.bool_())
+        else:
+            arrays[f.name] = _buffers_array(f.type, rows, buffers)
+    names = _buffers_array(pa.string(), _list_end(handle_lists[1]), handle_names)
+    arrays["handle_key"] = _list_array(pa.list_(pa.string()), rows, handle_lists, names)
+    for name, (lists, values) in zip(("columns", "old_columns"), images, strict=True):
+        entries = _list_end(lists[1])
+        arrays[name] = _list_array(IMAGE_TYPE, rows, lists, _image_values(values, entries))
+    return [arrays[f.name] for f in CHANGES_SCHEMA]
 
 
 def change_row(event: RowEvent, bronze_batch: int) -> dict[str, Any]:

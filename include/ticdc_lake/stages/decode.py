@@ -670,12 +670,15 @@ class OutputBuilder:
 
     def batch(self) -> pa.RecordBatch:
         changes, others = len(self.changes), self.others
+        rows = self.changes.struct_array()
         kinds = [CHANGE] * changes + [kind for kind, _, _ in others]
-        batch_ids = self.changes.scalars["bronze_batch"] + [batch for _, batch, _ in others]
-        arrays = [pa.array(kinds, pa.string()), pa.array(batch_ids, pa.int64())]
+        batch_ids = pa.concat_arrays(
+            [rows.field("bronze_batch"), pa.array([batch for _, batch, _ in others], pa.int64())]
+        )
+        arrays = [pa.array(kinds, pa.string()), batch_ids]
         for f in list(DECODED_SCHEMA)[2:]:
             if f.name == CHANGE:
-                parts = [self.changes.struct_array(), pa.nulls(len(others), f.type)]
+                parts = [rows, pa.nulls(len(others), f.type)]
             else:
                 values = [value if kind == f.name else None for kind, _, value in others]
                 parts = [pa.nulls(changes, f.type), pa.array(values, f.type)]
