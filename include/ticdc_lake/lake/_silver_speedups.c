@@ -167,6 +167,14 @@ column_append_integer(Column *column, Py_ssize_t index, PyObject *value, const c
     return column_append(column, index, &wide, 8);
 }
 
+static void
+column_free(Column *column)
+{
+    PyMem_Free(column->validity.data);
+    PyMem_Free(column->offsets.data);
+    PyMem_Free(column->values.data);
+}
+
 /* Keeps the first `entries` entries. */
 static void
 column_truncate(Column *column, Py_ssize_t entries)
@@ -219,11 +227,8 @@ ImageBuffers_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static void
 ImageBuffers_dealloc(ImageBuffers *self)
 {
-    for (int i = 0; i < COLUMNS; i++) {
-        PyMem_Free(self->columns[i].validity.data);
-        PyMem_Free(self->columns[i].offsets.data);
-        PyMem_Free(self->columns[i].values.data);
-    }
+    for (int i = 0; i < COLUMNS; i++)
+        column_free(&self->columns[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -530,16 +535,11 @@ typedef struct {
 static void
 ChangeBuffers_dealloc(ChangeBuffers *self)
 {
-    for (int i = 0; i < SCALARS; i++) {
-        PyMem_Free(self->scalars[i].validity.data);
-        PyMem_Free(self->scalars[i].offsets.data);
-        PyMem_Free(self->scalars[i].values.data);
-    }
+    for (int i = 0; i < SCALARS; i++)
+        column_free(&self->scalars[i]);
     PyMem_Free(self->handle_key.offsets.data);
     PyMem_Free(self->handle_key.validity.data);
-    PyMem_Free(self->handle_names.validity.data);
-    PyMem_Free(self->handle_names.offsets.data);
-    PyMem_Free(self->handle_names.values.data);
+    column_free(&self->handle_names);
     for (int i = 0; i < 2; i++) {
         PyMem_Free(self->image_lists[i].offsets.data);
         PyMem_Free(self->image_lists[i].validity.data);

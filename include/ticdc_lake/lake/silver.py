@@ -187,20 +187,17 @@ class ImageColumns:
         ):  # fmt: skip
             del values[end:]
 
-    def _fields(self) -> list[pa.Array]:
-        """The six COLUMN_TYPE columns of every image, in order."""
+    def _values(self) -> pa.StructArray:
+        """The COLUMN_TYPE entries of every image, in order."""
         if self.speedups is not None:
-            entries = len(self.buffers)
-            return [
-                _buffers_array(f.type, entries, buffers)
-                for buffers, f in zip(self.buffers.export(), COLUMN_TYPE, strict=True)
-            ]
+            return _image_values(self.buffers.export(), len(self.buffers))
         columns = (self.names, self.type_codes, self.flags, self.mysql_types, self.texts,
                    self.binaries)  # fmt: skip
-        return [pa.array(values, f.type) for values, f in zip(columns, COLUMN_TYPE, strict=True)]
+        fields = [pa.array(values, f.type) for values, f in zip(columns, COLUMN_TYPE, strict=True)]
+        return pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
 
     def array(self) -> pa.ListArray:
-        values = pa.StructArray.from_arrays(self._fields(), fields=list(COLUMN_TYPE))
+        values = self._values()
         return pa.ListArray.from_arrays(
             pa.array(self.offsets, pa.int32()),
             values,
