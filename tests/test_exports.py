@@ -476,3 +476,54 @@ def test_an_export_that_is_not_a_regular_file_is_reported_not_opened(tmp_path, m
         pytest.fail("reading a FIFO blocked")
     (([], [error]),) = outcome
     assert "not a regular file" in error.reason and error.path == str(path)
+
+
+def parquet_with_a_large_row_group(path, large: int) -> list[KafkaRecord]:
+    """Three row groups of four, four and two records; the second one's values are ``large``
+    bytes each (zeros, compressed to almost nothing), the others' a few."""
+    records = [
+        dataclasses.replace(
+            RECORDS[0],
+            offset=offset,
+            value=b"%d" % offset + b"\0" * (large if 4 <= offset < 8 else 0),
+        )
+        for offset in range(10)
+    ]
+    table = pa.Table.from_batches([exports.records_to_arrow(records)])
+    pq.write_table(table, path, row_group_size=4, use_dictionary=False, compression="zstd")
+    return records
+
+
+def test_a_row_group_past_the_limit_is_reported_and_the_others_are_read(tmp_path):
+    path = tmp_path / "large-group.parquet"
+    records = parquet_with_a_large_row_group(path, 256 << 10)
+    assert path.stat().st_size < 64 << 10  # what the footer declares is what counts
+    errors: list[ExportError] = []
+    limits = Limits(max_parquet_row_group_bytes=512 << 10)
+    found = list(read_export(path, on_error=errors.append, limits=limits))
+    assert found == records[:4] + records[8:]
+    (error,) = errors
+    assert error.line == 5
+    assert pq.ParquetFile(path).metadata.row_group(1).total_byte_size > 4 * (256 << 10)
+    assert "row group 1 (rows 5-8) uncompressed (" in error.reason
+    assert "exceeds limits.max-parquet-row-group-bytes = 524,288" in error.reason
+    # Within the limit (the default), every row group is read.
+    assert list(read_export(path)) == records
+
+
+@pytest.mark.parametrize("compression", ["gz", "zstd"])
+def test_a_whole_file_compressed_parquet_past_the_unpack_limit_is_reported_not_read(
+    tmp_path, compression
+):
+    plain, packed = tmp_path / "plain.parquet", tmp_path / "packed.parquet"
+    write_export(plain, RECORDS, "parquet")
+    write_export(packed, RECORDS, "parquet", file_compression=compression)
+    size = plain.stat().st_size
+    errors: list[ExportError] = []
+    below = Limits(max_unpacked_parquet_bytes=size - 1)
+    assert list(read_export(packed, on_error=errors.append, limits=below)) == []
+    (error,) = errors
+    assert (error.path, error.line) == (str(packed), None)
+    assert f"({compression}), unpacked, exceeds limits.max-unpacked-parquet-bytes" in error.reason
+    at = Limits(max_unpacked_parquet_bytes=size)
+    assert list(read_export(packed, limits=at)) == RECORDS

@@ -22,8 +22,8 @@ Kafka's timestamp type is kept in `KafkaRecord.timestamp_type` where the layout 
 
 The same rules serve the CLI (`read_export`, record by record) and the land stage's Spark data
 source (`stages.export_source`), which uses the pieces: `detect_format`, `parse_json_line` for
-one line, `open_parquet_export` + `missing_columns_error` + `kafka_columns` to check and
-convert a Parquet batch column-wise, `records_to_arrow`, and `CORRUPT_FILE_ERRORS`.
+one line, `open_parquet_export` + `missing_columns_error` + `parquet_batches` + `kafka_columns` to
+check and convert a Parquet batch column-wise, `records_to_arrow`, and `CORRUPT_FILE_ERRORS`.
 
 A malformed line or row never stops the file and is never dropped silently: it becomes an
 `ExportError` (file, 1-based line or row number, reason, and the coordinates that could be
@@ -353,7 +353,8 @@ def read_export(
     limits: Limits | None = None,
 ) -> Iterator[KafkaRecord]:
     """The records of one export file; bad lines and an unreadable file go to `on_error`.
-    A JSON Lines line longer than ``limits.max_export_line_bytes`` is such a bad line."""
+    A JSON Lines line longer than ``limits.max_export_line_bytes`` is such a bad line, a
+    Parquet row group past ``max_parquet_row_group_bytes`` such bad rows."""
     path = os.fspath(path)
     report = on_error or _raise
     try:
@@ -361,9 +362,10 @@ def read_export(
     except CORRUPT_FILE_ERRORS as exc:
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
-    max_line = (limits or Limits()).max_export_line_bytes
+    limits = limits or Limits()
+    max_line = limits.max_export_line_bytes
     readers = {
-        "parquet": _read_parquet,
+        "parquet": functools.partial(_read_parquet, limits=limits),
         "avro": _read_avro,
         "jsonl": functools.partial(_read_json_lines, max_line=max_line),
     }
@@ -685,14 +687,60 @@ def _record_from_kcat_object(document: dict) -> KafkaRecord:
     )
 
 
-def open_parquet_export(path: str, compression: str) -> pq.ParquetFile:
+def open_parquet_export(
+    path: str, compression: str, limits: Limits | None = None
+) -> pq.ParquetFile:
     """A Parquet export file; a whole-file-compressed one is unpacked in memory (Parquet needs
-    random access). Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
+    random access), up to ``limits.max_unpacked_parquet_bytes`` (an ExportError past it).
+    Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
     # INT96 (Spark's default for timestamps) in µs: as nanoseconds it overflows past 2262.
     if compression == "none":
         return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
+    limit = (limits or Limits()).max_unpacked_parquet_bytes
+    content = bytearray()
     with _open_decompressed(path) as stream:
-        return pq.ParquetFile(pa.BufferReader(stream.read()), coerce_int96_timestamp_unit="us")
+        while piece := stream.read(min(1 << 20, limit + 1 - len(content))):
+            content += piece
+            if len(content) > limit:
+                what = f"a Parquet export compressed as a whole file ({compression}), unpacked,"
+                reason = LimitExceededError(what, "max_unpacked_parquet_bytes", limit).reason
+                raise ExportError(reason, path=path)
+    return pq.ParquetFile(pa.BufferReader(pa.py_buffer(content)), coerce_int96_timestamp_unit="us")
+
+
+def parquet_batches(
+    parquet: pq.ParquetFile,
+    path: str,
+    *,
+    batch_rows: int,
+    groups: Sequence[int] | None = None,
+    limits: Limits | None = None,
+) -> Iterator[tuple[int, int, pa.RecordBatch | ExportError]]:
+    """(first row, rows, batch) over the Spark Kafka columns of row groups ``groups`` (default:
+    all), in order. A row group larger than ``limits.max_parquet_row_group_bytes``
+    uncompressed, as the footer gives it, is not read: it is (first row, rows, ExportError
+    naming them). Its column chunks would be read whole, and a few MB of zstd can hold
+    gigabytes."""
+    metadata = parquet.metadata
+    wanted = [name for name in SPARK_KAFKA_SCHEMA.names if name in parquet.schema_arrow.names]
+    limit = (limits or Limits()).max_parquet_row_group_bytes
+    starts = [0]
+    for group in range(metadata.num_row_groups):
+        starts.append(starts[-1] + metadata.row_group(group).num_rows)
+    for group in range(metadata.num_row_groups) if groups is None else groups:
+        # The row group's size, not its chunks': pyarrow aborts the process on some corrupt
+        # column chunk metadata, which its reader reports as an error.
+        first, size = starts[group], metadata.row_group(group).total_byte_size
+        if size > limit:
+            what = f"row group {group} (rows {first + 1:,}-{starts[group + 1]:,}) uncompressed"
+            reason = LimitExceededError(what, "max_parquet_row_group_bytes", limit, size).reason
+            yield first, starts[group + 1] - first, ExportError(reason, path=path, line=first + 1)
+            continue
+        for batch in parquet.iter_batches(
+            batch_size=batch_rows, row_groups=[group], columns=wanted
+        ):
+            yield first, batch.num_rows, batch
+            first += batch.num_rows
 
 
 def missing_columns_error(parquet: pq.ParquetFile, path: str) -> ExportError | None:
@@ -861,10 +909,13 @@ def records_to_arrow(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
 
 
 def _read_parquet(
-    path: str, compression: str, report: ErrorHandler, progress: _Progress
+    path: str, compression: str, report: ErrorHandler, progress: _Progress, *, limits: Limits
 ) -> Iterator[KafkaRecord]:
     try:
-        parquet = open_parquet_export(path, compression)
+        parquet = open_parquet_export(path, compression, limits)
+    except ExportError as error:
+        report(error)
+        return
     except CORRUPT_FILE_ERRORS as exc:
         report(broken_file_error(path, "parquet", exc))
         return
@@ -872,9 +923,11 @@ def _read_parquet(
     if missing is not None:
         report(missing)
         return
-    wanted = [name for name in SPARK_KAFKA_SCHEMA.names if name in parquet.schema_arrow.names]
-    row = 0
-    for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
+    for row, rows, batch in parquet_batches(parquet, path, batch_rows=_BATCH_ROWS, limits=limits):
+        if isinstance(batch, ExportError):
+            report(batch)
+            progress.done = row + rows
+            continue
         checked = kafka_columns(batch, path=path, first_row=row)
         # Errors are reported where their rows stand among the records.
         errors = iter(checked.errors)
@@ -890,8 +943,7 @@ def _read_parquet(
             report(error)
         for error in errors:
             report(error)
-        row += batch.num_rows
-        progress.done = row
+        progress.done = row + rows
 
 
 def _read_avro(

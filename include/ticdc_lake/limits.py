@@ -30,6 +30,12 @@ class Limits:
     max_claim_check_bytes: int = 16 * MIB
     # One line of a JSON Lines export, after the file's gzip/zstd is undone.
     max_export_line_bytes: int = 64 * MIB
+    # A Parquet export's row group, by the uncompressed size its footer gives: a row group's
+    # column chunks are read whole, and a few MB of zstd can hold gigabytes.
+    max_parquet_row_group_bytes: int = 1024 * MIB
+    # A Parquet export compressed as a whole file (.parquet.gz, .zst), unpacked in memory:
+    # Parquet is read from its footer, at the end.
+    max_unpacked_parquet_bytes: int = 1024 * MIB
 
     def __post_init__(self):
         for name, value in vars(self).items():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from pyspark.sql.types import StructType
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
@@ -20,6 +21,7 @@ from ticdc_lake.stages.land import LandTables, land
 from ticdc_lake.stages.land_batch import EXPORT_READER, SPARK_PARQUET
 
 from tests.stages.test_land import bronze_records, expected, retopic, table, write_config
+from tests.test_exports import parquet_with_a_large_row_group
 
 UTC = dt.UTC
 MICROS_UTC = pa.timestamp("us", tz="UTC")
@@ -272,9 +274,31 @@ def test_rows_that_do_not_add_up_to_the_footers_send_the_batch_to_the_export_rea
 ):
     config, records = parquet_landing(tmp_path, generated)
     counted = export_parquet.footer_rows
-    monkeypatch.setattr(land_batch, "footer_rows", lambda file: counted(file) + 1)
+    monkeypatch.setattr(land_batch, "footer_rows", lambda file, limits: counted(file, limits) + 1)
     result = land(spark, config)
     assert result.reader == EXPORT_READER
     assert "rows read, its footer has" in result.reader_fallback
     everything = [r for stream in records.values() for r in stream]
     assert bronze_records(LandTables.of(LakeLayout(config.lake))) == expected(everything)
+
+
+@pytest.mark.spark
+def test_a_row_group_past_the_limit_is_an_export_error_and_the_others_land(spark, tmp_path):
+    config_path = write_config(tmp_path, ["t"])
+    document = yaml.safe_load(config_path.read_text())
+    document["limits"] = {"max-parquet-row-group-bytes": "512KiB"}
+    config_path.write_text(yaml.safe_dump(document))
+    path = tmp_path / "landing" / "large.parquet"
+    records = parquet_with_a_large_row_group(path, 256 << 10)
+    file = export_source.describe_file(str(path))
+    assert export_parquet.footer_rows(file) == len(records)  # Spark's reader takes it...
+    config = load_config(config_path)
+    assert export_parquet.footer_rows(file, config.limits) is None  # ...but not past the limit
+    result = land(spark, config)
+    assert result.reader == EXPORT_READER
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(records[:4] + records[8:])
+    (error,) = table(tables.export_errors)
+    assert (error["source_file"], error["line"]) == (str(path), 5)
+    assert "row group 1 (rows 5-8) uncompressed" in error["reason"]
+    assert "limits.max-parquet-row-group-bytes = 524,288" in error["reason"]

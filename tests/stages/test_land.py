@@ -32,6 +32,8 @@ from ticdc_lake.stages.land import (
 )
 from ticdc_lake.stages.land_batch import BatchCommits
 
+from tests.test_exports import parquet_with_a_large_row_group
+
 # --- fixtures and helpers ---------------------------------------------------------------------
 
 
@@ -667,6 +669,25 @@ def test_parquet_is_split_by_row_groups_and_keeps_positions(generated, tmp_path,
     assert rows.column("offset").to_pylist() == [r.offset for r in records]
     assert rows.column("value").to_pylist() == [r.value for r in records]
     assert rows.column("error").null_count == len(records)
+
+
+@pytest.mark.parametrize("split_bytes", [1, 10**9])
+def test_a_row_group_past_the_limit_is_an_error_row_in_any_split(
+    tmp_path, monkeypatch, split_bytes
+):
+    path = tmp_path / "large-group.parquet"
+    records = parquet_with_a_large_row_group(path, 256 << 10)
+    monkeypatch.setattr(export_source, "SPLIT_BYTES", split_bytes)
+    file = export_source.describe_file(str(path))
+    assert len(export_source.plan_partitions([file])) == (3 if split_bytes == 1 else 1)
+    rows = read_rows([file], Limits(max_parquet_row_group_bytes=512 << 10))
+    rows = rows.sort_by("position").to_pylist()
+    assert [(r["position"], r["offset"]) for r in rows if r["error"] is None] == [
+        (r.offset, r.offset) for r in records[:4] + records[8:]
+    ]
+    (error,) = [r for r in rows if r["error"] is not None]
+    assert (error["position"], error["line"]) == (4, 5)
+    assert "row group 1 (rows 5-8) uncompressed" in error["error"]
 
 
 @pytest.mark.parametrize("split_bytes", [1, 700, 5_000, 10**9])

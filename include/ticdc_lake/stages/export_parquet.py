@@ -21,6 +21,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BinaryType, IntegerType
 
 from ticdc_lake import exports
+from ticdc_lake.limits import Limits
 from ticdc_lake.stages.export_source import EXPORT_ROWS_SCHEMA, ExportFile, with_source_file
 
 # What Spark's Kafka source writes, as Spark types.
@@ -65,13 +66,14 @@ def read_kafka_parquet(
     return with_source_file(rows, files)
 
 
-def footer_rows(file: ExportFile) -> int | None:
+def footer_rows(file: ExportFile, limits: Limits | None = None) -> int | None:
     """The row count of a plain Parquet file both readers read alike, else None: the Spark
     Kafka columns by their exact names, of the types Spark writes (``timestamp``,
     ``timestampType`` and ``headers`` may be absent, as without the Kafka source's
     ``includeHeaders``: both readers give nulls), timestamps in ms or µs of UTC (or INT96), no
-    column of the same name in another case (Spark matches names regardless of case), and a
-    path Hadoop takes literally."""
+    column of the same name in another case (Spark matches names regardless of case), a path
+    Hadoop takes literally, and no row group past ``limits.max_parquet_row_group_bytes`` (the
+    export reader reports those)."""
     if file.layout != "parquet" or file.compression != "none":
         return None
     if _HADOOP_SPECIAL.search(file.path) or not file.path.startswith("/"):
@@ -94,7 +96,11 @@ def footer_rows(file: ExportFile) -> int | None:
         return None
     if "timestamp" in names and not _utc_instants(parquet):
         return None
-    return parquet.metadata.num_rows
+    metadata, limit = parquet.metadata, (limits or Limits()).max_parquet_row_group_bytes
+    groups = (metadata.row_group(group) for group in range(metadata.num_row_groups))
+    if any(group.total_byte_size > limit for group in groups):
+        return None
+    return metadata.num_rows
 
 
 def _kafka_headers(kind: pa.DataType) -> bool:

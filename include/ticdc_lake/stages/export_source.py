@@ -119,7 +119,7 @@ class ExportPartition(InputPartition):
         first_line: int = 1,
     ):
         super().__init__((file_index, file.path, row_groups, byte_range))
-        self.limits = Limits()  # what the reader set: the bound on a line
+        self.limits = Limits()  # what the reader set: the bounds on a line, a row group
         self.file_index = file_index
         self.file = file
         self.row_groups = row_groups
@@ -212,7 +212,10 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
     """Spark-Kafka Parquet rows converted column by column (no Python object per record)."""
     path = part.file.path
     try:
-        parquet = exports.open_parquet_export(path, part.file.compression)
+        parquet = exports.open_parquet_export(path, part.file.compression, part.limits)
+    except exports.ExportError as error:
+        yield _error_batch(part, [(part.first_row, error)])
+        return
     except exports.CORRUPT_FILE_ERRORS as exc:
         yield _error_batch(
             part, [(part.first_row, exports.broken_file_error(path, "parquet", exc))]
@@ -223,18 +226,22 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
         if part.first_row == 0:  # one report per file, not per split
             yield _error_batch(part, [(part.first_row, missing)])
         return
-    names = parquet.schema_arrow.names
-    wanted = [name for name in exports.SPARK_KAFKA_SCHEMA.names if name in names]
     groups = range(*part.row_groups) if part.row_groups else None
     row = part.first_row
+    batches = exports.parquet_batches(
+        parquet, path, batch_rows=BATCH_ROWS, groups=groups, limits=part.limits
+    )
     try:
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=wanted):
-            checked = exports.kafka_columns(batch, path=path, first_row=row)
-            if checked.errors:
-                yield _error_batch(part, [(error.line - 1, error) for error in checked.errors])
-            if checked.records.num_rows:
-                yield _rows_batch(part, checked.records, checked.rows)
-            row += batch.num_rows
+        for row, rows, batch in batches:
+            if isinstance(batch, exports.ExportError):
+                yield _error_batch(part, [(row, batch)])
+            else:
+                checked = exports.kafka_columns(batch, path=path, first_row=row)
+                if checked.errors:
+                    yield _error_batch(part, [(e.line - 1, e) for e in checked.errors])
+                if checked.records.num_rows:
+                    yield _rows_batch(part, checked.records, checked.rows)
+            row += rows
     except exports.CORRUPT_FILE_ERRORS as exc:
         # Rows already yielded stay valid, as in exports.read_export.
         error = exports.broken_file_error(path, "parquet", exc, done=row)

@@ -150,7 +150,7 @@ class BatchRecords:
     ):
         files = plan.files
         # Per file, the rows its footer says it holds when Spark's Parquet reader reads it.
-        self.footer_rows = [footer_rows(f) if spark_parquet else None for f in files]
+        self.footer_rows = [footer_rows(f, limits) if spark_parquet else None for f in files]
         by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
         parsed = [i for i, rows in enumerate(self.footer_rows) if rows is None]
         self.reader = _readers(len(by_spark), len(parsed))
