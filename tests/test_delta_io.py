@@ -43,6 +43,7 @@ from ticdc_lake.delta import (
     delta_table_exists,
     merge_delta,
     read_delta,
+    write_arrow,
     write_delta,
 )
 from ticdc_lake.delta.partitions import directory, directory_values
@@ -380,6 +381,22 @@ def test_replayed_write_adds_nothing(spark, tmp_path):
     assert read_delta(spark, path).count() == 2
     assert write_delta(df, path, app_id="land", version=8).version == 1
     assert write_delta(df, path, app_id="other", version=1).version == 2
+
+
+def test_arrow_writes_from_the_driver_are_idempotent_too(spark, tmp_path):
+    path = tmp_path / "small"
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    first = write_arrow(rows, path, mode="overwrite", app_id="watermark", version=4)
+    assert (first.committed, first.version, first.num_records) == (True, 0, 2)
+    replay = write_arrow(rows, path, mode="overwrite", app_id="watermark", version=4)
+    assert replay.skipped and not replay.committed and replay.version == 0
+    more = pa.table({"id": pa.array([3], pa.int64())})
+    assert write_arrow(more, path, mode="overwrite", app_id="watermark", version=5).version == 1
+    assert write_arrow(more, path).version == 2  # append, no app transaction
+    assert sorted(r.id for r in read_delta(spark, path).collect()) == [3, 3]
+    assert DeltaTable(str(path)).transaction_version("watermark") == 5
+    with pytest.raises(ValueError, match="give app_id and version together"):
+        write_arrow(more, path, app_id="watermark")
 
 
 def test_commit_time_replay_check_drops_the_files(tmp_path):

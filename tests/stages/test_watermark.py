@@ -10,11 +10,19 @@ import pyarrow as pa
 import pytest
 import yaml
 from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import read_delta, write_delta
 from ticdc_lake.events import ResolvedEvent
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages.watermark import watermark
+from ticdc_lake.stages import watermark as watermark_stage
+from ticdc_lake.stages.watermark import (
+    WATERMARKS_SCHEMA,
+    fold_resolved,
+    fold_resolved_rows,
+    watermark,
+)
 from ticdc_lake.workload import generate_workload
 
 from tests.gold import silver_input as si
@@ -148,3 +156,55 @@ def test_spark_submit_entry_point_prints_the_result(spark, tmp_path, monkeypatch
         "ab": 0,
         "c": None,
     }
+
+
+EVENT = st.tuples(
+    st.sampled_from([("a", 0), ("a", 1), ("b", 0)]),
+    st.integers(0, 6),  # resolved TS: small, so that ties and replays are frequent
+    st.integers(0, 2),  # bronze batch
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(EVENT, max_size=25),
+    earlier=st.lists(EVENT, max_size=8),
+)
+def test_the_driver_fold_equals_sparks(spark, events, earlier):
+    """Arrival order (batch, offset, index), regressions, the offset that first reached the
+    high, the last regression, over a previous table or none: the same rows both ways."""
+
+    def table(events, first_offset, batch_shift):
+        rows = [
+            {"topic": t, "partition": p, "ts": ts, "offset": first_offset + i % 3, "index": i,
+             "bronze_batch": batch + batch_shift}
+            for i, ((t, p), ts, batch) in enumerate(events)
+        ]  # fmt: skip
+        return pa.Table.from_pylist(rows, schema=si.RESOLVED_SCHEMA)
+
+    def spark_fold(new: pa.Table, previous):
+        frame = fold_resolved(spark.createDataFrame(new), previous)
+        return {(r.topic, r.partition): r.asDict() for r in frame.collect()}
+
+    first, second = table(earlier, 0, 0), table(events, 10, 3)
+    before = spark_fold(first, None)
+    assert fold_resolved_rows(first, {}) == before
+    previous = spark.createDataFrame(list(before.values()), WATERMARKS_SCHEMA) if before else None
+    assert fold_resolved_rows(second, before) == spark_fold(second, previous)
+
+
+def test_the_stage_folds_alike_on_the_driver_and_in_spark(spark, tmp_path, monkeypatch):
+    tables = {}
+    for limit in (watermark_stage.DRIVER_FOLD_LIMIT, 0):  # 0: every run's events go to Spark
+        monkeypatch.setattr(watermark_stage, "DRIVER_FOLD_LIMIT", limit)
+        directory = tmp_path / str(limit)
+        directory.mkdir()
+        config = _config(directory)
+        layout = LakeLayout(config.lake)
+        _resolved(spark, layout, 0, [("a", 0, 10, 0), ("a", 0, 30, 1), ("a", 0, 20, 2)])
+        watermark(spark, config)
+        _resolved(spark, layout, 1, [("a", 0, 30, 3), ("a", 0, 15, 4), ("b", 0, 5, 0)])
+        result = watermark(spark, config)
+        assert (result.resolved_read, result.regressions, result.advanced) == (3, 1, 1)
+        tables[limit] = _table(spark, layout)
+    assert tables[0] == tables[watermark_stage.DRIVER_FOLD_LIMIT]

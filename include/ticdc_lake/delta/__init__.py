@@ -2,7 +2,8 @@
 
 Tables are written through delta-rs (no Delta jars): ``write_delta`` writes a DataFrame with
 Spark's executors and commits one transaction; ``read_delta`` reads a snapshot back into Spark;
-``merge_delta`` upserts and deletes a change set by key. Writes and merges are idempotent when
+``merge_delta`` upserts and deletes a change set by key; ``write_arrow`` writes a few rows from
+the driver. Writes and merges are idempotent when
 given an ``app_id`` and ``version``.
 """
 
@@ -18,7 +19,7 @@ from ticdc_lake.delta.exceptions import (
 from ticdc_lake.delta.merge import MergeResult, merge_delta
 from ticdc_lake.delta.read import delta_table_exists, open_table, read_delta, read_table, spanning
 from ticdc_lake.delta.source import register_delta_source
-from ticdc_lake.delta.write import WriteResult, write_delta
+from ticdc_lake.delta.write import WriteResult, write_arrow, write_delta
 
 __all__ = [
     "DeltaIOError",
@@ -37,5 +38,6 @@ __all__ = [
     "read_table",
     "register_delta_source",
     "spanning",
+    "write_arrow",
     "write_delta",
 ]

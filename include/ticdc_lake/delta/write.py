@@ -1,4 +1,5 @@
-"""Spark → Delta: ``write_delta``, the one way the pipeline writes a DataFrame to a table."""
+"""Spark → Delta: ``write_delta``, the one way the pipeline writes a DataFrame to a table;
+``write_arrow`` for a table of a few rows written from the driver."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from ticdc_lake.delta import partitions
@@ -28,6 +30,7 @@ from ticdc_lake.delta.txn import (
     ROWS_KEY,
     already_committed,
     check_app_version,
+    commit_properties,
     find_commit,
 )
 
@@ -177,3 +180,30 @@ def write_delta(
         num_records=info.get(ROWS_KEY, 0),
         num_files=info.get(FILES_KEY, 0),
     )
+
+
+def write_arrow(
+    data: pa.Table,
+    path: str | os.PathLike,
+    *,
+    mode: str = "append",
+    app_id: str | None = None,
+    version: int | None = None,
+) -> WriteResult:
+    """Write ``data`` to the (unpartitioned) Delta table at ``path`` from the driver, with
+    delta-rs, in one transaction: for a table of a few rows, where a Spark job's start costs
+    seconds. ``mode`` and ``app_id``/``version`` as in ``write_delta``."""
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"mode must be append or overwrite, not {mode!r}")
+    check_app_version(app_id, version)
+    location = table_path(path)
+    before = DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+    if before is not None and already_committed(before, app_id, version):
+        return WriteResult(committed=False, version=before.version(), skipped=True)
+    write_id = uuid.uuid4().hex
+    properties = commit_properties(write_id, app_id, version, **{ROWS_KEY: data.num_rows})
+    write_deltalake(location, data, mode=mode, commit_properties=properties)
+    info = find_commit(location, write_id, before.version() if before else None)
+    if info is None:  # not expected: delta-rs committed or raised
+        raise RuntimeError(f"{location}: the write's commit is not in the table's history")
+    return WriteResult(committed=True, version=info["version"], num_records=data.num_rows)

@@ -19,7 +19,9 @@ newer than the last run's bronze batch, and folds them into layout.watermarks, o
 | last_regression_offset |                                                                    |
 | bronze_batch        | the last bronze batch folded in (the next run reads the batches above) |
 
-Events are folded in arrival order: bronze batch, then offset and index. The global watermark
+Events are folded in arrival order: bronze batch, then offset and index; on the driver
+(``fold_resolved_rows``) when a run has at most DRIVER_FOLD_LIMIT of them, else by Spark
+(``fold_resolved``). The global watermark
 of a changefeed (``changefeed_watermarks``) is the minimum over every partition of every topic
 in it, partition counts from the config: a partition never seen holds it at 0 (PROTOCOLS.md §8).
 It is computed from the table, not stored, so a config change is honoured at once.
@@ -30,21 +32,25 @@ highest bronze batch folded in; a run with no new resolved events writes nothing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta, write_delta
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta, write_arrow
 from ticdc_lake.lake.layout import LakeLayout
 
 APP_ID = "watermark"
+ARRIVAL = ("bronze_batch", "offset", "index")  # the order a partition's events came in
 
 WATERMARKS_SCHEMA = T.StructType(
     [
@@ -59,6 +65,8 @@ WATERMARKS_SCHEMA = T.StructType(
         T.StructField("bronze_batch", T.LongType()),
     ]
 )
+
+WATERMARKS_ARROW = to_arrow_schema(WATERMARKS_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
         F.col("last_regression_offset").alias("old_regression_offset"),
         F.col("bronze_batch").alias("old_batch"),
     )
-    arrival = Window.partitionBy("topic", "partition").orderBy("bronze_batch", "offset", "index")
+    arrival = Window.partitionBy("topic", "partition").orderBy(*ARRIVAL)
     earlier = arrival.rowsBetween(Window.unboundedPreceding, -1)
     events = new.select("topic", "partition", "ts", "offset", "index", "bronze_batch").join(
         before.select("topic", "partition", "old_ts"), ["topic", "partition"], "left"
@@ -189,6 +197,45 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
     return merged.select(
         *[F.col(f.name).cast(f.dataType).alias(f.name) for f in WATERMARKS_SCHEMA.fields]
     )
+
+
+# Up to this many new resolved events are folded on the driver (delta-rs and one loop): a run's
+# are usually tens of thousands (44k for a million row events), and the two Spark jobs of
+# ``fold_resolved`` cost seconds, most of the stage. A backfill with more is folded by Spark.
+DRIVER_FOLD_LIMIT = 2_000_000
+_EVENT_COLUMNS = ["topic", "partition", "ts", "offset", "index", "bronze_batch"]
+
+
+def fold_resolved_rows(
+    new: pa.Table, previous: dict[tuple[str, int], dict]
+) -> dict[tuple[str, int], dict]:
+    """``fold_resolved`` on the driver: the watermarks rows (by topic and partition) after
+    folding ``new`` resolved events (topic, partition, ts, offset, index, bronze_batch) into
+    ``previous``, one event at a time in arrival order."""
+    arrival = [(name, "ascending") for name in ("topic", "partition", *ARRIVAL)]
+    ordered = new.select(_EVENT_COLUMNS).sort_by(arrival).to_pydict()
+    rows = {key: dict(row) for key, row in previous.items()}
+    events = zip(*(ordered[name] for name in _EVENT_COLUMNS), strict=True)
+    for topic, partition, ts, offset, _index, batch in events:
+        row = rows.get((topic, partition))
+        if row is None:
+            row = rows[(topic, partition)] = _new_partition(topic, partition)
+        high = row["resolved_ts"]
+        if high is not None and ts < high:
+            row["regressions"] += 1
+            row["last_regression_ts"], row["last_regression_offset"] = ts, offset
+        elif high is None or ts > high:  # the first event to reach a new high gives the offset
+            row["resolved_ts"], row["offset"] = ts, offset
+        row["events"] += 1
+        row["bronze_batch"] = (
+            batch if row["bronze_batch"] is None else max(row["bronze_batch"], batch)
+        )
+    return rows
+
+
+def _new_partition(topic: str, partition: int) -> dict:
+    row = dict.fromkeys(WATERMARKS_SCHEMA.names)
+    return row | {"topic": topic, "partition": partition, "events": 0, "regressions": 0}
 
 
 def changefeed_watermarks(
@@ -253,28 +300,53 @@ def column_max(path, column: str) -> int | None:
     raise ValueError(f"{path} records no statistics for {column}")
 
 
+def _folded(
+    spark: SparkSession, layout: LakeLayout, cursor: int, before: dict[tuple[str, int], dict]
+) -> dict[tuple[str, int], dict]:
+    """The watermarks rows after the resolved events of the bronze batches above ``cursor``:
+    folded on the driver when there are at most DRIVER_FOLD_LIMIT of them, else by Spark."""
+    table = open_table(layout.resolved)
+    newer = pc.field("bronze_batch") > cursor
+    if _events_above(table, cursor) <= DRIVER_FOLD_LIMIT:
+        new = table.to_pyarrow_dataset().to_table(columns=_EVENT_COLUMNS, filter=newer)
+        return fold_resolved_rows(new, before)
+    previous = read_delta(spark, layout.watermarks) if before else None
+    new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor)
+    return {(r.topic, r.partition): r.asDict() for r in fold_resolved(new, previous).collect()}
+
+
+def _events_above(table: DeltaTable, cursor: int) -> float:
+    """How many resolved events the bronze batches above ``cursor`` hold, by the log's file
+    statistics (infinite when the log does not say)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if "partition.bronze_batch" not in actions.column_names:
+        return math.inf
+    batches = pc.cast(actions.column("partition.bronze_batch"), pa.int64())
+    counts = pc.filter(actions.column("num_records"), pc.greater(batches, cursor))
+    return math.inf if counts.null_count else pc.sum(counts).as_py() or 0
+
+
 def watermark(spark: SparkSession, config: PipelineConfig) -> WatermarkResult:
     """Fold the new resolved events into the watermarks table; report every changefeed's."""
     layout = LakeLayout(config.lake)
     notes: list[str] = []
-    previous = None
     before: dict[tuple[str, int], dict] = {}
     if delta_table_exists(layout.watermarks):
-        previous = read_delta(spark, layout.watermarks)
-        before = {(r.topic, r.partition): r.asDict() for r in previous.collect()}
+        # One row per Kafka partition: read on the driver.
+        rows = open_table(layout.watermarks).to_pyarrow_table().to_pylist()
+        before = {(row["topic"], row["partition"]): row for row in rows}
     cursor = max((row["bronze_batch"] for row in before.values()), default=-1)
     after = before
     committed, version = False, None
     if not delta_table_exists(layout.resolved):
         notes.append(f"no resolved events yet ({layout.resolved} does not exist)")
     elif (latest := column_max(layout.resolved, "bronze_batch")) is not None and latest > cursor:
-        new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor)
-        rows = fold_resolved(new, previous).collect()
-        after = {(r.topic, r.partition): r.asDict() for r in rows}
+        after = _folded(spark, layout, cursor, before)
         batch = max(row["bronze_batch"] for row in after.values())
         if batch > cursor:
-            folded = spark.createDataFrame(rows, WATERMARKS_SCHEMA)
-            result = write_delta(
+            # One row per Kafka partition: written from the driver.
+            folded = pa.Table.from_pylist(list(after.values()), schema=WATERMARKS_ARROW)
+            result = write_arrow(
                 folded, layout.watermarks, mode="overwrite", app_id=APP_ID, version=int(batch)
             )
             committed, version = result.committed, result.version
