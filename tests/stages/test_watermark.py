@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ticdc_lake.config import load_config
-from ticdc_lake.delta import read_delta, write_delta
+from ticdc_lake.delta import TableFileMissingError, read_delta, write_delta
 from ticdc_lake.events import ResolvedEvent
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.stages import watermark as watermark_stage
@@ -208,3 +208,13 @@ def test_the_stage_folds_alike_on_the_driver_and_in_spark(spark, tmp_path, monke
         assert (result.resolved_read, result.regressions, result.advanced) == (3, 1, 1)
         tables[limit] = _table(spark, layout)
     assert tables[0] == tables[watermark_stage.DRIVER_FOLD_LIMIT]
+
+
+def test_a_missing_resolved_file_is_named(spark, tmp_path):
+    config = _config(tmp_path)
+    layout = LakeLayout(config.lake)
+    _resolved(spark, layout, 0, [("a", 0, 10, 0)])
+    (gone,) = layout.resolved.glob("bronze_batch=0/*.parquet")
+    gone.unlink()
+    with pytest.raises(TableFileMissingError, match="bronze_batch=0"):
+        watermark(spark, config)

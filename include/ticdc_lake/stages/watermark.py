@@ -47,6 +47,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta, write_arrow
+from ticdc_lake.delta.read import check_files_present, check_plain_files
 from ticdc_lake.lake.layout import LakeLayout
 
 APP_ID = "watermark"
@@ -306,8 +307,10 @@ def _folded(
     """The watermarks rows after the resolved events of the bronze batches above ``cursor``:
     folded on the driver when there are at most DRIVER_FOLD_LIMIT of them, else by Spark."""
     table = open_table(layout.resolved)
-    newer = pc.field("bronze_batch") > cursor
     if _events_above(table, cursor) <= DRIVER_FOLD_LIMIT:
+        check_plain_files(table)  # what read_delta checks: Spark's read would say the same
+        check_files_present(table)
+        newer = pc.field("bronze_batch") > cursor
         new = table.to_pyarrow_dataset().to_table(columns=_EVENT_COLUMNS, filter=newer)
         return fold_resolved_rows(new, before)
     previous = read_delta(spark, layout.watermarks) if before else None
