@@ -415,14 +415,15 @@ column_export(const Column *column, Py_ssize_t entries)
                          as_bytes(&column->values, end));
 }
 
+/* column_export of each of `count` columns, as a tuple. */
 static PyObject *
-ImageBuffers_export(ImageBuffers *self, PyObject *Py_UNUSED(ignored))
+columns_export(const Column *columns, int count, Py_ssize_t entries)
 {
-    PyObject *result = PyTuple_New(COLUMNS);
+    PyObject *result = PyTuple_New(count);
     if (result == NULL)
         return NULL;
-    for (int i = 0; i < COLUMNS; i++) {
-        PyObject *item = column_export(&self->columns[i], self->entries);
+    for (int i = 0; i < count; i++) {
+        PyObject *item = column_export(&columns[i], entries);
         if (item == NULL) {
             Py_DECREF(result);
             return NULL;
@@ -430,6 +431,12 @@ ImageBuffers_export(ImageBuffers *self, PyObject *Py_UNUSED(ignored))
         PyTuple_SET_ITEM(result, i, item);
     }
     return result;
+}
+
+static PyObject *
+ImageBuffers_export(ImageBuffers *self, PyObject *Py_UNUSED(ignored))
+{
+    return columns_export(self->columns, COLUMNS, self->entries);
 }
 
 static Py_ssize_t
@@ -730,19 +737,9 @@ ChangeBuffers_truncate(ChangeBuffers *self, PyObject *arg)
 static PyObject *
 ChangeBuffers_export(ChangeBuffers *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *scalars = PyTuple_New(SCALARS);
-    if (scalars == NULL)
-        return NULL;
-    for (int i = 0; i < SCALARS; i++) {
-        PyObject *item = column_export(&self->scalars[i], self->rows);
-        if (item == NULL) {
-            Py_DECREF(scalars);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(scalars, i, item);
-    }
     return Py_BuildValue(
-        "(N(NN)((NN)(NN)))", scalars, list_export(&self->handle_key, self->rows),
+        "(N(NN)((NN)(NN)))", columns_export(self->scalars, SCALARS, self->rows),
+        list_export(&self->handle_key, self->rows),
         column_export(&self->handle_names, self->handle_names_count),
         list_export(&self->image_lists[0], self->rows),
         ImageBuffers_export(self->images[0], NULL),

@@ -46,7 +46,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta, write_arrow
+from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, write_arrow
 from ticdc_lake.delta.read import check_files_present, check_plain_files
 from ticdc_lake.lake.layout import LakeLayout
 
@@ -290,23 +290,30 @@ def read_watermarks(spark: SparkSession, layout: LakeLayout) -> list[tuple[str, 
 def column_max(path, column: str) -> int | None:
     """The highest value of an integer column from the table's file statistics (or partition
     values): no data is read. None for a missing or empty table."""
-    if not delta_table_exists(path):
-        return None
-    actions = pa.table(open_table(path).get_add_actions(flatten=True))
+    return table_column_max(open_table(path), column) if delta_table_exists(path) else None
+
+
+def table_column_max(table: DeltaTable, column: str) -> int | None:
+    """``column_max`` of a table already open."""
+    actions = pa.table(table.get_add_actions(flatten=True))
     if not actions.num_rows:
         return None
     for name in (f"partition.{column}", f"max.{column}"):
         if name in actions.column_names:
             return pc.max(pc.cast(actions.column(name), pa.int64())).as_py()
-    raise ValueError(f"{path} records no statistics for {column}")
+    raise ValueError(f"{table.table_uri} records no statistics for {column}")
 
 
 def _folded(
-    spark: SparkSession, layout: LakeLayout, cursor: int, before: dict[tuple[str, int], dict]
+    spark: SparkSession,
+    layout: LakeLayout,
+    table: DeltaTable,
+    cursor: int,
+    before: dict[tuple[str, int], dict],
 ) -> dict[tuple[str, int], dict]:
-    """The watermarks rows after the resolved events of the bronze batches above ``cursor``:
-    folded on the driver when there are at most DRIVER_FOLD_LIMIT of them, else by Spark."""
-    table = open_table(layout.resolved)
+    """The watermarks rows after the resolved events (``table``) of the bronze batches above
+    ``cursor``: folded on the driver when there are at most DRIVER_FOLD_LIMIT of them, else
+    by Spark."""
     if _events_above(table, cursor) <= DRIVER_FOLD_LIMIT:
         check_plain_files(table)  # what read_delta checks: Spark's read would say the same
         check_files_present(table)
@@ -314,7 +321,7 @@ def _folded(
         new = table.to_pyarrow_dataset().to_table(columns=_EVENT_COLUMNS, filter=newer)
         return fold_resolved_rows(new, before)
     previous = read_delta(spark, layout.watermarks) if before else None
-    new = read_delta(spark, layout.resolved).where(F.col("bronze_batch") > cursor)
+    new = read_table(spark, table).where(F.col("bronze_batch") > cursor)
     return {(r.topic, r.partition): r.asDict() for r in fold_resolved(new, previous).collect()}
 
 
@@ -341,10 +348,11 @@ def watermark(spark: SparkSession, config: PipelineConfig) -> WatermarkResult:
     cursor = max((row["bronze_batch"] for row in before.values()), default=-1)
     after = before
     committed, version = False, None
-    if not delta_table_exists(layout.resolved):
+    resolved = open_table(layout.resolved) if delta_table_exists(layout.resolved) else None
+    if resolved is None:
         notes.append(f"no resolved events yet ({layout.resolved} does not exist)")
-    elif (latest := column_max(layout.resolved, "bronze_batch")) is not None and latest > cursor:
-        after = _folded(spark, layout, cursor, before)
+    elif (latest := table_column_max(resolved, "bronze_batch")) is not None and latest > cursor:
+        after = _folded(spark, layout, resolved, cursor, before)
         batch = max(row["bronze_batch"] for row in after.values())
         if batch > cursor:
             # One row per Kafka partition: written from the driver.
