@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 from ticdc_lake import mysql
 from ticdc_lake.events import DELETE, UPDATE, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
 from ticdc_lake.workload import generate_workload
@@ -199,3 +200,27 @@ def test_the_projections_are_what_the_decoders_give(workload):
                 dataclasses.replace(e, offset=0, index=0)
                 for e in kept(protocol, routing.events(*key), settings)
             ], (protocol, key)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_record_past_max_message_bytes_is_refused_before_it_is_parsed(workload, protocol):
+    routing, settings, _ = run(workload, protocol, replays=0)
+    records = [r for s in encode_routing(routing, settings).values() for r in s.records]
+    largest = max(records, key=lambda r: max(len(r.key or b""), len(r.value or b"")))
+    size = max(len(largest.key or b""), len(largest.value or b""))
+
+    def decode(limit: int):
+        limited = dataclasses.replace(settings, limits=Limits(max_message_bytes=limit))
+        return make_decoder(protocol, limited).decode(largest)
+
+    assert decode(size)  # exactly at the limit: decoded
+    with pytest.raises(LimitExceededError) as refused:
+        decode(size - 1)
+    error = refused.value
+    assert f"({size:,}) exceeds limits.max-message-bytes = {size - 1:,}" in error.reason
+    assert (error.protocol, error.topic, error.partition, error.offset) == (
+        protocol,
+        largest.topic,
+        largest.partition,
+        largest.offset,
+    )

@@ -18,8 +18,8 @@ MIB = 1024 * 1024
 class Limits:
     """The pipeline config's ``limits:`` section; each field's setting is its name with dashes."""
 
-    # TiCDC's own max-message-bytes default is 10 MB; a value (or a claim-check object's value)
-    # larger than this after decompression is refused.
+    # TiCDC's own max-message-bytes default is 10 MB; a key or value larger than this as stored,
+    # or a value (or a claim-check object's value) larger after decompression, is refused.
     max_message_bytes: int = 10 * MIB
     # Nesting of Avro schemas and JSON documents: Python's recursion would crash far above it.
     max_nesting_depth: int = 64

@@ -108,8 +108,13 @@ def land(
     )
 
 
-def write_config(path: Path, topics: dict[str, dict]) -> PipelineConfig:
-    document = {"version": 1, "lake": "lake", "topics": topics}
+def write_config(path: Path, topics: dict[str, dict], limits: dict | None = None) -> PipelineConfig:
+    document = {
+        "version": 1,
+        "lake": "lake",
+        "topics": topics,
+        **({"limits": limits} if limits else {}),
+    }
     path.write_text(yaml.safe_dump(document))
     return load_config(path)
 
@@ -293,6 +298,7 @@ HOSTILE_SCHEMAS = {
     900_003: hostile_avro.nested_schema_text(100),
     900_004: json.dumps(hostile_avro.huge_bit_schema()),
 }
+MAX_MESSAGE = 1024 * 1024  # the bad batch's limits.max-message-bytes
 HOSTILE_VALUES = {
     "self-containing schema": (900_001, hostile_avro.recursive_record(20_000)),
     "count bomb": (900_002, hostile_avro.count_bomb(2**40)),
@@ -320,7 +326,7 @@ def bad_batch(spark, generated, tmp_path_factory):
         open_topic: {"protocol": "craft", "partitions": 3},  # wrong: the data is open-protocol
         **{t: {"protocol": "avro", "partitions": 3, "schema-dir": schema_dir} for t in avro_topics},
     }
-    config = write_config(tmp_path / "pipeline.yaml", topics)
+    config = write_config(tmp_path / "pipeline.yaml", topics, {"max-message-bytes": MAX_MESSAGE})
 
     good = export_records(canal.export_files)
     avro_records = export_records(avro.export_files)
@@ -335,6 +341,7 @@ def bad_batch(spark, generated, tmp_path_factory):
         "corrupt": _corrupt(_moved(first_value, offset=90_001), first_value.value[:-7]),
         "unknown topic": _moved(first_value, topic="orders-unconfigured", offset=0),
         "too large TS": KafkaRecord(canal_topic, 2, 90_002, too_late.key, too_late.value),
+        "too large value": _corrupt(_moved(first_value, offset=90_004), b"[" * (MAX_MESSAGE + 1)),
         # Schema id 999999 in the Confluent header.
         "unknown schema id": _corrupt(
             _moved(avro_row, offset=90_003), b"\x00\x00\x0f\x42\x3f" + avro_row.value[5:]
@@ -375,6 +382,9 @@ def test_bad_records_are_quarantined_and_the_rest_decodes(spark, bad_batch):
         "corrupt": "canal-json: ",
         "unknown topic": "topic 'orders-unconfigured' is not in the pipeline config",
         "too large TS": r"TS 9223372036854775813 exceeds 2\^63-1",
+        # Refused before it is parsed (a JSON parser would nest a million arrays).
+        "too large value": r"canal-json: .*Kafka record value \(1,048,577\) exceeds "
+        r"limits\.max-message-bytes = 1,048,576",
         "unknown schema id": "schema id 999999 is not in schema directory",
         "self-containing schema": "named type 't' contains itself.*limits.max-nesting-depth",
         "count bomb": "schema id 900002 holds an Avro array",

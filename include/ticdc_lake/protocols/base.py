@@ -11,7 +11,7 @@ from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
 from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
 from ticdc_lake.events import Event
-from ticdc_lake.limits import Limits
+from ticdc_lake.limits import Limits, check_limit
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.values import check_events
 
@@ -54,6 +54,10 @@ class Decoder(ABC):
     def decode(self, record: KafkaRecord) -> list[Event]:
         """The record's events; every row value checked against its column's type."""
         try:
+            check_record_size(record, self.settings.limits)
+            events = self._decode_fast(record)
+            if events is not None:
+                return events
             events = self._decode(record)
             if not self._values_surely_fit(events):
                 check_events(events)
@@ -75,6 +79,11 @@ class Decoder(ABC):
                 offset=record.offset,
             ) from exc
 
+    def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
+        """The record's events from compiled speedups, all values checked; None leaves the
+        record to `_decode`, the reference, which decides and names any problem."""
+        return None
+
     @abstractmethod
     def _decode(self, record: KafkaRecord) -> list[Event]:
         """Decode; may raise DecodeError (coordinates are filled in by `decode`)."""
@@ -84,6 +93,15 @@ class Decoder(ABC):
         with compiled speedups answers through their `events_fit`); False: values.py decides."""
         speedups = getattr(self, "speedups", None)
         return speedups is not None and speedups.events_fit(events)
+
+
+def check_record_size(record: KafkaRecord, limits: Limits) -> None:
+    """A key or value larger than ``limits.max_message_bytes`` is refused before it is parsed:
+    TiCDC sends no message above its max-message-bytes, and parsing one costs many times its
+    size in memory."""
+    for part, raw in (("key", record.key), ("value", record.value)):
+        if raw is not None and len(raw) > limits.max_message_bytes:
+            check_limit(f"Kafka record {part}", limits, "max_message_bytes", len(raw))
 
 
 class Encoder(ABC):

@@ -376,19 +376,20 @@ class CanalJsonDecoder(Decoder):
         self._fast_row_event = None if self.speedups is None else self.speedups.row_event
         self._uncompressed = self.settings.compression == "none"
 
-    def decode(self, record: KafkaRecord) -> list[Event]:
+    def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
         fast = self._fast_row_event
-        if fast is not None and self._uncompressed:
-            # The compiled shortcut parses the value itself; None means "not a row message of a
-            # table seen before, or malformed": the reference path below decides, and raises. It
-            # parses the value again, which only DDL, watermarks, a table's first row and bad
-            # messages pay for, and so does a row with a value that does not fit its type.
-            events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
-            if events is not None and (
-                self.speedups.events_fit(events) or events_problem(events) is None
-            ):
-                return events
-        return super().decode(record)
+        if fast is None or not self._uncompressed:
+            return None
+        # The compiled shortcut parses the value itself; None means "not a row message of a
+        # table seen before, or malformed": the reference path decides, and raises. It parses
+        # the value again, which only DDL, watermarks, a table's first row and bad messages pay
+        # for, and so does a row with a value that does not fit its type.
+        events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
+        if events is not None and (
+            self.speedups.events_fit(events) or events_problem(events) is None
+        ):
+            return events
+        return None
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:

@@ -158,26 +158,25 @@ class OpenProtocolDecoder(Decoder):
             else functools.partial(decompress, codec, limits=self.settings.limits)
         )
 
-    def decode(self, record: KafkaRecord) -> list[Event]:
+    def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
         speedups = self.speedups
         key, value = record.key, record.value or b""
-        if speedups is not None and type(key) is bytes and type(value) is bytes:
-            # None: the message holds something the extension leaves to Python (a DDL, a
-            # claim-check key, an error to name). An exception can only come from the Python
-            # functions it calls back, on input the reference decoder refuses too. Either way it
-            # has had no side effects, and the reference decoder below decides. So it does for
-            # a value that does not fit its type: it raises that error with the coordinates.
-            try:
-                events = speedups.decode(
-                    key, value, self._decompress, record.topic, record.partition, record.offset
-                )
-            except Exception:
-                events = None
-            if events is not None and (
-                speedups.events_fit(events) or events_problem(events) is None
-            ):
-                return events
-        return super().decode(record)
+        if speedups is None or type(key) is not bytes or type(value) is not bytes:
+            return None
+        # None: the message holds something the extension leaves to Python (a DDL, a claim-check
+        # key, an error to name). An exception can only come from the Python functions it calls
+        # back, on input the reference decoder refuses too. Either way it has had no side
+        # effects, and the reference decoder decides. So it does for a value that does not fit
+        # its type: it raises that error with the coordinates.
+        try:
+            events = speedups.decode(
+                key, value, self._decompress, record.topic, record.partition, record.offset
+            )
+        except Exception:
+            return None
+        if events is not None and (speedups.events_fit(events) or events_problem(events) is None):
+            return events
+        return None
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
