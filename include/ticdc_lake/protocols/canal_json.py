@@ -383,8 +383,12 @@ class CanalJsonDecoder(Decoder):
         # The compiled shortcut parses the value itself; None means "not a row message of a
         # table seen before, or malformed": the reference path decides, and raises. It parses
         # the value again, which only DDL, watermarks, a table's first row and bad messages pay
-        # for, and so does a row with a value that does not fit its type.
-        events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
+        # for, and so does a row with a value that does not fit its type, or one on which a
+        # Python function the shortcut calls raised.
+        try:
+            events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
+        except Exception:
+            return None
         if events is not None and (
             self.speedups.events_fit(events) or events_problem(events) is None
         ):
