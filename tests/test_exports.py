@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import gzip
 import io
+import itertools
 import os
 import random
 import socket
@@ -508,6 +509,32 @@ def test_a_row_group_past_the_limit_is_reported_and_the_others_are_read(tmp_path
     assert "row group 1 (rows 5-8) uncompressed (" in error.reason
     assert "exceeds limits.max-parquet-row-group-bytes = 524,288" in error.reason
     # Within the limit (the default), every row group is read.
+    assert list(read_export(path)) == records
+
+
+def test_values_a_dictionary_repeats_are_expanded_a_budget_at_a_time(tmp_path, monkeypatch):
+    """A dictionary can repeat one large value for every row: this file of a few KB expands to
+    15 MB, which is read in slices of the budget (1 MiB here), not all at once."""
+    large = bytes(range(256)) * 400  # 102,400 bytes
+    records = [
+        dataclasses.replace(
+            RECORDS[3], offset=offset, key=b"k", value=large, headers=(("h", large),) * (offset % 2)
+        )
+        for offset in range(100)
+    ]
+    path = tmp_path / "repeated.parquet"
+    table = pa.Table.from_batches([exports.records_to_arrow(records)])
+    pq.write_table(table, path, dictionary_pagesize_limit=1 << 20)
+    assert path.stat().st_size < 64 << 10
+    monkeypatch.setattr(exports, "EXPANDED_BATCH_BYTES", 1 << 20)
+
+    parquet = exports.open_parquet_export(str(path), "none")
+    batches = list(exports.parquet_batches(parquet, str(path), batch_rows=65_536))
+    firsts = [first for first, _, _ in batches]
+    assert firsts == [0, *itertools.accumulate(rows for _, rows, _ in batches[:-1])]
+    assert len(batches) > 10  # rows of 102,400 or 204,800 bytes, at most 1 MiB together
+    assert all(batch.nbytes < (1 << 20) + 4096 for _, _, batch in batches)
+    assert pa.Table.from_batches([batch for _, _, batch in batches]).equals(table)
     assert list(read_export(path)) == records
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import fastavro
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +76,9 @@ _BATCH_ROWS = 65_536
 # A batch (one row group) also ends at this many value bytes: TiCDC batches many events in a
 # message, and 65,536 such messages held ~1 GB while they were converted and compressed.
 _BATCH_BYTES = 32 << 20
+# Values read from a Parquet export's dictionaries are expanded this many bytes at a time, as
+# Spark hands Arrow batches to Python (spark.sql.execution.arrow.maxBytesPerBatch).
+EXPANDED_BATCH_BYTES = 64 << 20
 
 SPARK_KAFKA_SCHEMA = pa.schema(
     [
@@ -693,9 +697,8 @@ def open_parquet_export(
     """A Parquet export file; a whole-file-compressed one is unpacked in memory (Parquet needs
     random access), up to ``limits.max_unpacked_parquet_bytes`` (an ExportError past it).
     Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
-    # INT96 (Spark's default for timestamps) in µs: as nanoseconds it overflows past 2262.
     if compression == "none":
-        return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
+        return _parquet_file(path)
     limit = (limits or Limits()).max_unpacked_parquet_bytes
     content = bytearray()
     with _open_decompressed(path) as stream:
@@ -705,7 +708,23 @@ def open_parquet_export(
                 what = f"a Parquet export compressed as a whole file ({compression}), unpacked,"
                 reason = LimitExceededError(what, "max_unpacked_parquet_bytes", limit).reason
                 raise ExportError(reason, path=path)
-    return pq.ParquetFile(pa.BufferReader(pa.py_buffer(content)), coerce_int96_timestamp_unit="us")
+    return _parquet_file(pa.py_buffer(content))
+
+
+def _parquet_file(source: str | pa.Buffer) -> pq.ParquetFile:
+    """The file with its string and binary columns read as dictionaries: a dictionary can
+    repeat one large value for every row, so values are expanded batch by batch, within a byte
+    budget (``parquet_batches``), not when read."""
+
+    # INT96 (Spark's default for timestamps) in µs: as nanoseconds it overflows past 2262.
+    def opened(**options) -> pq.ParquetFile:
+        reader = pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
+        return pq.ParquetFile(reader, coerce_int96_timestamp_unit="us", **options)
+
+    schema = opened().schema  # the leaves' descriptors, not the row groups' column metadata
+    leaves = (schema.column(index) for index in range(len(schema)))
+    byte_arrays = [leaf.path for leaf in leaves if leaf.physical_type == "BYTE_ARRAY"]
+    return opened(read_dictionary=byte_arrays) if byte_arrays else opened()
 
 
 def parquet_batches(
@@ -739,8 +758,66 @@ def parquet_batches(
         for batch in parquet.iter_batches(
             batch_size=batch_rows, row_groups=[group], columns=wanted
         ):
-            yield first, batch.num_rows, batch
-            first += batch.num_rows
+            for piece in expanded_batches(batch, EXPANDED_BATCH_BYTES):
+                yield first, piece.num_rows, piece
+                first += piece.num_rows
+
+
+def expanded_batches(batch: pa.RecordBatch, budget: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` with its dictionary-encoded columns expanded, in slices whose expanded values
+    take about ``budget`` bytes (a slice of one row when that row alone takes more)."""
+    dense = pa.schema([field.with_type(_dense_type(field.type)) for field in batch.schema])
+    if dense == batch.schema or batch.num_rows == 0:
+        yield batch.cast(dense)
+        return
+    ends = np.cumsum(_expanded_row_bytes(batch))
+    start = 0
+    while start < batch.num_rows:
+        before = ends[start - 1] if start else 0
+        end = max(start + 1, int(np.searchsorted(ends, before + budget, side="right")))
+        yield batch.slice(start, end - start).cast(dense)
+        start = end
+
+
+def _dense_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(kind):
+        return kind.value_type
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_dense_type(kind.value_type)))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_dense_type(kind.value_type)))
+    if pa.types.is_map(kind):
+        return pa.map_(_dense_type(kind.key_type), _dense_type(kind.item_type))
+    if pa.types.is_struct(kind):
+        return pa.struct([field.with_type(_dense_type(field.type)) for field in kind])
+    return kind
+
+
+def _expanded_row_bytes(batch: pa.RecordBatch) -> np.ndarray:
+    """Per row, the bytes its dictionary-encoded values take once expanded, at any depth."""
+    total = np.zeros(batch.num_rows, np.int64)
+    for column in batch.columns:
+        total += _dictionary_bytes(column)
+    return total
+
+
+def _dictionary_bytes(array: pa.Array) -> np.ndarray:
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        lengths = pc.binary_length(array.dictionary).take(array.indices)
+        return pc.fill_null(lengths, 0).to_numpy().astype(np.int64)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        # From the offsets (pc.list_parent_indices aborts the process on a map), counting the
+        # elements behind null lists too.
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        elements = array.values.slice(offsets[0], offsets[-1] - offsets[0])
+        inner = np.concatenate(([0], np.cumsum(_dictionary_bytes(elements))))
+        return inner[offsets[1:] - offsets[0]] - inner[offsets[:-1] - offsets[0]]
+    if pa.types.is_struct(kind):
+        return sum(
+            (_dictionary_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64)
+        )
+    return np.zeros(len(array), np.int64)
 
 
 def missing_columns_error(parquet: pq.ParquetFile, path: str) -> ExportError | None:

@@ -690,6 +690,31 @@ def test_a_row_group_past_the_limit_is_an_error_row_in_any_split(
     assert "row group 1 (rows 5-8) uncompressed" in error["error"]
 
 
+def test_land_reads_values_a_parquet_dictionary_repeats_a_budget_at_a_time(tmp_path, monkeypatch):
+    path = tmp_path / "repeated.parquet"
+    large = bytes(range(256)) * 400
+    records = [
+        KafkaRecord(TOPIC, 0, offset, b"k", large, 1_700_000_000_000, (("h", large),), 0)
+        for offset in range(60)
+    ]
+    pq.write_table(
+        pa.Table.from_batches([exports.records_to_arrow(records)]),
+        path,
+        dictionary_pagesize_limit=1 << 20,
+    )
+    assert path.stat().st_size < 64 << 10  # 12 MB once its values are expanded
+    monkeypatch.setattr(exports, "EXPANDED_BATCH_BYTES", 1 << 20)
+    file = export_source.describe_file(str(path))
+    partition = export_source.ExportReader([file]).partitions()[0]
+    batches = list(export_source.read_partition(partition))
+    assert len(batches) == 12  # 5 records of 204,800 bytes per MiB
+    assert all(batch.nbytes < 1 << 21 for batch in batches)
+    rows = pa.Table.from_batches(batches, schema=export_source.ARROW_SCHEMA)
+    assert rows.column("position").to_pylist() == list(range(60))
+    assert rows.column("value").to_pylist() == [large] * 60
+    assert rows.column("headers").to_pylist() == [[{"key": "h", "value": large}]] * 60
+
+
 @pytest.mark.parametrize("split_bytes", [1, 700, 5_000, 10**9])
 def test_json_lines_are_split_at_line_ends_and_keep_line_numbers(
     generated, tmp_path, monkeypatch, split_bytes
