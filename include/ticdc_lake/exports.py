@@ -721,10 +721,13 @@ def _parquet_file(source: str | pa.Buffer) -> pq.ParquetFile:
         reader = pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
         return pq.ParquetFile(reader, coerce_int96_timestamp_unit="us", **options)
 
-    schema = opened().schema  # the leaves' descriptors, not the row groups' column metadata
+    plain = opened()
+    schema = plain.schema  # the leaves' descriptors, not the row groups' column metadata
     leaves = (schema.column(index) for index in range(len(schema)))
     byte_arrays = [leaf.path for leaf in leaves if leaf.physical_type == "BYTE_ARRAY"]
-    return opened(read_dictionary=byte_arrays) if byte_arrays else opened()
+    if not byte_arrays:
+        return plain
+    return opened(metadata=plain.metadata, read_dictionary=byte_arrays)  # the footer read once
 
 
 def parquet_batches(
@@ -770,7 +773,7 @@ def expanded_batches(batch: pa.RecordBatch, budget: int) -> Iterator[pa.RecordBa
     if dense == batch.schema or batch.num_rows == 0:
         yield batch.cast(dense)
         return
-    ends = np.cumsum(_expanded_row_bytes(batch))
+    ends = np.cumsum(_summed_bytes(batch.columns, batch.num_rows))
     start = 0
     while start < batch.num_rows:
         before = ends[start - 1] if start else 0
@@ -793,15 +796,13 @@ def _dense_type(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def _expanded_row_bytes(batch: pa.RecordBatch) -> np.ndarray:
-    """Per row, the bytes its dictionary-encoded values take once expanded, at any depth."""
-    total = np.zeros(batch.num_rows, np.int64)
-    for column in batch.columns:
-        total += _dictionary_bytes(column)
-    return total
+def _summed_bytes(arrays: Iterable[pa.Array], rows: int) -> np.ndarray:
+    """Per row, the bytes the arrays' dictionary-encoded values take once expanded."""
+    return sum((_dictionary_bytes(array) for array in arrays), np.zeros(rows, np.int64))
 
 
 def _dictionary_bytes(array: pa.Array) -> np.ndarray:
+    """Per element of ``array``, its dictionary-encoded values' expanded bytes, at any depth."""
     kind = array.type
     if pa.types.is_dictionary(kind):
         lengths = pc.binary_length(array.dictionary).take(array.indices)
@@ -814,9 +815,7 @@ def _dictionary_bytes(array: pa.Array) -> np.ndarray:
         inner = np.concatenate(([0], np.cumsum(_dictionary_bytes(elements))))
         return inner[offsets[1:] - offsets[0]] - inner[offsets[:-1] - offsets[0]]
     if pa.types.is_struct(kind):
-        return sum(
-            (_dictionary_bytes(field) for field in array.flatten()), np.zeros(len(array), np.int64)
-        )
+        return _summed_bytes(array.flatten(), len(array))
     return np.zeros(len(array), np.int64)
 
 

@@ -13,7 +13,7 @@ from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
 from ticdc_lake.events import Event
 from ticdc_lake.limits import Limits, check_limit
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.values import check_events
+from ticdc_lake.values import check_events, events_problem
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,10 @@ class Decoder(ABC):
         try:
             check_record_size(record, self.settings.limits)
             events = self._decode_fast(record)
-            if events is not None:
+            # A fast value that does not fit its type is left to the reference, which names it.
+            if events is not None and (
+                self._values_surely_fit(events) or events_problem(events) is None
+            ):
                 return events
             events = self._decode(record)
             if not self._values_surely_fit(events):
@@ -80,8 +83,9 @@ class Decoder(ABC):
             ) from exc
 
     def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
-        """The record's events from compiled speedups, all values checked; None leaves the
-        record to `_decode`, the reference, which decides and names any problem."""
+        """The record's events from compiled speedups (their values are checked by `decode`);
+        None leaves the record to `_decode`, the reference, which decides and names any
+        problem."""
         return None
 
     @abstractmethod
@@ -100,7 +104,7 @@ def check_record_size(record: KafkaRecord, limits: Limits) -> None:
     TiCDC sends no message above its max-message-bytes, and parsing one costs many times its
     size in memory."""
     for part, raw in (("key", record.key), ("value", record.value)):
-        if raw is not None and len(raw) > limits.max_message_bytes:
+        if raw is not None:
             check_limit(f"Kafka record {part}", limits, "max_message_bytes", len(raw))
 
 

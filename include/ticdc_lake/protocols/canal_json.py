@@ -63,7 +63,6 @@ from ticdc_lake.events import (
 )
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.values import events_problem
 
 WATERMARK = "TIDB_WATERMARK"
 _ROW_OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
@@ -389,11 +388,7 @@ class CanalJsonDecoder(Decoder):
             events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
         except Exception:
             return None
-        if events is not None and (
-            self.speedups.events_fit(events) or events_problem(events) is None
-        ):
-            return events
-        return None
+        return events
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:

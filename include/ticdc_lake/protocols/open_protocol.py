@@ -83,7 +83,6 @@ from ticdc_lake.mysql import (
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.protocols.go_quote import go_quote, go_unquote
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.values import events_problem
 
 BATCH_VERSION = 1
 EVENT_ROW = 1
@@ -174,9 +173,7 @@ class OpenProtocolDecoder(Decoder):
             )
         except Exception:
             return None
-        if events is not None and (speedups.events_fit(events) or events_problem(events) is None):
-            return events
-        return None
+        return events
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
