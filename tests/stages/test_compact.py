@@ -258,6 +258,19 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
         assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
             incremental, key=lambda r: _key(r, keys)
         )
+    # A collected run reports what a spilled one does.
+    monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 10**9)
+    collected = compact(spark, config, rebuild=True)
+    assert _counted(collected) == _counted(once)
+
+
+def _counted(result) -> list[tuple]:
+    (feed,) = result.changefeeds
+    tables = sorted(
+        (t.table, t.changes, t.duplicates, t.upserts, t.deletes, t.ddl, t.rows, t.reason)
+        for t in feed.tables
+    )
+    return [feed.pending, *tables]
 
 
 def test_a_killed_run_leaves_the_state_behind_and_the_rerun_skips_what_was_done(lake):
@@ -320,7 +333,12 @@ def test_avro_with_a_cutoff_ts(spark, tmp_path):
     assert {s.generation for s in read_state(spark, layout.gold_state)} == {1}
 
 
-def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(spark, tmp_path):
+@pytest.mark.parametrize("spilled", [False, True], ids=["collected", "spilled"])
+def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(
+    spark, tmp_path, monkeypatch, spilled
+):
+    if spilled:  # the large-run path: each segment spilled, and gold loaded by Spark
+        monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     workload = generate_workload(seed=5, transactions=100, ddl=False)
     settings = CodecSettings(enable_tidb_extension=False)
     streams = si.dispatch(workload, "canal-json", partitions=3, replays=0, settings=settings)
