@@ -11,10 +11,13 @@ HANDLE = pa.list_(pa.string())
 
 
 def test_distinct_handles_keep_order_within_a_key_and_read_every_chunk():
-    first = [["id"], ["id"], ["a", "b"]]
-    second = [["b", "a"], ["a", "b"], [], ["x", None]]
+    wide = [f"k{i}" for i in range(12)]  # past ten positions: "10" sorts before "2"
+    first = [["id"], ["id"], ["a", "b"], wide]
+    second = [["b", "a"], ["a", "b"], [], ["x", None], wide]
     handles = pa.chunked_array([pa.array(first, HANDLE), pa.array(second, HANDLE)])
-    assert distinct_handles(handles) == {("id",), ("a", "b"), ("b", "a"), (), ("x", None)}
+    assert distinct_handles(handles) == {
+        ("id",), ("a", "b"), ("b", "a"), (), ("x", None), tuple(wide),
+    }  # fmt: skip
 
 
 @settings(max_examples=100, deadline=None)

@@ -537,7 +537,7 @@ def type_segment(
 
 def distinct_handles(handles: pa.Array | pa.ChunkedArray) -> set[tuple[str, ...]]:
     """The distinct handle keys (lists of column names) of a segment's rows, found by Arrow
-    per list length: a Python tuple per row cost a sixth of typing the segment."""
+    per list length: a Python tuple per row cost a fifth of typing the segment."""
     if isinstance(handles, pa.ChunkedArray):
         handles = handles.combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(handles), 0)
@@ -547,11 +547,10 @@ def distinct_handles(handles: pa.Array | pa.ChunkedArray) -> set[tuple[str, ...]
             found.add(())
             continue
         same = handles.filter(pc.equal(lengths, length))
-        names = pa.table({str(i): pc.list_element(same, i) for i in range(length)})
-        found |= {
-            tuple(row.values())
-            for row in names.group_by(names.column_names).aggregate([]).to_pylist()
-        }
+        positions = [str(i) for i in range(length)]
+        names = pa.table({p: pc.list_element(same, i) for i, p in enumerate(positions)})
+        distinct = names.group_by(positions).aggregate([]).to_pylist()
+        found |= {tuple(row[p] for p in positions) for row in distinct}
     return found
 
 
