@@ -55,7 +55,7 @@ class Decoder(ABC):
         """The record's events; every row value checked against its column's type."""
         try:
             check_record_size(record, self.settings.limits)
-            events = self._decode_fast(record)
+            events = self._fast_events(record)
             # A fast value that does not fit its type is left to the reference, which names it.
             if events is not None and (
                 self._values_surely_fit(events) or events_problem(events) is None
@@ -81,6 +81,15 @@ class Decoder(ABC):
                 partition=record.partition,
                 offset=record.offset,
             ) from exc
+
+    def _fast_events(self, record: KafkaRecord) -> list[Event] | None:
+        """`_decode_fast`'s events, or None for `_decode` to decide. An exception there can
+        only come from a Python function the compiled code calls back, on input the reference
+        decoder refuses too, with no side effects: the reference then names the problem."""
+        try:
+            return self._decode_fast(record)
+        except Exception:
+            return None
 
     def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
         """The record's events from compiled speedups (their values are checked by `decode`);

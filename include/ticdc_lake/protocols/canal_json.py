@@ -384,11 +384,7 @@ class CanalJsonDecoder(Decoder):
         # the value again, which only DDL, watermarks, a table's first row and bad messages pay
         # for, and so does a row with a value that does not fit its type, or one on which a
         # Python function the shortcut calls raised.
-        try:
-            events = fast(record.value, self._tables, record.topic, record.partition, record.offset)
-        except Exception:
-            return None
-        return events
+        return fast(record.value, self._tables, record.topic, record.partition, record.offset)
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:

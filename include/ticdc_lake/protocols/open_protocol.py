@@ -163,17 +163,11 @@ class OpenProtocolDecoder(Decoder):
         if speedups is None or type(key) is not bytes or type(value) is not bytes:
             return None
         # None: the message holds something the extension leaves to Python (a DDL, a claim-check
-        # key, an error to name). An exception can only come from the Python functions it calls
-        # back, on input the reference decoder refuses too. Either way it has had no side
-        # effects, and the reference decoder decides. So it does for a value that does not fit
-        # its type: it raises that error with the coordinates.
-        try:
-            events = speedups.decode(
-                key, value, self._decompress, record.topic, record.partition, record.offset
-            )
-        except Exception:
-            return None
-        return events
+        # key, an error to name), and the reference decoder decides. So it does for a value
+        # that does not fit its type: it raises that error with the coordinates.
+        return speedups.decode(
+            key, value, self._decompress, record.topic, record.partition, record.offset
+        )
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
