@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ticdc_lake.spark import job_settings
+from ticdc_lake.spark_daemon import compiled_first
 
 SPLITS = "spark.sql.files.minPartitionNum"
 SPLIT_BYTES = "spark.sql.files.maxPartitionBytes"
@@ -22,3 +23,40 @@ def test_job_settings_hold_inside_the_block_and_are_as_before_after_it(spark):
         assert spark.conf.get(SPLITS, None) is None
     finally:
         spark.conf.unset(SPLIT_BYTES)
+
+
+def _spark_home(root, name="site"):
+    """A site directory holding pyspark and, as pip installs it, the zips Spark ships."""
+    site = root / name
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    lib = site / "pyspark" / "python" / "lib"
+    return str(site), str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")
+
+
+def test_the_daemon_puts_the_installed_pyspark_where_spark_put_its_zip(tmp_path):
+    site, pyspark_zip, py4j_zip = _spark_home(tmp_path)
+    shipped = str(tmp_path / "userFiles")  # --py-files: still ahead of pyspark
+    path = ["/cwd", shipped, pyspark_zip, py4j_zip, "/jar", "/stdlib", site]
+    assert compiled_first(path) == ["/cwd", shipped, site, "/jar", "/stdlib", pyspark_zip, py4j_zip]
+
+
+def test_the_daemon_leaves_the_zips_of_a_spark_installation_first(tmp_path):
+    """$SPARK_HOME/python/lib/pyspark.zip is no copy of an installed package: its version may
+    differ from a pyspark the site directory happens to hold."""
+    lib = tmp_path / "opt" / "spark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    site, _, _ = _spark_home(tmp_path)
+    path = ["/cwd", str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), site]
+    assert compiled_first(path) == path
+    assert compiled_first(["/cwd", site]) == ["/cwd", site]  # no zip at all
+
+
+def test_local_workers_import_pyspark_compiled_not_from_the_zip(spark):
+    def where(_rows):
+        import pyspark
+
+        yield pyspark.__file__
+
+    (found,) = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
+    assert ".zip" not in found and found.endswith("__init__.py")

@@ -44,6 +44,9 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+# The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
+DAEMON = "spark.python.daemon.module"
+
 # What the pipeline's Python workers import: the data sources and Arrow functions run there.
 WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
 
@@ -95,8 +98,7 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession for the pipeline. (The Delta data source registers itself on the session
-    the first time ``write_delta`` uses it: this module imports nothing of the lake's.)
+    """A SparkSession for the pipeline. (This module imports nothing of the lake's.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow,
@@ -115,6 +117,9 @@ def build_session(
         # read by the worker launcher, and the conf, which wins over it.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+        if os.environ["PYSPARK_PYTHON"] == sys.executable and not submitted.contains(DAEMON):
+            # This interpreter has the package, so its daemon imports pyspark compiled.
+            settings[DAEMON] = "ticdc_lake.spark_daemon"
     settings.update(conf or {})
 
     builder = SparkSession.builder.appName(app_name).master(master)
