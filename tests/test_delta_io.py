@@ -46,16 +46,17 @@ from ticdc_lake.delta import (
     write_arrow,
     write_delta,
 )
-from ticdc_lake.delta.partitions import directory, directory_values
-from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.source import (
+from ticdc_lake.delta.files import (
     ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
-    DeltaDataSource,
     TaskFiles,
     WritePlan,
+    WriteTask,
     commit_files,
+    discard_uncommitted,
 )
+from ticdc_lake.delta.partitions import directory, directory_values
+from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.stats import FileStats
 from ticdc_lake.spark import register_data_source
 from ticdc_lake.stages.export_source import KafkaExportsDataSource, read_export_files
@@ -590,17 +591,33 @@ def test_refuses_deletion_vectors_and_column_mapping(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_data_sources_are_registered_once_per_session(spark, tmp_path):
+def test_the_exports_reader_is_registered_once_per_session(spark):
     """Registering again would only make Spark warn that the source replaced itself."""
-    # The first write registers the writer's source; later ones use it without registering.
-    write_delta(spark.range(3), tmp_path / "t")
-    assert not register_data_source(spark, DeltaDataSource)
-    write_delta(spark.range(3), tmp_path / "t")
-    assert not register_data_source(spark, DeltaDataSource)
-    assert read_delta(spark, tmp_path / "t").count() == 6
-    # The exports reader registers itself on its first use only.
     read_export_files(spark, [])
     assert not register_data_source(spark, KafkaExportsDataSource)
+
+
+def test_a_failed_write_deletes_its_files_unless_its_commit_reached_the_log(tmp_path):
+    path = str(tmp_path / "t")
+    schema = TableSchema((("id", "long"),), ())
+    ids = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
+
+    def written(write_id: str) -> tuple[WritePlan, list[dict]]:
+        plan = WritePlan(path, write_id, "append", schema, schema)
+        (report,) = WriteTask(plan)(iter([ids]))
+        return plan, [json.loads(add) for add in report.column("add").to_pylist()]
+
+    committed, adds = written("w1")
+    commit_files(committed, adds)
+    discard_uncommitted(committed)  # e.g. an error raised after the commit was written
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 2
+
+    failed, _ = written("w2")
+    assert len(_files_on_disk(tmp_path / "t")) == 2
+    discard_uncommitted(failed)
+    assert {os.path.basename(f) for f in _files_on_disk(tmp_path / "t")} == {
+        os.path.basename(add["path"]) for add in adds
+    }
 
 
 def test_task_files_roll_over_by_parquet_size_and_split_by_partition(tmp_path):

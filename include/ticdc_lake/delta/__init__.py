@@ -18,7 +18,6 @@ from ticdc_lake.delta.exceptions import (
 )
 from ticdc_lake.delta.merge import MergeResult, merge_delta
 from ticdc_lake.delta.read import delta_table_exists, open_table, read_delta, read_table, spanning
-from ticdc_lake.delta.source import register_delta_source
 from ticdc_lake.delta.write import WriteResult, write_arrow, write_delta
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "open_table",
     "read_delta",
     "read_table",
-    "register_delta_source",
     "spanning",
     "write_arrow",
     "write_delta",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import uuid
@@ -14,17 +15,20 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from ticdc_lake.delta import partitions
-from ticdc_lake.delta.read import check_plain_files, table_path, table_schema
-from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.source import (
+from ticdc_lake.delta.files import (
+    ADDS_SCHEMA,
     DEFAULT_MAX_FILE_BYTES,
-    SOURCE_NAME,
     WritePlan,
-    register_delta_source,
+    WriteTask,
+    commit_files,
+    discard_uncommitted,
     resolve_target,
 )
+from ticdc_lake.delta.read import check_plain_files, table_path, table_schema
+from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.txn import (
     FILES_KEY,
     ROWS_KEY,
@@ -126,7 +130,10 @@ def write_delta(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     size_hint_bytes: int | None = None,
 ) -> WriteResult:
-    """Write ``df`` to the Delta table at ``path`` in one transaction.
+    """Write ``df`` to the Delta table at ``path`` in one transaction: Spark's tasks write the
+    Parquet files (``WriteTask``), the driver commits them with delta-rs. (Not a Python data
+    source: each of those starts a Python daemon for its lookup, planning and commit, about
+    2.5 s of a new JVM's first write.)
 
     - ``mode``: ``append`` or ``overwrite``. Overwrite replaces every row, or with
       ``replace_where={"col": value or [values]}`` only the rows of those partitions (the data
@@ -161,10 +168,14 @@ def write_delta(
     if plan is None:
         return WriteResult(committed=False, version=DeltaTable(location).version(), skipped=True)
 
-    register_delta_source(df.sparkSession)
     if size_hint_bytes is not None:
         df = df.coalesce(write_tasks(df.sparkSession, size_hint_bytes, max_file_bytes))
-    df.write.format(SOURCE_NAME).mode(mode).option("plan", plan.to_json()).save(location)
+    try:
+        adds = df.mapInArrow(WriteTask(plan), from_arrow_schema(ADDS_SCHEMA)).collect()
+        commit_files(plan, [json.loads(row.add) for row in adds])
+    except BaseException:
+        discard_uncommitted(plan)
+        raise
 
     info = find_commit(location, plan.write_id, plan.start_version)
     if info is None:

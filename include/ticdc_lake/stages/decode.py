@@ -68,9 +68,9 @@ from ticdc_lake.delta import (
     spanning,
     write_delta,
 )
+from ticdc_lake.delta.files import TaskFiles, WritePlan, commit_files, delete_files, delete_write
 from ticdc_lake.delta.read import data_files, table_path
 from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.source import TaskFiles, WritePlan, commit_files, delete_files, delete_write
 from ticdc_lake.delta.write import plan_write
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent

@@ -1,13 +1,11 @@
-"""A Spark 4 Python data source that writes Delta tables through delta-rs.
+"""The files of one Delta write: planned on the driver, written by Spark's tasks, committed by
+the driver with delta-rs.
 
-Each task writes Parquet files into the table directory and returns their ``add`` actions;
-the driver then commits every file in ONE Delta transaction. A failed task deletes its own
-files; ``abort`` deletes every file of the write (their names carry its write id). Files of a
-job killed outright are referenced by no transaction: readers never see them and ``vacuum``
-removes them.
-
-Callers use ``write_delta`` (``ticdc_lake.delta.write``), which plans the write on the driver
-and passes the plan in the ``plan`` option; the plan is re-checked against the table at commit.
+A write's tasks run ``WriteTask`` (a ``mapInArrow`` function): each writes its rows to Parquet
+files in the table directory and emits their ``add`` actions; the driver then commits every file
+in ONE Delta transaction (``commit_files``). A failed task deletes its own files, and a failed
+write every file of its write id (``discard_uncommitted``). Files of a job killed outright are
+referenced by no transaction: readers never see them and ``vacuum`` removes them.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -26,9 +24,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, create_table_with_add_actions
-from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
 from ticdc_lake.delta import partitions
 from ticdc_lake.delta.exceptions import SchemaMismatchError
@@ -41,9 +36,6 @@ from ticdc_lake.delta.txn import (
     commit_properties,
     find_commit,
 )
-from ticdc_lake.spark import register_data_source
-
-SOURCE_NAME = "ticdc_delta"
 
 # A row group is written once this many rows of a file are buffered (pyarrow writes at least
 # one row group per write call, and Spark hands over batches of 10k rows), or this many bytes
@@ -76,23 +68,6 @@ class WritePlan:
     start_version: int | None = None  # table version at planning; None: no table yet
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
 
-    def to_json(self) -> str:
-        data = dict(self.__dict__)
-        for name in ("incoming", "target"):
-            schema: TableSchema = data[name]
-            data[name] = {"columns": schema.columns, "partition_by": schema.partition_by}
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> WritePlan:
-        data = json.loads(text)
-        for name in ("incoming", "target"):
-            schema = data[name]
-            data[name] = TableSchema(
-                tuple((n, t) for n, t in schema["columns"]), tuple(schema["partition_by"])
-            )
-        return cls(**data)
-
     @property
     def present(self) -> list[str]:
         return self.incoming.names
@@ -116,13 +91,6 @@ def resolve_target(current: TableSchema, plan: WritePlan) -> TableSchema:
 
 
 # --- executor side ----------------------------------------------------------------------------
-
-
-@dataclass
-class DeltaCommitMessage(WriterCommitMessage):
-    """The add actions of one task's files, as plain data (it is pickled to the driver)."""
-
-    adds: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _DataFile:
@@ -269,57 +237,39 @@ def delete_write(root: str, write_id: str) -> None:
                     os.remove(os.path.join(directory, name))
 
 
-class DeltaWriter(DataSourceArrowWriter):
-    def __init__(self, plan: WritePlan):
-        self.plan = plan
+ADDS_SCHEMA = pa.schema([("add", pa.string())])  # WriteTask's output: one add action per row
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+
+@dataclass(frozen=True)
+class WriteTask:
+    """The ``mapInArrow`` function of a write: the task writes its rows to the plan's files and
+    emits their add actions as JSON; a failing (or interrupted) task deletes its files."""
+
+    plan: WritePlan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files = TaskFiles(self.plan)
         try:
-            for batch in iterator:
+            for batch in batches:
                 files.write(batch)
-            return DeltaCommitMessage(files.close())
+            adds = files.close()
         except BaseException:
-            # A task that fails (or is interrupted) leaves nothing behind; a retry starts afresh.
             files.discard()
             raise
-
-    def commit(self, messages: list[DeltaCommitMessage | None]) -> None:
-        commit_files(self.plan, [add for m in messages if m is not None for add in m.adds])
-
-    def abort(self, messages: list[DeltaCommitMessage | None]) -> None:
-        # Spark also aborts when commit() raised; if the commit reached the log anyway (an
-        # error after writing it), its files are the table's now and must stay. When the log
-        # cannot be read, keep them too: vacuum removes them if they are not the table's.
-        try:
-            committed = find_commit(self.plan.path, self.plan.write_id, self.plan.start_version)
-        except Exception:
-            return
-        if committed is None:
-            delete_write(self.plan.path, self.plan.write_id)
+        yield pa.RecordBatch.from_pydict({"add": [json.dumps(a) for a in adds]}, ADDS_SCHEMA)
 
 
-class DeltaDataSource(DataSource):
-    """``df.write.format("ticdc_delta").option("plan", ...)``: use ``write_delta`` instead."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def writer(self, schema: StructType, overwrite: bool) -> DeltaWriter:
-        if "plan" not in self.options:
-            raise ValueError(f"the {SOURCE_NAME} data source is written through write_delta()")
-        plan = WritePlan.from_json(self.options["plan"])
-        if overwrite != (plan.mode == "overwrite"):
-            raise ValueError(
-                f"Spark save mode (overwrite={overwrite}) differs from the plan's {plan.mode}"
-            )
-        return DeltaWriter(plan)
-
-
-def register_delta_source(spark: SparkSession) -> None:
-    """Make ``write_delta``'s data source known to ``spark`` (once per session)."""
-    register_data_source(spark, DeltaDataSource)
+def discard_uncommitted(plan: WritePlan) -> None:
+    """After a failed write: delete its files, those of tasks killed before they could clean
+    up included, unless its commit reached the log anyway (an error after writing it): then
+    they are the table's. When the log cannot be read, keep them too: ``vacuum`` removes them
+    if they are not the table's."""
+    try:
+        committed = find_commit(plan.path, plan.write_id, plan.start_version)
+    except Exception:
+        return
+    if committed is None:
+        delete_write(plan.path, plan.write_id)
 
 
 # --- driver side: the one commit --------------------------------------------------------------
