@@ -58,8 +58,6 @@ from ticdc_lake.delta.files import (
 from ticdc_lake.delta.partitions import directory, directory_values
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.stats import FileStats
-from ticdc_lake.spark import register_data_source
-from ticdc_lake.stages.export_source import KafkaExportsDataSource, read_export_files
 
 pytestmark = pytest.mark.spark
 
@@ -588,13 +586,6 @@ def test_refuses_deletion_vectors_and_column_mapping(spark, tmp_path):
         read_delta(spark, tmp_path / "cm")
     with pytest.raises(UnsupportedTableError, match="column mapping"):
         write_delta(spark.createDataFrame([(2,)], "id long"), tmp_path / "cm")
-
-
-@pytest.mark.spark
-def test_the_exports_reader_is_registered_once_per_session(spark):
-    """Registering again would only make Spark warn that the source replaced itself."""
-    read_export_files(spark, [])
-    assert not register_data_source(spark, KafkaExportsDataSource)
 
 
 def test_a_failed_write_deletes_its_files_unless_its_commit_reached_the_log(tmp_path):

@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import weakref
 from collections.abc import Iterator, Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource
 
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
 DEFAULT_CONF: dict[str, str] = {
@@ -47,24 +45,8 @@ DEFAULT_CONF: dict[str, str] = {
 # The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
 DAEMON = "spark.python.daemon.module"
 
-# What the pipeline's Python workers import: the data sources and Arrow functions run there.
+# What the pipeline's Python workers import: its Arrow functions run there.
 WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
-
-# The Python data sources each session has registered, by name.
-_REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
-
-
-def register_data_source(spark: SparkSession, source: type[DataSource]) -> bool:
-    """Register ``source`` with ``spark`` unless it already is; returns whether it was now.
-
-    Registering is per session and lasts as long as it does; doing it again on every read or
-    write only makes Spark log that the source replaced itself."""
-    names = _REGISTERED.setdefault(spark, set())
-    if source.name() in names:
-        return False
-    spark.dataSource.register(source)
-    names.add(source.name())
-    return True
 
 
 @contextlib.contextmanager

@@ -646,8 +646,15 @@ def test_listing_descends_only_with_double_star_and_never_through_links(tmp_path
     )
 
 
+@pytest.mark.spark
+def test_reading_no_files_gives_no_rows(spark):
+    rows = export_source.read_export_files(spark, [])
+    assert rows.columns == [*export_source.EXPORT_ROWS_SCHEMA.names, "source_file"]
+    assert rows.count() == 0
+
+
 def read_rows(files: list[export_source.ExportFile], limits: Limits | None = None) -> pa.Table:
-    partitions = export_source.ExportReader(files, limits=limits).partitions()
+    partitions = export_source.plan_partitions(files, limits)
     batches = [
         batch for partition in partitions for batch in export_source.read_partition(partition)
     ]
@@ -705,7 +712,7 @@ def test_land_reads_values_a_parquet_dictionary_repeats_a_budget_at_a_time(tmp_p
     assert path.stat().st_size < 64 << 10  # 12 MB once its values are expanded
     monkeypatch.setattr(exports, "EXPANDED_BATCH_BYTES", 1 << 20)
     file = export_source.describe_file(str(path))
-    partition = export_source.ExportReader([file]).partitions()[0]
+    partition = export_source.plan_partitions([file])[0]
     batches = list(export_source.read_partition(partition))
     assert len(batches) == 12  # 5 records of 204,800 bytes per MiB
     assert all(batch.nbytes < 1 << 21 for batch in batches)

@@ -1,10 +1,10 @@
-"""A Spark 4 Python data source that reads Kafka export files on the executors.
+"""Kafka export files read on Spark's executors: ``read_export_files``.
 
-``spark.read.format("ticdc_kafka_exports").option("files", json).load()`` reads the export
-files listed in ``files`` (see ``ExportFile``) with ``ticdc_lake.exports``'s rules, one Spark
+The files (see ``ExportFile``) are read with ``ticdc_lake.exports``'s rules, one Spark
 partition per file (uncompressed Parquet: per run of row groups; large uncompressed JSON Lines:
-per line-aligned byte range; so one large file still uses every core), and yields Arrow
-batches of ``EXPORT_ROWS_SCHEMA``:
+per line-aligned byte range; so one large file still uses every core), by a ``mapInArrow``
+function (not a Python data source, whose lookup and planning would each start a Python daemon
+in a new JVM) that yields Arrow batches of ``EXPORT_ROWS_SCHEMA``:
 
 - a **record** row per Kafka record (``error`` null): coordinates, timestamp, key, value,
   headers, which file it came from (``file_index``) and its ``position`` in that file;
@@ -23,16 +23,14 @@ Either way the rules are ``exports``' own: this module only adds positions and b
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -49,9 +47,6 @@ from ticdc_lake import exports
 from ticdc_lake.gc_pause import gc_paused
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.spark import register_data_source
-
-SOURCE_NAME = "ticdc_kafka_exports"
 
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -104,7 +99,7 @@ def describe_file(path: str) -> ExportFile:
     return ExportFile(path, stat.st_size, stat.st_mtime_ns, layout, compression)
 
 
-class ExportPartition(InputPartition):
+class ExportPartition:
     """A whole file; or row groups [start, stop) of a Parquet file, whose first row is row
     ``first_row`` (0-based) of the file; or bytes [start, end) (end None: to the end) of a
     JSON Lines file, starting at line ``first_line`` (1-based)."""
@@ -118,7 +113,6 @@ class ExportPartition(InputPartition):
         byte_range: tuple[int, int | None] | None = None,
         first_line: int = 1,
     ):
-        super().__init__((file_index, file.path, row_groups, byte_range))
         self.limits = Limits()  # what the reader set: the bounds on a line, a row group
         self.file_index = file_index
         self.file = file
@@ -128,10 +122,12 @@ class ExportPartition(InputPartition):
         self.first_line = first_line
 
 
-def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
+def plan_partitions(
+    files: Sequence[ExportFile], limits: Limits | None = None
+) -> list[ExportPartition]:
     """One partition per file; uncompressed Parquet split into runs of row groups, large
     uncompressed JSON Lines files into line-aligned byte ranges (compressed files cannot be
-    split: a gzip or zstd stream is read from its start)."""
+    split: a gzip or zstd stream is read from its start). Each is read within ``limits``."""
     result: list[ExportPartition] = []
     for index, file in enumerate(files):
         if file.layout == "parquet" and file.compression == "none":
@@ -140,6 +136,8 @@ def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
             result.extend(_json_lines_partitions(index, file))
         else:
             result.append(ExportPartition(index, file))
+    for partition in result:
+        partition.limits = limits or Limits()
     return result
 
 
@@ -374,48 +372,20 @@ def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
         yield partition.first_line - 1, error
 
 
-# --- the data source --------------------------------------------------------------------------
+# --- the Spark read ---------------------------------------------------------------------------
 
 
-class ExportReader(DataSourceReader):
-    def __init__(
-        self,
-        files: list[ExportFile],
-        limits: Limits | None = None,
-    ):
-        self.files = files
-        self.limits = limits or Limits()
+@dataclass(frozen=True)
+class PartitionReader:
+    """The ``mapInArrow`` function of a read: a task reads the partitions whose numbers it is
+    handed, in order."""
 
-    def partitions(self) -> list[ExportPartition]:
-        parts = plan_partitions(self.files)
-        for part in parts:
-            part.limits = self.limits
-        return parts
+    partitions: tuple[ExportPartition, ...]
 
-    def read(self, partition: ExportPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition)
-
-
-class KafkaExportsDataSource(DataSource):
-    """``spark.read.format("ticdc_kafka_exports").option("files", files_option(files))``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> StructType:
-        return EXPORT_ROWS_SCHEMA
-
-    def reader(self, schema: StructType) -> ExportReader:
-        if "files" not in self.options:
-            raise ValueError(f"the {SOURCE_NAME} data source needs the `files` option")
-        files = [ExportFile(**entry) for entry in json.loads(self.options["files"])]
-        limits = Limits(**json.loads(self.options.get("limits", "{}")))
-        return ExportReader(files, limits)
-
-
-def files_option(files: Sequence[ExportFile]) -> str:
-    return json.dumps([asdict(file) for file in files])
+    def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in numbers:
+            for number in batch.column(0).to_pylist():
+                yield from read_partition(self.partitions[number])
 
 
 def read_export_files(
@@ -424,16 +394,13 @@ def read_export_files(
     *,
     limits: Limits | None = None,
 ) -> DataFrame:
-    """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors.
+    """``EXPORT_ROWS_SCHEMA`` plus ``source_file`` over ``files``, read by Spark's executors,
+    one task per partition (``plan_partitions``).
 
     ``limits``: a JSON Lines line longer than ``max_export_line_bytes`` is an error row."""
-    register_data_source(spark, KafkaExportsDataSource)
-    rows = (
-        spark.read.format(SOURCE_NAME)
-        .option("files", files_option(files))
-        .option("limits", json.dumps(asdict(limits or Limits())))
-        .load()
-    )
+    partitions = tuple(plan_partitions(files, limits))
+    numbers = spark.range(len(partitions), numPartitions=max(1, len(partitions)))
+    rows = numbers.mapInArrow(PartitionReader(partitions), EXPORT_ROWS_SCHEMA)
     return with_source_file(rows, files)
 
 
