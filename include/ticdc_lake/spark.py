@@ -43,7 +43,7 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 # The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
-DAEMON = "spark.python.daemon.module"
+DAEMON_MODULE = "spark.python.daemon.module"
 
 # What the pipeline's Python workers import: its Arrow functions run there.
 WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
@@ -83,7 +83,7 @@ def build_session(
     """A SparkSession for the pipeline. (This module imports nothing of the lake's.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
-    this interpreter (``PYSPARK_PYTHON``): Python data sources and Arrow UDFs import pyarrow,
+    this interpreter (``PYSPARK_PYTHON``): the pipeline's Arrow functions import pyarrow,
     deltalake and this package on the workers, which a system Python lacks. On a cluster the
     executors' Python is checked once (``check_executor_python``).
     """
@@ -99,9 +99,9 @@ def build_session(
         # read by the worker launcher, and the conf, which wins over it.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
-        if os.environ["PYSPARK_PYTHON"] == sys.executable and not submitted.contains(DAEMON):
+        if os.environ["PYSPARK_PYTHON"] == sys.executable and not submitted.contains(DAEMON_MODULE):
             # This interpreter has the package, so its daemon imports pyspark compiled.
-            settings[DAEMON] = "ticdc_lake.spark_daemon"
+            settings[DAEMON_MODULE] = "ticdc_lake.spark_daemon"
     settings.update(conf or {})
 
     builder = SparkSession.builder.appName(app_name).master(master)

@@ -97,7 +97,7 @@ class _DataFile:
     """One Parquet file being written, with its statistics."""
 
     def __init__(self, root: str, write_id: str, values: dict[str, str | None], schema: pa.Schema):
-        # The write id in the name lets abort() find files of tasks that never reported back.
+        # The write id in the name lets discard_uncommitted find files of tasks killed midway.
         name = f"{file_prefix(write_id)}{uuid.uuid4().hex}.zstd.parquet"
         directory = partitions.directory(values) if values else ""
         self.relative = f"{directory}/{name}" if directory else name
@@ -177,7 +177,6 @@ class TaskFiles:
         self.max_bytes = plan.max_file_bytes
         self.open: dict[tuple, _DataFile] = {}
         self.done: list[dict[str, Any]] = []
-        self._finished: list[str] = []
 
     def _cast(self, data: pa.Table) -> pa.Table:
         # Spark's Arrow types (session time zone, narrower ints, non-null flags) → the table's.
