@@ -654,9 +654,11 @@ def test_reading_no_files_gives_no_rows(spark):
 
 
 def read_rows(files: list[export_source.ExportFile], limits: Limits | None = None) -> pa.Table:
-    partitions = export_source.plan_partitions(files, limits)
+    partitions = export_source.plan_partitions(files)
     batches = [
-        batch for partition in partitions for batch in export_source.read_partition(partition)
+        batch
+        for partition in partitions
+        for batch in export_source.read_partition(partition, limits)
     ]
     return pa.Table.from_batches(batches, schema=export_source.ARROW_SCHEMA)
 

@@ -113,7 +113,6 @@ class ExportPartition:
         byte_range: tuple[int, int | None] | None = None,
         first_line: int = 1,
     ):
-        self.limits = Limits()  # what the reader set: the bounds on a line, a row group
         self.file_index = file_index
         self.file = file
         self.row_groups = row_groups
@@ -122,12 +121,10 @@ class ExportPartition:
         self.first_line = first_line
 
 
-def plan_partitions(
-    files: Sequence[ExportFile], limits: Limits | None = None
-) -> list[ExportPartition]:
+def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
     """One partition per file; uncompressed Parquet split into runs of row groups, large
     uncompressed JSON Lines files into line-aligned byte ranges (compressed files cannot be
-    split: a gzip or zstd stream is read from its start). Each is read within ``limits``."""
+    split: a gzip or zstd stream is read from its start)."""
     result: list[ExportPartition] = []
     for index, file in enumerate(files):
         if file.layout == "parquet" and file.compression == "none":
@@ -136,8 +133,6 @@ def plan_partitions(
             result.extend(_json_lines_partitions(index, file))
         else:
             result.append(ExportPartition(index, file))
-    for partition in result:
-        partition.limits = limits or Limits()
     return result
 
 
@@ -194,23 +189,27 @@ def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
 # --- reading ----------------------------------------------------------------------------------
 
 
-def read_partition(partition: ExportPartition) -> Iterator[pa.RecordBatch]:
-    """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``."""
+def read_partition(
+    partition: ExportPartition, limits: Limits | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The record and error rows of one partition, as batches of ``ARROW_SCHEMA``, read
+    within ``limits`` (the bounds on a line, a row group)."""
+    limits = limits or Limits()
     file = partition.file
     with gc_paused():  # the record-by-record layouts make millions of small acyclic objects
         if partition.byte_range is not None:
-            yield from _batches(partition, _json_range_items(partition))
+            yield from _batches(partition, _json_range_items(partition, limits))
         elif file.layout == "parquet":
-            yield from _parquet_batches(partition)
+            yield from _parquet_batches(partition, limits)
         else:
-            yield from _batches(partition, _export_items(partition))
+            yield from _batches(partition, _export_items(partition, limits))
 
 
-def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
+def _parquet_batches(part: ExportPartition, limits: Limits) -> Iterator[pa.RecordBatch]:
     """Spark-Kafka Parquet rows converted column by column (no Python object per record)."""
     path = part.file.path
     try:
-        parquet = exports.open_parquet_export(path, part.file.compression, part.limits)
+        parquet = exports.open_parquet_export(path, part.file.compression, limits)
     except exports.ExportError as error:
         yield _error_batch(part, [(part.first_row, error)])
         return
@@ -227,7 +226,7 @@ def _parquet_batches(part: ExportPartition) -> Iterator[pa.RecordBatch]:
     groups = range(*part.row_groups) if part.row_groups else None
     row = part.first_row
     batches = exports.parquet_batches(
-        parquet, path, batch_rows=BATCH_ROWS, groups=groups, limits=part.limits
+        parquet, path, batch_rows=BATCH_ROWS, groups=groups, limits=limits
     )
     try:
         for row, rows, batch in batches:
@@ -327,12 +326,12 @@ def _record_batch(
     return _rows_batch(partition, records, positions)
 
 
-def _export_items(partition: ExportPartition) -> Iterator[Item]:
+def _export_items(partition: ExportPartition, limits: Limits) -> Iterator[Item]:
     """Any layout through ``exports.read_export``: records and reported errors, in file order
     (``on_error`` runs inside the iteration, so errors come out where they were met)."""
     errors: list[exports.ExportError] = []
     position = 0
-    path, limits = partition.file.path, partition.limits
+    path = partition.file.path
     for record in exports.read_export(path, on_error=errors.append, limits=limits):
         for error in errors:
             yield position, error
@@ -345,12 +344,12 @@ def _export_items(partition: ExportPartition) -> Iterator[Item]:
         position += 1
 
 
-def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
+def _json_range_items(partition: ExportPartition, limits: Limits) -> Iterator[Item]:
     """The lines of one byte range of an uncompressed JSON Lines file (``jsonl`` or kcat),
     parsed by exports' line parser; positions are 0-based line numbers."""
     path = partition.file.path
     start, end = partition.byte_range
-    max_line = partition.limits.max_export_line_bytes
+    max_line = limits.max_export_line_bytes
     try:
         with exports.open_regular(path) as stream:
             stream.seek(start)
@@ -378,14 +377,15 @@ def _json_range_items(partition: ExportPartition) -> Iterator[Item]:
 @dataclass(frozen=True)
 class PartitionReader:
     """The ``mapInArrow`` function of a read: a task reads the partitions whose numbers it is
-    handed, in order."""
+    handed, in order, within the read's ``limits``."""
 
     partitions: tuple[ExportPartition, ...]
+    limits: Limits
 
     def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
             for number in batch.column(0).to_pylist():
-                yield from read_partition(self.partitions[number])
+                yield from read_partition(self.partitions[number], self.limits)
 
 
 def read_export_files(
@@ -398,9 +398,9 @@ def read_export_files(
     one task per partition (``plan_partitions``).
 
     ``limits``: a JSON Lines line longer than ``max_export_line_bytes`` is an error row."""
-    partitions = tuple(plan_partitions(files, limits))
+    partitions = tuple(plan_partitions(files))
     numbers = spark.range(len(partitions), numPartitions=max(1, len(partitions)))
-    rows = numbers.mapInArrow(PartitionReader(partitions), EXPORT_ROWS_SCHEMA)
+    rows = numbers.mapInArrow(PartitionReader(partitions, limits or Limits()), EXPORT_ROWS_SCHEMA)
     return with_source_file(rows, files)
 
 
