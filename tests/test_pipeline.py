@@ -218,6 +218,21 @@ def test_spark_jobs_keep_their_arguments_and_print_one_json_object(
     assert "land: configuration error: cannot read pipeline config" in capsys.readouterr().err
 
 
+def test_jobs_with_nothing_new_build_no_spark_session(sample, monkeypatch, capsys):
+    """The sample has been through every stage: each job's rerun reads only Delta logs and
+    small tables, so under spark-submit it skips the seconds of starting a SparkContext."""
+    _, config, *_ = sample
+    for name in STAGES:
+        job = _job(name)
+        monkeypatch.setattr(job, "build_session", lambda name: pytest.fail(f"{name}: session"))
+        assert job.main(["--config", str(config.source)]) == 0, name
+        printed = json.loads(capsys.readouterr().out)
+        assert printed, name
+    argv = ["run", "--config", str(config.source), "--no-quality", "--json"]
+    monkeypatch.setattr("ticdc_lake.spark.build_session", lambda name: pytest.fail("run: session"))
+    assert cli_main(argv) == 0
+
+
 def test_a_locked_lake_fails_the_run_and_every_job_with_exit_1_naming_the_holder(
     tmp_path, monkeypatch, capsys
 ):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from ticdc_lake.airflow_local import session_processes, signal_session
 from ticdc_lake.config import load_config
+from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.expected_gold import ExpectedGold
 
 from tests.airflow_harness import free_port
@@ -132,11 +133,13 @@ def sample(tmp_path_factory) -> Path:
 def test_an_executor_python_without_the_project_is_refused_up_front(master, sample, tmp_path):
     bare = tmp_path / "bare"  # the same Python version, none of the project's packages
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
-    done = submit(master, "watermark", sample / "pipeline.yaml", str(bare / "bin" / "python"))
+    # Land: its first use of the session, before any Spark job, checks the executors.
+    # (Watermark folds on the driver and never builds a session.)
+    done = submit(master, "land", sample / "pipeline.yaml", str(bare / "bin" / "python"))
     output = done.stdout + done.stderr  # spark-submit merges the Python driver's stderr in
     assert done.returncode == 2, output[-3000:]
     assert "cannot import pyarrow, deltalake, ticdc_lake: point spark.pyspark.python" in output
-    assert not (load_config(sample / "pipeline.yaml").lake / "silver").exists()
+    assert not LakeLayout(load_config(sample / "pipeline.yaml").lake).bronze.exists()
 
 
 def test_the_stages_on_a_standalone_cluster_make_the_expected_gold(master, sample):

@@ -354,12 +354,13 @@ def _add_profile(parser) -> None:
 
 
 def _session(args, name: str):
-    """The session handed to main(), else a local one (spark-submit settings, if any, win)."""
+    """The session handed to main(), else a local one built on first use (spark-submit
+    settings, if any, win)."""
     if args.spark is not None:
         return args.spark
-    from ticdc_lake.spark import build_session
+    from ticdc_lake.spark import LazySession, build_session
 
-    return build_session(name)
+    return LazySession(lambda: build_session(name))
 
 
 def _add_run(commands) -> None:

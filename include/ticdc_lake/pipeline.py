@@ -40,6 +40,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
 from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.quality.lakeview import report_file
+from ticdc_lake.spark import LazySession
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
 from ticdc_lake.stages.land import land
@@ -446,15 +447,15 @@ def job_main(
     build_session: Callable[[str], SparkSession],
     work: Callable[[SparkSession, PipelineConfig], Any],
 ) -> int:
-    """Load ``args.config``, build the session (the job's own ``build_session``, so a test can
-    hand in its session), run ``work``, print its result as one JSON object on stdout and any
-    failures on stderr. Exit status 0, 1 when something failed (another run holding the lake
-    past ``args.lock_wait`` too), 2 on a bad config."""
+    """Load ``args.config``, run ``work`` on a session built when it first uses one (by the
+    job's own ``build_session``, so a test can hand in its session), print its result as one
+    JSON object on stdout and any failures on stderr. Exit status 0, 1 when something failed
+    (another run holding the lake past ``args.lock_wait`` too), 2 on a bad config."""
     try:
         config = load_config(args.config)
         # The lock before the session: a job waiting for the lake holds no Spark resources.
         with lake_lock(config.lake, getattr(args, "lock_wait", None)):
-            spark = build_session(f"ticdc-lake-{name}")
+            spark = LazySession(lambda: build_session(f"ticdc-lake-{name}"))
             run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
         print(f"{name}: configuration error: {exc}", file=sys.stderr)

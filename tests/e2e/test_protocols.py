@@ -191,7 +191,7 @@ def test_state_results_and_plain_readers_agree(spark, lake):
     if lake.case.protocol == "avro" and not lake.case.watermarks:
         # Deletes that may lie on either side of the cut-off wait, and the result says so.
         assert feed.pending >= len(lakes.held_deletes(lake, lake.cutoff_ts)) > 0
-    states = {s.full_name: s for s in read_state(spark, lake.layout.gold_state)}
+    states = {s.full_name: s for s in read_state(lake.layout.gold_state)}
     expected = lakes.si.expected_tables(lake.workload, final_target(lake), lake.case.time_zone)
     assert set(states) == set(expected) == {t.table for t in feed.tables}
     for table in feed.tables:

@@ -64,6 +64,21 @@ def test_clean_lake_passes_every_stage_and_a_rerun_appends_nothing(spark, sample
     assert DeltaTable(str(results)).version() == version
 
 
+def test_a_job_with_nothing_new_to_check_builds_no_spark_session(spark, sample, validator, capsys):
+    """What a run of the schedule with no new exports meets: under spark-submit the job skips
+    the seconds of starting a SparkContext, and exits as the last validation did."""
+    config = load_config(sample / "pipeline.yaml")
+    settings = quality_settings(config.quality).replace(clock="kafka")
+    for stage in ("bronze", "silver", "gold"):
+        validate_stage(spark, config, stage, validator=validator, settings=settings)
+    args = argparse.Namespace(config=str(sample / "pipeline.yaml"), lock_wait=0, result_file=None)
+    for stage in ("bronze", "silver", "gold"):
+        check = functools.partial(check_stage, stage=stage)
+        no_session = lambda name: pytest.fail(f"{name}: a session was built")  # noqa: E731
+        assert job_main(f"quality-{stage}", args, no_session, check) == 0
+        assert "FAILED" not in capsys.readouterr().err
+
+
 def test_duplicate_offset_fails_the_bronze_job_naming_the_check(spark, sample, capsys):
     layout = LakeLayout(load_config(sample / "pipeline.yaml").lake)
     copy = rows(layout.bronze)[0] | {"batch_id": 2, "source_file": "re-export.jsonl"}

@@ -99,7 +99,7 @@ def lake(spark, tmp_path_factory):
         patch.setattr(gold_tables.GoldTable, "merge", dies_on_the_fourth)
         with pytest.raises(KeyboardInterrupt):
             compact(spark, config)
-        killed = (list(merges), read_state(spark, layout.gold_state))
+        killed = (list(merges), read_state(layout.gold_state))
         merges.clear()
         patch.setattr(
             gold_tables.GoldTable, "merge", lambda *a: merges.append(merge(*a)) or merges[-1]
@@ -162,7 +162,7 @@ def test_results_and_state_table_say_what_gold_holds(spark, lake):
         lake.second_mark,
         lake.first_mark,
     )
-    states = {s.full_name: s for s in read_state(spark, lake.layout.gold_state)}
+    states = {s.full_name: s for s in read_state(lake.layout.gold_state)}
     expected = si.expected_tables(lake.workload, lake.second_mark, ZONE)
     assert set(states) == set(expected) == {t.table for t in feed.tables}
     for table in feed.tables:
@@ -300,7 +300,7 @@ def test_avro_with_a_cutoff_ts(spark, tmp_path):
     (feed,) = result.changefeeds
     assert (feed.mode, feed.target) == ("cutoff", cutoff)
     assert_gold_equals_expected(layout, workload, cutoff)
-    states = read_state(spark, layout.gold_state)
+    states = read_state(layout.gold_state)
     assert {(s.mode, s.watermark) for s in states} == {("cutoff", cutoff)}
     deletes = sum(
         1 for events in streams.events.values() for e in events
@@ -323,14 +323,14 @@ def test_avro_with_a_cutoff_ts(spark, tmp_path):
     # A rerun is a no-op and keeps the reasons; they are not carried twice.
     again = compact(spark, config)
     assert again.changefeeds[0].noop
-    assert {s.full_name: s.reason for s in read_state(spark, layout.gold_state)} == {
+    assert {s.full_name: s.reason for s in read_state(layout.gold_state)} == {
         s.full_name: s.reason for s in states
     }
     # A rebuild empties gold and applies the log again, under a new generation of app ids.
     rebuilt = compact(spark, config, rebuild=True)
     assert rebuilt.changefeeds[0].generation == 1
     assert_gold_equals_expected(layout, workload, cutoff)
-    assert {s.generation for s in read_state(spark, layout.gold_state)} == {1}
+    assert {s.generation for s in read_state(layout.gold_state)} == {1}
 
 
 @pytest.mark.parametrize("spilled", [False, True], ids=["collected", "spilled"])
@@ -354,7 +354,7 @@ def test_canal_json_without_commit_ts_is_compacted_but_marked_inconsistent(
     si.land(spark, layout, streams, 1.0)
     second = compact(spark, config)
     assert_gold_equals_expected(layout, workload, workload.resolved_ts[-1])
-    states = read_state(spark, layout.gold_state)
+    states = read_state(layout.gold_state)
     assert {(s.mode, s.watermark) for s in states} == {("inconsistent", None)}
     # Each run derives the reason afresh: one statement of it, however many runs.
     assert {s.reason for s in states} == {
@@ -403,7 +403,7 @@ def test_a_truncate_without_commit_ts_says_it_was_applied_after_the_changes(spar
     layout = LakeLayout(config.lake)
     si.land(spark, layout, streams, 1.0)
     compact(spark, config)
-    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
+    states = {s.full_name: s for s in read_state(layout.gold_state)}
     # Upstream holds row 2; gold applied the TRUNCATE after it, and says so.
     assert gold_rows(layout, "s.x") == []
     assert {s.mode for s in states.values()} == {"inconsistent"}
@@ -542,7 +542,7 @@ def test_rename_modify_partition_drop_and_unreproducible_ddls(spark, tmp_path):
 
     with pytest.raises(CompactError):
         compact(spark, config)
-    states = {s.full_name: s for s in read_state(spark, layout.gold_state)}
+    states = {s.full_name: s for s in read_state(layout.gold_state)}
     assert states["s.b"].dropped and gold_rows(layout, "s.b") == []
     assert "EXCHANGE PARTITION" in states["s.p"].reason and states["s.p"].mode == "inconsistent"
     assert "not understood" in states["s.q"].reason and gold_rows(layout, "s.q") != []
@@ -596,7 +596,7 @@ def test_a_gold_table_belongs_to_one_changefeed(spark, tmp_path):
     watermark(spark, config)
 
     def owners() -> set[tuple[str, str]]:
-        return {(s.changefeed, s.full_name) for s in read_state(spark, layout.gold_state)}
+        return {(s.changefeed, s.full_name) for s in read_state(layout.gold_state)}
 
     with pytest.raises(CompactError) as error:
         compact(spark, config)

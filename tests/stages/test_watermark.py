@@ -158,6 +158,22 @@ def test_spark_submit_entry_point_prints_the_result(spark, tmp_path, monkeypatch
     }
 
 
+def test_the_job_folds_new_events_without_building_a_spark_session(
+    spark, tmp_path, monkeypatch, capsys
+):
+    """A run's few resolved events fold on the driver: under spark-submit the job skips the
+    seconds of starting a SparkContext."""
+    config = _config(tmp_path)
+    _resolved(spark, LakeLayout(config.lake), 0, [("a", 0, 7, 0), ("b", 0, 5, 0)])
+    spec = importlib.util.spec_from_file_location("job", REPO / "spark_jobs" / "watermark.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    monkeypatch.setattr(job, "build_session", lambda name: pytest.fail("a session was built"))
+    assert job.main(["--config", str(tmp_path / "pipeline.yaml")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["resolved_read"], printed["partitions"], printed["committed"]) == (2, 2, True)
+
+
 EVENT = st.tuples(
     st.sampled_from([("a", 0), ("a", 1), ("b", 0)]),
     st.integers(0, 6),  # resolved TS: small, so that ties and replays are frequent

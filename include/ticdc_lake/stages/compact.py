@@ -154,8 +154,8 @@ def compact(
         raise ConfigError(
             f"{config.source}: unknown changefeed(s) {unknown}; known: {sorted(config.changefeeds)}"
         )
-    marks = changefeed_watermarks(config, read_watermarks(spark, layout))
-    states = read_state(spark, layout.gold_state)
+    marks = changefeed_watermarks(config, read_watermarks(layout))
+    states = read_state(layout.gold_state)
     owners = {TableName(state.schema, state.table): state.changefeed for state in states}
     results, failures = [], {}
     for name in names:

@@ -213,8 +213,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     check_topics(config)
     snapshot = open_table(layout.bronze)  # one bronze version for the whole run
     bronze_version = snapshot.version()
-    bronze = read_table(spark, snapshot)
-    counts = batch_counts(bronze, snapshot)
+    counts = batch_counts(spark, snapshot)
     pending = pending_batches(counts, logged_batches(layout))
     if not pending:
         return DecodeResult(bronze_version=bronze_version)
@@ -233,16 +232,16 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     return run.result()
 
 
-def batch_counts(bronze: DataFrame, snapshot: DeltaTable | None = None) -> dict[int, int]:
-    """Records per bronze batch: what the decoded counts must add up to.
+def batch_counts(spark: SparkSession, snapshot: DeltaTable) -> dict[int, int]:
+    """Records per bronze batch (of the ``snapshot``): what the decoded counts must add up to.
 
-    Read from the Delta log when it can be (``snapshot``: every file's statistics hold its
-    record count and a single batch id, as a batch's files do), so finding the pending
-    batches costs one look at the log, not a scan of bronze; counted by Spark otherwise.
+    Read from the Delta log when it can be (every file's statistics hold its record count and
+    a single batch id, as a batch's files do), so finding the pending batches costs one look
+    at the log, not a scan of bronze, nor a Spark session; counted by Spark otherwise.
     """
-    counts = _counts_from_log(snapshot) if snapshot is not None else None
+    counts = _counts_from_log(snapshot)
     if counts is None:
-        grouped = bronze.groupBy("batch_id").count().collect()
+        grouped = read_table(spark, snapshot).groupBy("batch_id").count().collect()
         counts = {row["batch_id"]: row["count"] for row in grouped}
     if None in counts:
         raise DecodeStageError(f"bronze holds {counts[None]} records without a batch_id")
@@ -931,16 +930,16 @@ def redecode(
     check_topics(config)
     snapshot = open_table(layout.bronze)
     bronze_version = snapshot.version()
-    bronze = read_table(spark, snapshot)
     if batches is None:
         if start_ts is None or end_ts is None or not 0 <= start_ts <= end_ts:
             raise ValueError(f"need 0 <= start_ts <= end_ts, not [{start_ts}, {end_ts}]")
+        bronze = read_table(spark, snapshot)
         chosen = batches_in_range(spark, layout, bronze, start_ts, end_ts)
     else:
         chosen = sorted(set(batches))
     if not chosen:
         return DecodeResult(bronze_version=bronze_version, run="redecode")
-    counts = batch_counts(bronze, snapshot)
+    counts = batch_counts(spark, snapshot)
     expected = {batch: counts[batch] for batch in chosen if batch in counts}
     missing = [b for b in chosen if b not in expected]
     if missing:

@@ -277,7 +277,7 @@ def _changefeed_watermark(
     )
 
 
-def read_watermarks(spark: SparkSession, layout: LakeLayout) -> list[tuple[str, int, int]]:
+def read_watermarks(layout: LakeLayout) -> list[tuple[str, int, int]]:
     """(topic, partition, resolved_ts) of every partition in the watermarks table."""
     if not delta_table_exists(layout.watermarks):
         return []
