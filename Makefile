@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
 .PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
-	bench-compact bench-quality clean
+	bench-submit bench-compact bench-quality clean
 
 setup: $(VENV)/.installed
 
@@ -47,7 +47,7 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-bench: bench-decode bench-pipeline bench-compact bench-quality
+bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -63,6 +63,10 @@ bench-pipeline: setup
 bench-pipeline-4m: setup
 	$(PY) -m bench.pipeline --profile realistic --row-events 4000000
 	$(PY) -m bench.pipeline --profile ddl-heavy --row-events 4000000
+
+# Each stage as the DAG runs it, a spark-submit of its own (bench/results/submit-<profile>-<size>.json).
+bench-submit: setup
+	$(PY) -m bench.submit
 
 bench-compact: setup
 	$(PY) -m bench.compact
