@@ -125,10 +125,6 @@ class LazySession:
         self._build = build
         self._session: SparkSession | None = None
 
-    @property
-    def started(self) -> bool:
-        return self._session is not None
-
     def __getattr__(self, name: str) -> Any:
         if self._session is None:
             self._session = self._build()
