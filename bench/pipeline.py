@@ -131,10 +131,7 @@ def check_gold(layout: LakeLayout, result, manifest: dict) -> tuple[int, dict[st
     """(watermark, gold row counts): every gold table read with delta-rs equals the manifest."""
     (feed,) = result.changefeeds
     expected = expected_counts(manifest, feed.target)
-    found = {}
-    for name in expected:
-        schema, table = name.split(".")
-        found[name] = DeltaTable(str(layout.gold(schema, table))).to_pyarrow_dataset().count_rows()
+    found = gold_rows(layout, expected)
     reported = {name: table.rows for name, table in result.tables.items() if name in expected}
     if found != expected or reported != expected:
         raise AssertionError(
@@ -142,6 +139,15 @@ def check_gold(layout: LakeLayout, result, manifest: dict) -> tuple[int, dict[st
             f"the stage reported {reported}"
         )
     return feed.target, found
+
+
+def gold_rows(layout: LakeLayout, names) -> dict[str, int]:
+    """Rows of each gold table ("schema.table"), read with plain delta-rs."""
+    found = {}
+    for name in names:
+        schema, table = name.split(".")
+        found[name] = DeltaTable(str(layout.gold(schema, table))).to_pyarrow_dataset().count_rows()
+    return found
 
 
 def delta_commits(lake: Path) -> dict[str, int]:
@@ -271,20 +277,30 @@ def size_label(row_events: int) -> str:
     return str(row_events)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_arguments(doc: str, row_events: int, out: str) -> argparse.Namespace:
+    """The command line of a benchmark over the generated workload: its parameters, and
+    ``--out`` (default ``bench/results/<out>``, where ``out`` may name the profile and size)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
-    parser.add_argument("--row-events", type=int, default=1_000_000)
+    parser.add_argument("--row-events", type=int, default=row_events)
     parser.add_argument("--protocol", choices=("open-protocol", "craft"), default="open-protocol")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--out", type=Path, help="default bench/results/pipeline-<profile>-<size>.json"
-    )
+    parser.add_argument("--out", type=Path, help=f"default bench/results/{out}")
     args = parser.parse_args()
-    args.out = args.out or RESULTS / f"pipeline-{args.profile}-{size_label(args.row_events)}.json"
+    size = size_label(args.row_events)
+    args.out = args.out or RESULTS / out.replace("<profile>", args.profile).replace("<size>", size)
+    return args
+
+
+def write_result(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def main() -> None:
+    args = workload_arguments(__doc__, 1_000_000, "pipeline-<profile>-<size>.json")
     result = run(args.row_events, args.protocol, args.seed, args.profile)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result)
     print_table(result)
 
 

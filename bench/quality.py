@@ -14,20 +14,18 @@ result.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.pipeline import run_stages
 from ticdc_lake.quality.report import write_report
 from ticdc_lake.spark import build_session
-from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
+from ticdc_lake.workload.generator import DEFAULT_PROFILE
 
 from bench.machine import machine_report
-from bench.pipeline import DRIVER_MEMORY, fresh_config, workload
+from bench.pipeline import DRIVER_MEMORY, fresh_config, workload, workload_arguments, write_result
 
 TARGET = 0.15
 
@@ -103,16 +101,9 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
-    parser.add_argument("--row-events", type=int, default=1_000_000)
-    parser.add_argument("--protocol", choices=("open-protocol", "craft"), default="open-protocol")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/quality.json"))
-    args = parser.parse_args()
+    args = workload_arguments(__doc__, 1_000_000, "quality.json")
     result = run(args.row_events, args.protocol, args.seed, args.profile)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result)
     print_table(result)
 
 

@@ -18,7 +18,6 @@ generator's row counts at the watermark, read with plain delta-rs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,14 +25,19 @@ import sys
 import time
 from pathlib import Path
 
-from deltalake import DeltaTable
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.orchestration import QUALITY_AFTER, STAGES, quality_task_id
-from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
 
 from bench.machine import machine_report
-from bench.pipeline import RESULTS, expected_counts, fresh_config, size_label, workload
+from bench.pipeline import (
+    expected_counts,
+    fresh_config,
+    gold_rows,
+    workload,
+    workload_arguments,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MASTER = "local[2]"
@@ -88,10 +92,7 @@ def check_gold(layout: LakeLayout, manifest: dict) -> tuple[int, dict[str, int]]
     generator's rows at the watermark the state table records."""
     (watermark,) = {state.watermark for state in read_state(layout.gold_state)}
     expected = expected_counts(manifest, watermark)
-    found = {}
-    for name in expected:
-        schema, table = name.split(".")
-        found[name] = DeltaTable(str(layout.gold(schema, table))).to_pyarrow_dataset().count_rows()
+    found = gold_rows(layout, expected)
     if found != expected:
         raise AssertionError(f"gold at TS {watermark}: expected {expected}, read {found}")
     return watermark, found
@@ -151,19 +152,9 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
-    parser.add_argument("--row-events", type=int, default=200_000)
-    parser.add_argument("--protocol", choices=("open-protocol", "craft"), default="open-protocol")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--out", type=Path, help="default bench/results/submit-<profile>-<size>.json"
-    )
-    args = parser.parse_args()
-    args.out = args.out or RESULTS / f"submit-{args.profile}-{size_label(args.row_events)}.json"
+    args = workload_arguments(__doc__, 200_000, "submit-<profile>-<size>.json")
     result = run(args.row_events, args.protocol, args.seed, args.profile)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result)
     print_table(result)
 
 
