@@ -18,22 +18,29 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructType
 
 from ticdc_lake.delta import merge_delta, open_table, read_delta, spanning, write_delta
+from ticdc_lake.delta.files import commit_files, delete_write, discard_uncommitted
+from ticdc_lake.delta.read import table_path
+from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.write import plan_write, write_tasks
 from ticdc_lake.limits import Limits
 from ticdc_lake.stages.export_parquet import footer_rows, read_kafka_parquet
 from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
+from ticdc_lake.stages.land_pass import IS_RECORD, REPORT_SCHEMA, BronzeTask, PassTally
 from ticdc_lake.stages.land_tables import (
     APP_ID,
     BRONZE_PARTITION_BY,
@@ -127,7 +134,9 @@ def _run_batch(
     try:
         old_runs = old_offset_runs(spark, tables, plan)
         with records.falling_back():
-            sorted_records = sort_records(spark, tables, plan, records, old_runs)
+            sorted_records = land_in_one_pass(commits, records, old_runs) or sort_records(
+                spark, tables, plan, records, old_runs
+            )
         try:
             with records.falling_back():
                 commits.bronze(records.records, sorted_records)
@@ -154,6 +163,7 @@ class BatchRecords:
         by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
         parsed = [i for i, rows in enumerate(self.footer_rows) if rows is None]
         self.reader = _readers(len(by_spark), len(parsed))
+        self.spark_read_only = bool(by_spark) and not parsed
         # Spark prunes Parquet columns itself: the coordinates are a cheap first look, and the
         # files cheap to read again for the records.
         frames = [read_kafka_parquet(spark, files, by_spark)] if by_spark else []
@@ -211,6 +221,7 @@ class SortedRecords:
     per_file: list[RecordCounts]  # by file index in the plan
     new_runs: Runs  # the offset runs of the new records
     status: DataFrame | None = None  # classify's output; None: every record is new
+    landed: bool = False  # bronze's commit made already, by the pass that sorted them
 
     @property
     def totals(self) -> RecordCounts:
@@ -253,6 +264,49 @@ def sort_records(
     hashed = records.records.select(*COORDINATES, "record_hash")
     status = classify(hashed, _bronze_copies(spark, tables, plan, windows))
     return _summarize(status.persist(StorageLevel.MEMORY_AND_DISK), per_file, plan.batch_id)
+
+
+def land_in_one_pass(
+    commits: BatchCommits, records: BatchRecords, old_runs: Runs
+) -> SortedRecords | None:
+    """The common batch (files Spark's Parquet reader reads, holding new offsets, each once)
+    sorted and landed by one Spark job, as a plain copy of the files would be: its tasks
+    write every record to bronze's files and tally what they wrote (``land_pass``). The files
+    are committed when the tally shows every record new; otherwise they are deleted and None
+    returned, for ``sort_records`` to sort the batch. None too for a batch read otherwise, or
+    already in bronze (a rerun: ``sort_records`` counts it)."""
+    if not records.spark_read_only:
+        return None
+    hashed = with_record_hash(records.raw)
+    incoming = TableSchema.from_spark(
+        commits.conform(hashed, BRONZE_SCHEMA).schema, BRONZE_PARTITION_BY
+    )
+    write = plan_write(table_path(commits.tables.bronze), incoming, **commits.version)
+    if write is None:
+        return None
+    is_record = F.col("error").isNull().alias(IS_RECORD)
+    rows = commits.conform(hashed, BRONZE_SCHEMA, keep=["file_index", is_record])
+    rows = rows.coalesce(
+        write_tasks(rows.sparkSession, commits.size_hint_bytes, write.max_file_bytes)
+    )
+    try:
+        reports = rows.mapInArrow(BronzeTask(write), from_arrow_schema(REPORT_SCHEMA)).collect()
+        tally = PassTally.of([json.loads(row.report) for row in reports])
+        extents, per_file = _extents_of(tally.cells, len(commits.plan.files))
+        records.check_footers(per_file, commits.plan.files)
+        present = records.slim.where(F.col("is_record")).drop("is_record")
+        unique = False if overlap_windows(extents, old_runs) else tally.offsets_unique()
+        if unique is None:  # the tasks' offset spans of a partition meet: the offsets say
+            unique = _offsets_unique(present, extents)
+        if not unique:
+            delete_write(write.path, write.write_id)
+            return None
+        landed = _all_new(present, extents, per_file)
+        commit_files(write, tally.adds)
+    except BaseException:
+        discard_uncommitted(write)
+        raise
+    return dataclasses.replace(landed, landed=True)
 
 
 def with_record_hash(records: DataFrame) -> DataFrame:
@@ -309,13 +363,19 @@ Extents = dict[tuple[str, int], tuple[int, int, int]]  # (topic, partition) -> l
 
 
 def _extents(slim: DataFrame, files: int) -> tuple[Extents, list[RecordCounts]]:
-    """Per (topic, partition): the batch's lowest and highest offset and record count;
-    per file: counts of records and of error rows. Reads the files and fills the cache."""
+    """``_extents_of`` the batch's rows. Reads the files and fills the cache."""
     rows = (
         slim.groupBy("file_index", "topic", "partition", "is_record")
         .agg(F.min("offset"), F.max("offset"), F.count(F.lit(1)))
         .collect()
     )
+    return _extents_of(rows, files)
+
+
+def _extents_of(rows: Iterable[Sequence], files: int) -> tuple[Extents, list[RecordCounts]]:
+    """Per (topic, partition): the batch's lowest and highest offset and record count;
+    per file: counts of records and of error rows. ``rows``: (file_index, topic, partition,
+    is_record, lowest offset, highest, count), a key possibly in several rows."""
     extents: Extents = {}
     per_file = [RecordCounts() for _ in range(files)]
     for file_index, topic, partition, is_record, low, high, count in rows:
@@ -427,17 +487,26 @@ class BatchCommits:
         self.plan = plan
         self.version = {"app_id": APP_ID, "version": plan.batch_id}
 
-    def _conform(self, frame: DataFrame, schema: StructType) -> DataFrame:
-        """``frame`` with this batch's id and landing time, as exactly ``schema``'s columns."""
+    @property
+    def size_hint_bytes(self) -> int:
+        # Bronze holds about what the files do (less for JSON Lines: base64 and field names):
+        # a few large files per batch rather than one per split of every file.
+        return sum(file.size for file in self.plan.files)
+
+    def conform(
+        self, frame: DataFrame, schema: StructType, keep: Sequence[str | Column] = ()
+    ) -> DataFrame:
+        """``frame`` with this batch's id and landing time, as exactly ``schema``'s columns
+        (and ``keep``)."""
         frame = frame.withColumns(
             {"batch_id": F.lit(self.plan.batch_id), "landed_at": F.lit(self.plan.landed_at)}
         )
-        return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
+        return frame.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields], *keep)
 
     def bronze(self, records: DataFrame, sorted_records: SortedRecords) -> None:
         totals = sorted_records.totals
-        if totals.new == 0:
-            return  # nothing new: no commit, no version
+        if totals.new == 0 or sorted_records.landed:
+            return  # nothing new (no commit, no version), or committed already
         others = totals.duplicates + totals.conflicts
         if others:
             records = records.join(
@@ -446,12 +515,10 @@ class BatchCommits:
                 "left_anti",
             )
         write_delta(
-            self._conform(records, BRONZE_SCHEMA),
+            self.conform(records, BRONZE_SCHEMA),
             self.tables.bronze,
             partition_by=BRONZE_PARTITION_BY,
-            # Bronze holds about what the files do (less for JSON Lines: base64 and field
-            # names): a few large files per batch rather than one per split of every file.
-            size_hint_bytes=sum(file.size for file in self.plan.files),
+            size_hint_bytes=self.size_hint_bytes,
             **self.version,
         )
 
@@ -459,7 +526,7 @@ class BatchCommits:
         if totals.errors == 0:
             return
         write_delta(
-            self._conform(errors, EXPORT_ERRORS_SCHEMA), self.tables.export_errors, **self.version
+            self.conform(errors, EXPORT_ERRORS_SCHEMA), self.tables.export_errors, **self.version
         )
 
     def conflicts(self, records: DataFrame, sorted_records: SortedRecords) -> None:
@@ -491,7 +558,7 @@ class BatchCommits:
         )
         rows = records.join(F.broadcast(conflicts), ["file_index", "position"])
         write_delta(
-            self._conform(rows, OFFSET_CONFLICTS_SCHEMA),
+            self.conform(rows, OFFSET_CONFLICTS_SCHEMA),
             self.tables.offset_conflicts,
             **self.version,
         )

@@ -1,0 +1,100 @@
+"""A land batch in one pass: each Spark task writes its records to bronze's files and tallies
+their coordinates, so the driver learns what the batch holds from the job that wrote it.
+
+``BronzeTask`` is the ``mapInArrow`` function; ``PassTally`` the driver's sum of its reports.
+Nothing is committed here: the driver commits the files only if the tally shows every record
+new (``land_batch.land_in_one_pass``), and otherwise deletes them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ticdc_lake.delta.files import TaskFiles, WritePlan
+
+IS_RECORD = "is_record"  # false: a row the export reader would report (no usable coordinates)
+TALLIED = ("file_index", "topic", "partition", "offset", IS_RECORD)
+REPORT_SCHEMA = pa.schema([("report", pa.string())])
+# Per (file, topic, partition, record or not): what land_batch's extents are made of.
+_CELL = ["file_index", "topic", "partition", IS_RECORD]
+
+
+@dataclass(frozen=True)
+class BronzeTask:
+    """Writes the task's records (rows with IS_RECORD) to the plan's files; emits one report:
+    the files' add actions and the tally of every row it was given."""
+
+    plan: WritePlan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        files = TaskFiles(self.plan)
+        seen = []
+        try:
+            for batch in batches:
+                seen.append(batch.select(list(TALLIED)))
+                files.write(batch.filter(batch.column(IS_RECORD)))
+            adds = files.close()
+        except BaseException:
+            files.discard()
+            raise
+        report = {"adds": adds, **_tally(seen)}
+        yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]}, REPORT_SCHEMA)
+
+
+def _tally(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
+    if not batches:
+        return {"cells": [], "partitions": []}
+    rows = pa.Table.from_batches(batches)
+    cells = rows.group_by(_CELL, use_threads=False).aggregate(
+        [("offset", "min"), ("offset", "max"), ([], "count_all")]
+    )
+    records = rows.filter(rows.column(IS_RECORD))
+    partitions = records.group_by(["topic", "partition"], use_threads=False).aggregate(
+        [("offset", "min"), ("offset", "max"), ([], "count_all"), ("offset", "count_distinct")]
+    )
+    return {"cells": cells.to_pylist(), "partitions": partitions.to_pylist()}
+
+
+@dataclass(frozen=True)
+class PassTally:
+    """The reports of one pass's tasks."""
+
+    adds: list[dict[str, Any]]
+    cells: list[tuple]  # (file_index, topic, partition, is_record, low, high, count)
+    partitions: list[dict[str, Any]]  # per task and (topic, partition): its offsets' tally
+
+    @classmethod
+    def of(cls, reports: list[dict[str, Any]]) -> PassTally:
+        adds, cells, partitions = [], [], []
+        for report in reports:
+            adds += report["adds"]
+            partitions += report["partitions"]
+            cells += [
+                (*(cell[name] for name in _CELL), cell["offset_min"], cell["offset_max"],
+                 cell["count_all"])
+                for cell in report["cells"]
+            ]  # fmt: skip
+        return cls(adds, cells, partitions)
+
+    def offsets_unique(self) -> bool | None:
+        """True when no (topic, partition, offset) occurs twice: no task saw one twice, and
+        the tasks' offset spans of a partition are disjoint. None when the spans meet, so only
+        the offsets themselves can say."""
+        spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for tally in self.partitions:
+            if tally["offset_count_distinct"] != tally["count_all"]:
+                return False
+            spans.setdefault((tally["topic"], tally["partition"]), []).append(
+                (tally["offset_min"], tally["offset_max"])
+            )
+        for found in spans.values():
+            found.sort()
+            if any(high >= low for (_, high), (low, _) in itertools.pairwise(found)):
+                return None
+        return True

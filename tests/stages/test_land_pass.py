@@ -1,0 +1,179 @@
+"""A land batch in one pass: a batch of new offsets, read by Spark's Parquet reader, lands in
+one Spark job whose tasks write bronze's files and tally them; any other batch leaves no file
+of that pass behind and is sorted as before."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from ticdc_lake import exports
+from ticdc_lake.config import load_config
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.stages import land_batch
+from ticdc_lake.stages.land import LandTables, land
+from ticdc_lake.stages.land_batch import SPARK_PARQUET
+from ticdc_lake.stages.land_pass import PassTally
+
+from tests.stages.test_export_parquet import parquet_landing
+from tests.stages.test_land import SimulatedKill, bronze_records, expected, retopic, write_config
+
+
+def tally(*partitions: tuple[int, int, int, int]) -> PassTally:
+    """Each (partition, lowest offset, highest, count) a task's tally of distinct offsets."""
+    rows = [
+        {"topic": "t", "partition": partition, "offset_min": low, "offset_max": high,
+         "count_all": count, "offset_count_distinct": count}
+        for partition, low, high, count in partitions
+    ]  # fmt: skip
+    return PassTally([], [], rows)
+
+
+def test_offsets_are_unique_when_no_task_repeats_one_and_their_spans_are_disjoint():
+    assert tally((0, 0, 9, 10), (0, 10, 19, 10), (1, 0, 9, 10)).offsets_unique() is True
+    assert tally((0, 0, 9, 5), (0, 20, 29, 3)).offsets_unique() is True  # holes are not repeats
+    assert tally().offsets_unique() is True
+
+
+def test_spans_that_meet_leave_it_to_the_offsets():
+    assert tally((0, 0, 9, 10), (0, 9, 19, 11)).offsets_unique() is None
+    assert tally((0, 0, 100, 50), (0, 1, 99, 50)).offsets_unique() is None  # interleaved
+
+
+def test_a_task_that_saw_an_offset_twice_says_no():
+    repeated = tally((0, 0, 9, 10))
+    repeated.partitions[0]["offset_count_distinct"] = 9
+    assert repeated.offsets_unique() is False
+
+
+def spark_jobs(spark, run) -> tuple[object, int]:
+    """``run()``'s result and how many Spark jobs it ran."""
+    context = spark.sparkContext
+    context.setJobGroup("land-pass-test", "counted")
+    try:
+        result = run()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(context.statusTracker().getJobIdsForGroup("land-pass-test"))
+
+
+def unreferenced_files(tables: LandTables) -> set[str]:
+    """Data files in bronze's directory that its Delta table does not reference."""
+    root = Path(tables.bronze)
+    referenced = {str(root / path) for path in DeltaTable(str(root)).file_uris()}
+    referenced = {str(Path(path.removeprefix("file://"))) for path in referenced}
+    present = {str(path) for path in root.rglob("*.parquet") if "_delta_log" not in path.parts}
+    return present - referenced
+
+
+@pytest.mark.spark
+def test_a_batch_of_new_offsets_lands_in_one_spark_job(spark, generated, tmp_path):
+    config, records = parquet_landing(tmp_path, generated)
+    result, jobs = spark_jobs(spark, lambda: land(spark, config))
+    assert jobs == 1
+    assert result.reader == SPARK_PARQUET
+    everything = [r for stream in records.values() for r in stream]
+    assert (result.records_added, result.duplicates, result.conflicts) == (len(everything), 0, 0)
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(everything)
+    assert not unreferenced_files(tables)
+
+
+@pytest.mark.spark
+def test_a_batch_that_is_not_all_new_leaves_no_file_of_its_pass(spark, generated, tmp_path):
+    config, records = parquet_landing(tmp_path, generated)
+    land(spark, config)
+    again = [dataclasses.replace(r, value=b"other") if r.offset == 3 else r for r in records[0]]
+    exports.write_export(tmp_path / "landing" / "again.parquet", again, "parquet")
+    second, jobs = spark_jobs(spark, lambda: land(spark, config))
+    assert jobs > 1  # the pass, then the batch sorted by its records' bytes
+    assert (second.records_added, second.duplicates, second.conflicts) == (0, len(again) - 1, 1)
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(r for stream in records.values() for r in stream)
+    assert not unreferenced_files(tables)
+
+
+@pytest.fixture
+def file_per_task(spark):
+    """Spark reads each file in a task of its own (it packs small files into one task)."""
+    name = "spark.sql.files.openCostInBytes"
+    before = spark.conf.get(name)
+    spark.conf.set(name, str(1 << 30))
+    yield
+    spark.conf.set(name, before)
+
+
+@pytest.fixture
+def offsets_read(monkeypatch) -> list[bool]:
+    """What each check of the offsets themselves (``land_batch._offsets_unique``) found."""
+    found, check = [], land_batch._offsets_unique
+
+    def checked(*args):
+        found.append(check(*args))
+        return found[-1]
+
+    monkeypatch.setattr(land_batch, "_offsets_unique", checked)
+    return found
+
+
+def interleaved_landing(tmp_path, generated, repeat: bool = False):
+    """One partition in two files, one holding its even offsets and the other its odd ones
+    (and, with ``repeat``, the odd one also the first record again): each task's offsets
+    span the other's."""
+    config = load_config(write_config(tmp_path, ["orders"]))
+    stream = retopic(generated[0], "orders")
+    even, odd = stream[0::2], stream[1::2] + (stream[:1] if repeat else [])
+    exports.write_export(tmp_path / "landing" / "even.parquet", even, "parquet")
+    exports.write_export(tmp_path / "landing" / "odd.parquet", odd, "parquet")
+    return config, stream
+
+
+@pytest.mark.spark
+def test_interleaved_files_of_new_offsets_land_in_the_pass(
+    spark, generated, tmp_path, file_per_task, offsets_read
+):
+    config, stream = interleaved_landing(tmp_path, generated)
+    result = land(spark, config)
+    assert offsets_read == [True]  # the tasks' spans met: the offsets were read to tell
+    assert (result.records_added, result.duplicates) == (len(stream), 0)
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(stream)
+    assert DeltaTable(str(tables.bronze)).version() == 0
+    assert not unreferenced_files(tables)
+
+
+@pytest.mark.spark
+def test_an_offset_twice_in_interleaved_files_is_a_duplicate(
+    spark, generated, tmp_path, file_per_task, offsets_read
+):
+    config, stream = interleaved_landing(tmp_path, generated, repeat=True)
+    result = land(spark, config)
+    assert offsets_read[0] is False  # the pass's files deleted, and the batch sorted
+    assert (result.records_added, result.duplicates) == (len(stream), 1)
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(stream)
+    assert not unreferenced_files(tables)
+
+
+@pytest.mark.spark
+def test_a_pass_killed_before_its_commit_is_landed_whole_by_the_next_run(
+    spark, generated, tmp_path, monkeypatch
+):
+    config, records = parquet_landing(tmp_path, generated)
+
+    def killed(*args, **kwargs):
+        raise SimulatedKill("after the pass wrote its files")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(land_batch, "commit_files", killed)
+        with pytest.raises(SimulatedKill):
+            land(spark, config)
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert not DeltaTable.is_deltatable(str(tables.bronze))  # nothing visible
+    result = land(spark, config)
+    assert result.recovered
+    everything = [r for stream in records.values() for r in stream]
+    assert bronze_records(tables) == expected(everything)
+    assert not unreferenced_files(tables)
