@@ -15,20 +15,17 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.stages import land_batch
 from ticdc_lake.stages.land import LandTables, land
 from ticdc_lake.stages.land_batch import SPARK_PARQUET
-from ticdc_lake.stages.land_pass import PassTally
+from ticdc_lake.stages.land_pass import OffsetSpan, PassTally
 
 from tests.stages.test_export_parquet import parquet_landing
 from tests.stages.test_land import SimulatedKill, bronze_records, expected, retopic, write_config
 
 
-def tally(*partitions: tuple[int, int, int, int]) -> PassTally:
-    """Each (partition, lowest offset, highest, count) a task's tally of distinct offsets."""
-    rows = [
-        {"topic": "t", "partition": partition, "offset_min": low, "offset_max": high,
-         "count_all": count, "offset_count_distinct": count}
-        for partition, low, high, count in partitions
-    ]  # fmt: skip
-    return PassTally([], [], rows)
+def tally(*spans: tuple[int, int, int, int]) -> PassTally:
+    """Each (partition, lowest offset, highest, count) a task's span of distinct offsets."""
+    found = [OffsetSpan("t", partition, low, high, count, count) for partition, low, high, count
+             in spans]  # fmt: skip
+    return PassTally([], [], found)
 
 
 def test_offsets_are_unique_when_no_task_repeats_one_and_their_spans_are_disjoint():
@@ -43,8 +40,7 @@ def test_spans_that_meet_leave_it_to_the_offsets():
 
 
 def test_a_task_that_saw_an_offset_twice_says_no():
-    repeated = tally((0, 0, 9, 10))
-    repeated.partitions[0]["offset_count_distinct"] = 9
+    repeated = PassTally([], [], [OffsetSpan("t", 0, 0, 9, count=10, distinct=9)])
     assert repeated.offsets_unique() is False
 
 

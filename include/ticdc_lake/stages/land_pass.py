@@ -47,18 +47,35 @@ class BronzeTask:
         yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]}, REPORT_SCHEMA)
 
 
-def _tally(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
+def _tally(batches: list[pa.RecordBatch]) -> dict[str, list[list]]:
+    """The rows of ``PassTally.cells`` and of its ``spans``, as JSON lists."""
     if not batches:
-        return {"cells": [], "partitions": []}
+        return {"cells": [], "spans": []}
     rows = pa.Table.from_batches(batches)
     cells = rows.group_by(_CELL, use_threads=False).aggregate(
         [("offset", "min"), ("offset", "max"), ([], "count_all")]
     )
     records = rows.filter(rows.column(IS_RECORD))
-    partitions = records.group_by(["topic", "partition"], use_threads=False).aggregate(
+    spans = records.group_by(["topic", "partition"], use_threads=False).aggregate(
         [("offset", "min"), ("offset", "max"), ([], "count_all"), ("offset", "count_distinct")]
     )
-    return {"cells": cells.to_pylist(), "partitions": partitions.to_pylist()}
+    return {"cells": _lists(cells), "spans": _lists(spans)}
+
+
+def _lists(table: pa.Table) -> list[list]:
+    return [list(row) for row in zip(*table.to_pydict().values(), strict=True)]
+
+
+@dataclass(frozen=True)
+class OffsetSpan:
+    """One task's offsets of one Kafka partition."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+    count: int
+    distinct: int
 
 
 @dataclass(frozen=True)
@@ -67,33 +84,27 @@ class PassTally:
 
     adds: list[dict[str, Any]]
     cells: list[tuple]  # (file_index, topic, partition, is_record, low, high, count)
-    partitions: list[dict[str, Any]]  # per task and (topic, partition): its offsets' tally
+    spans: list[OffsetSpan]
 
     @classmethod
     def of(cls, reports: list[dict[str, Any]]) -> PassTally:
-        adds, cells, partitions = [], [], []
+        adds, cells, spans = [], [], []
         for report in reports:
             adds += report["adds"]
-            partitions += report["partitions"]
-            cells += [
-                (*(cell[name] for name in _CELL), cell["offset_min"], cell["offset_max"],
-                 cell["count_all"])
-                for cell in report["cells"]
-            ]  # fmt: skip
-        return cls(adds, cells, partitions)
+            cells += [tuple(cell) for cell in report["cells"]]
+            spans += [OffsetSpan(*span) for span in report["spans"]]
+        return cls(adds, cells, spans)
 
     def offsets_unique(self) -> bool | None:
         """True when no (topic, partition, offset) occurs twice: no task saw one twice, and
         the tasks' offset spans of a partition are disjoint. None when the spans meet, so only
         the offsets themselves can say."""
-        spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for tally in self.partitions:
-            if tally["offset_count_distinct"] != tally["count_all"]:
-                return False
-            spans.setdefault((tally["topic"], tally["partition"]), []).append(
-                (tally["offset_min"], tally["offset_max"])
-            )
-        for found in spans.values():
+        if any(span.distinct != span.count for span in self.spans):
+            return False
+        ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for span in self.spans:
+            ranges.setdefault((span.topic, span.partition), []).append((span.low, span.high))
+        for found in ranges.values():
             found.sort()
             if any(high >= low for (_, high), (low, _) in itertools.pairwise(found)):
                 return None
