@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake import exports
@@ -15,7 +16,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.stages import land_batch
 from ticdc_lake.stages.land import LandTables, land
 from ticdc_lake.stages.land_batch import SPARK_PARQUET
-from ticdc_lake.stages.land_pass import OffsetSpan, PassTally
+from ticdc_lake.stages.land_pass import TALLIED, OffsetSpan, PassTally, TaskTally
 
 from tests.stages.test_export_parquet import parquet_landing
 from tests.stages.test_land import SimulatedKill, bronze_records, expected, retopic, write_config
@@ -42,6 +43,43 @@ def test_spans_that_meet_leave_it_to_the_offsets():
 def test_a_task_that_saw_an_offset_twice_says_no():
     repeated = PassTally([], [], [OffsetSpan("t", 0, 0, 9, count=10, distinct=9)])
     assert repeated.offsets_unique() is False
+
+
+def batch(rows: list[tuple]) -> pa.RecordBatch:
+    """(file_index, partition, offset or None, is_record) rows of topic t."""
+    file_index, partition, offset, is_record = zip(*rows, strict=True)
+    return pa.record_batch(
+        [pa.array(file_index, pa.int32()), pa.array(["t"] * len(rows)),
+         pa.array(partition, pa.int32()), pa.array(offset, pa.int64()), pa.array(is_record)],
+        names=list(TALLIED),
+    )  # fmt: skip
+
+
+def test_a_task_tally_stays_one_span_while_batches_follow_each_other():
+    tally = TaskTally()
+    for start in range(0, 50, 10):  # five batches of file 0, partition 0, in offset order
+        tally.add(batch([(0, 0, offset, True) for offset in range(start, start + 10)]))
+    tally.add(batch([(1, 0, None, False), (1, 1, 7, True)]))  # an error row, another partition
+    report = tally.report()
+    assert sorted(report["spans"]) == [["t", 0, 0, 49, 50, 50], ["t", 1, 7, 7, 1, 1]]
+    assert sorted(report["cells"], key=str) == sorted(
+        [[0, "t", 0, True, 0, 49, 50], [1, "t", 0, False, None, None, 1],
+         [1, "t", 1, True, 7, 7, 1]], key=str,
+    )  # fmt: skip
+    assert PassTally.of([{"adds": [], **report}]).offsets_unique() is True
+
+
+def test_a_batch_going_back_starts_a_span_and_spans_that_meet_are_left_to_the_offsets():
+    tally = TaskTally()
+    tally.add(batch([(0, 0, offset, True) for offset in range(10, 20)]))
+    tally.add(batch([(0, 0, offset, True) for offset in (0, 1, 2)]))  # before: disjoint
+    # After the last span: merged with it, and the merged span meets the first one.
+    tally.add(batch([(0, 0, offset, True) for offset in (15, 30)]))
+    report = tally.report()
+    assert report["spans"] == [["t", 0, 10, 19, 10, 10], ["t", 0, 0, 30, 5, 5]]
+    assert PassTally.of([{"adds": [], **report}]).offsets_unique() is None
+    tally.add(batch([(0, 0, 40, True), (0, 0, 40, True)]))
+    assert PassTally.of([{"adds": [], **tally.report()}]).offsets_unique() is False
 
 
 def spark_jobs(spark, run) -> tuple[object, int]:

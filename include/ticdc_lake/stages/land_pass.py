@@ -33,33 +33,56 @@ class BronzeTask:
     plan: WritePlan
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        files = TaskFiles(self.plan)
-        seen = []
+        files, tally = TaskFiles(self.plan), TaskTally()
         try:
             for batch in batches:
-                seen.append(batch.select(list(TALLIED)))
+                tally.add(batch)
                 files.write(batch.filter(batch.column(IS_RECORD)))
             adds = files.close()
         except BaseException:
             files.discard()
             raise
-        report = {"adds": adds, **_tally(seen)}
+        report = {"adds": adds, **tally.report()}
         yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]}, REPORT_SCHEMA)
 
 
-def _tally(batches: list[pa.RecordBatch]) -> dict[str, list[list]]:
-    """The rows of ``PassTally.cells`` and of its ``spans``, as JSON lists."""
-    if not batches:
-        return {"cells": [], "spans": []}
-    rows = pa.Table.from_batches(batches)
-    cells = rows.group_by(_CELL, use_threads=False).aggregate(
-        [("offset", "min"), ("offset", "max"), ([], "count_all")]
-    )
-    records = rows.filter(rows.column(IS_RECORD))
-    spans = records.group_by(["topic", "partition"], use_threads=False).aggregate(
-        [("offset", "min"), ("offset", "max"), ([], "count_all"), ("offset", "count_distinct")]
-    )
-    return {"cells": _lists(cells), "spans": _lists(spans)}
+class TaskTally:
+    """What one task was given, in a size that does not grow with its rows: per cell the
+    bounds and count of its offsets; per Kafka partition its offsets as spans (one per Arrow
+    batch, merged while each follows the one before, as a file's offsets do)."""
+
+    def __init__(self):
+        self.cells: dict[tuple, list] = {}  # cell -> [low, high, count]
+        self.spans: dict[tuple[str, int], list[list[int]]] = {}  # -> [low, high, count, distinct]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        rows = pa.Table.from_batches([batch.select(list(TALLIED))])
+        cells = rows.group_by(_CELL, use_threads=False).aggregate(
+            [("offset", "min"), ("offset", "max"), ([], "count_all")]
+        )
+        for *cell, low, high, count in _lists(cells):
+            known = self.cells.setdefault(tuple(cell), [low, high, 0])
+            if low is not None:  # a record (an error row may have no offset)
+                known[0], known[1] = min(known[0], low), max(known[1], high)
+            known[2] += count
+        records = rows.filter(rows.column(IS_RECORD))
+        spans = records.group_by(["topic", "partition"], use_threads=False).aggregate(
+            [("offset", "min"), ("offset", "max"), ([], "count_all"), ("offset", "count_distinct")]
+        )
+        for topic, partition, *span in _lists(spans):
+            found = self.spans.setdefault((topic, partition), [])
+            if found and found[-1][1] < span[0]:  # follows the last one: one span, still exact
+                last = found[-1]
+                last[1], last[2], last[3] = span[1], last[2] + span[2], last[3] + span[3]
+            else:
+                found.append(span)
+
+    def report(self) -> dict[str, list[list]]:
+        """``PassTally.cells`` and ``spans`` rows, as JSON lists."""
+        return {
+            "cells": [[*cell, *bounds] for cell, bounds in self.cells.items()],
+            "spans": [[*key, *span] for key, found in self.spans.items() for span in found],
+        }
 
 
 def _lists(table: pa.Table) -> list[list]:
@@ -68,7 +91,8 @@ def _lists(table: pa.Table) -> list[list]:
 
 @dataclass(frozen=True)
 class OffsetSpan:
-    """One task's offsets of one Kafka partition."""
+    """Offsets of one Kafka partition that one task was given: ``count`` of them,
+    ``distinct`` different ones, from ``low`` to ``high``."""
 
     topic: str
     partition: int
@@ -96,9 +120,9 @@ class PassTally:
         return cls(adds, cells, spans)
 
     def offsets_unique(self) -> bool | None:
-        """True when no (topic, partition, offset) occurs twice: no task saw one twice, and
-        the tasks' offset spans of a partition are disjoint. None when the spans meet, so only
-        the offsets themselves can say."""
+        """True when no (topic, partition, offset) occurs twice: no span holds one twice, and
+        the spans of a partition are disjoint. None when spans meet, so only the offsets
+        themselves can say."""
         if any(span.distinct != span.count for span in self.spans):
             return False
         ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
