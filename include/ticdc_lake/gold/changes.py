@@ -209,12 +209,16 @@ def reduce_changes(
     applying = with_segment(selected.where(F.col("selected")), splits)
     applying = with_folds(applying, points)
     actions = key_actions(applying, _fallback_handles(timeline))
+    # Most runs hold no replay (TiCDC replays after a restart): then nothing is dropped as one.
+    replays = any(count.duplicates for count in counts.values())
     if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
-        return Reduced(last_per_key(actions).select(*REDUCED_COLUMNS).toArrow()), counts, batches
+        reduced = last_per_key(actions, replays=replays).select(*REDUCED_COLUMNS)
+        return Reduced(reduced.toArrow()), counts, batches
     # The spill's bucket leads the reduce's windows: their output is then sorted by it, and
     # the partitioned write needs neither a shuffle nor a sort of its own.
     bucketed = actions.withColumn(SPILL_BUCKET, F.xxhash64("schema", "table", "segment"))
-    reduced = last_per_key(bucketed, ahead=[SPILL_BUCKET]).select(*REDUCED_COLUMNS, SPILL_BUCKET)
+    reduced = last_per_key(bucketed, ahead=[SPILL_BUCKET], replays=replays)
+    reduced = reduced.select(*REDUCED_COLUMNS, SPILL_BUCKET)
     spill = layout.root / SCRATCH / f"compact-{plan.name}"
     return Reduced.spilled(reduced, spill), counts, batches
 

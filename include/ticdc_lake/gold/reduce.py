@@ -403,13 +403,15 @@ def key_actions(changes: DataFrame, fallback_handles: Mapping[tuple[str, str], S
     )
 
 
-def last_per_key(actions: DataFrame, ahead: Sequence[str] = ()) -> DataFrame:
+def last_per_key(actions: DataFrame, ahead: Sequence[str] = (), replays: bool = True) -> DataFrame:
     """Keep the last action per (schema, table, segment, key), replays dropped. A change without
     any order TS (only when nothing tells its TS) sorts after every change that has one.
 
     ``ahead``: columns that are functions of (schema, table, segment), e.g. a hash of them, to
     lead the windows' partitioning: each task's result then comes out sorted by them, as a
-    write partitioned by them needs (without a sort of its own)."""
+    write partitioned by them needs (without a sort of its own). ``replays`` False: the caller
+    knows no event occurs twice (a run's counts found no duplicate), so copies need no
+    dropping, and the wide rows are sorted once instead of twice."""
     key = (*ahead, "schema", "table", "segment", "key")
     # One exchange: both windows below partition by a superset of these columns. Not by the
     # segment: it is a literal when no DDL splits the run, and Spark drops a literal from a
@@ -422,9 +424,8 @@ def last_per_key(actions: DataFrame, ahead: Sequence[str] = ()) -> DataFrame:
         *[F.col(name).desc() for name in POSITION],
         F.col("sub").desc(),
     )
-    unique = clustered.withColumn("_copy", F.row_number().over(first)).where("_copy = 1")
-    return (
-        unique.withColumn("_rank", F.row_number().over(last))
-        .where("_rank = 1")
-        .drop("_rank", "_copy")
-    )
+    unique = clustered
+    if replays:
+        unique = clustered.withColumn("_copy", F.row_number().over(first)).where("_copy = 1")
+        unique = unique.drop("_copy")
+    return unique.withColumn("_rank", F.row_number().over(last)).where("_rank = 1").drop("_rank")
