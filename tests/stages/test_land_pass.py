@@ -5,6 +5,7 @@ of that pass behind and is sorted as before."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -84,21 +85,21 @@ def test_a_batch_going_back_starts_a_span_and_spans_that_meet_are_left_to_the_of
 
 def spark_jobs(spark, run) -> tuple[object, int]:
     """``run()``'s result and how many Spark jobs it ran."""
-    context = spark.sparkContext
-    context.setJobGroup("land-pass-test", "counted")
+    context, group = spark.sparkContext, f"land-pass-test-{uuid.uuid4().hex}"
+    context.setJobGroup(group, "counted")
     try:
         result = run()
     finally:
         context.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(context.statusTracker().getJobIdsForGroup("land-pass-test"))
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
 
 
-def unreferenced_files(tables: LandTables) -> set[str]:
+def unreferenced_files(tables: LandTables) -> set[Path]:
     """Data files in bronze's directory that its Delta table does not reference."""
     root = Path(tables.bronze)
-    referenced = {str(root / path) for path in DeltaTable(str(root)).file_uris()}
-    referenced = {str(Path(path.removeprefix("file://"))) for path in referenced}
-    present = {str(path) for path in root.rglob("*.parquet") if "_delta_log" not in path.parts}
+    referenced = {Path(uri.removeprefix("file://")) for uri in DeltaTable(str(root)).file_uris()}
+    present = {path for path in root.rglob("*.parquet") if "_delta_log" not in path.parts}
+    assert referenced <= present
     return present - referenced
 
 
