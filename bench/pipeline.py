@@ -37,6 +37,7 @@ import re
 import resource
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -277,9 +278,16 @@ def size_label(row_events: int) -> str:
     return str(row_events)
 
 
-def workload_arguments(doc: str, row_events: int, out: str) -> argparse.Namespace:
-    """The command line of a benchmark over the generated workload: its parameters, and
-    ``--out`` (default ``bench/results/<out>``, where ``out`` may name the profile and size)."""
+def run_benchmark(
+    doc: str,
+    row_events: int,
+    out: str,
+    run: Callable[[int, str, int, str], dict],
+    print_table: Callable[[dict], None],
+) -> None:
+    """A benchmark over the generated workload as a command: its parameters, and ``--out``
+    (default ``bench/results/<out>``, where ``out`` may name the profile and size); ``run``'s
+    result is written there as JSON and printed by ``print_table``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
     parser.add_argument("--row-events", type=int, default=row_events)
@@ -288,20 +296,15 @@ def workload_arguments(doc: str, row_events: int, out: str) -> argparse.Namespac
     parser.add_argument("--out", type=Path, help=f"default bench/results/{out}")
     args = parser.parse_args()
     size = size_label(args.row_events)
-    args.out = args.out or RESULTS / out.replace("<profile>", args.profile).replace("<size>", size)
-    return args
-
-
-def write_result(out: Path, result: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    path = args.out or RESULTS / out.replace("<profile>", args.profile).replace("<size>", size)
+    result = run(args.row_events, args.protocol, args.seed, args.profile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print_table(result)
 
 
 def main() -> None:
-    args = workload_arguments(__doc__, 1_000_000, "pipeline-<profile>-<size>.json")
-    result = run(args.row_events, args.protocol, args.seed, args.profile)
-    write_result(args.out, result)
-    print_table(result)
+    run_benchmark(__doc__, 1_000_000, "pipeline-<profile>-<size>.json", run, print_table)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from ticdc_lake.spark import build_session
 from ticdc_lake.workload.generator import DEFAULT_PROFILE
 
 from bench.machine import machine_report
-from bench.pipeline import DRIVER_MEMORY, fresh_config, workload, workload_arguments, write_result
+from bench.pipeline import DRIVER_MEMORY, fresh_config, run_benchmark, workload
 
 TARGET = 0.15
 
@@ -101,10 +101,7 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    args = workload_arguments(__doc__, 1_000_000, "quality.json")
-    result = run(args.row_events, args.protocol, args.seed, args.profile)
-    write_result(args.out, result)
-    print_table(result)
+    run_benchmark(__doc__, 1_000_000, "quality.json", run, print_table)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,8 @@ from bench.pipeline import (
     expected_counts,
     fresh_config,
     gold_rows,
+    run_benchmark,
     workload,
-    workload_arguments,
-    write_result,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,10 +151,7 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
-    args = workload_arguments(__doc__, 200_000, "submit-<profile>-<size>.json")
-    result = run(args.row_events, args.protocol, args.seed, args.profile)
-    write_result(args.out, result)
-    print_table(result)
+    run_benchmark(__doc__, 200_000, "submit-<profile>-<size>.json", run, print_table)
 
 
 if __name__ == "__main__":

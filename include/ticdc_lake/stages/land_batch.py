@@ -277,15 +277,13 @@ def land_in_one_pass(
     already in bronze (a rerun: ``sort_records`` counts it)."""
     if not records.spark_read_only:
         return None
-    hashed = with_record_hash(records.raw)
-    incoming = TableSchema.from_spark(
-        commits.conform(hashed, BRONZE_SCHEMA).schema, BRONZE_PARTITION_BY
-    )
+    is_record = F.col("error").isNull().alias(IS_RECORD)
+    rows = commits.conform(with_record_hash(records.raw), BRONZE_SCHEMA, ["file_index", is_record])
+    bronze = rows.drop("file_index", IS_RECORD).schema  # what the tasks write
+    incoming = TableSchema.from_spark(bronze, BRONZE_PARTITION_BY)
     write = plan_write(table_path(commits.tables.bronze), incoming, **commits.version)
     if write is None:
         return None
-    is_record = F.col("error").isNull().alias(IS_RECORD)
-    rows = commits.conform(hashed, BRONZE_SCHEMA, keep=["file_index", is_record])
     rows = rows.coalesce(
         write_tasks(rows.sparkSession, commits.size_hint_bytes, write.max_file_bytes)
     )
