@@ -12,6 +12,7 @@ snapshot missing from disk is a TableFileMissingError naming it, before Spark ge
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -20,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
@@ -152,6 +154,27 @@ def check_files_present(table: DeltaTable, within: ValueRange | None = None) -> 
     if missing:
         raise TableFileMissingError(table_path(unquote(table.table_uri)), missing, table.version())
     return files
+
+
+def rows_in_partitions_above(table: DeltaTable, column: str, low: int) -> float:
+    """How many rows the files of the partitions whose ``column`` is above ``low`` hold, by
+    the log's file statistics (infinite when the log does not say): what a driver-side read of
+    them would bring to the driver."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if f"partition.{column}" not in actions.column_names:
+        return math.inf
+    values = pc.cast(actions.column(f"partition.{column}"), pa.int64())
+    counts = pc.filter(actions.column("num_records"), pc.greater(values, low))
+    return math.inf if counts.null_count else pc.sum(counts).as_py() or 0
+
+
+def read_on_driver(table: DeltaTable, columns: list[str], where: pc.Expression) -> pa.Table:
+    """The snapshot's rows that ``where`` keeps, read by delta-rs on the driver (partitions
+    and row groups pruned by it), after the checks ``read_delta`` makes: for a few columns of
+    a run's rows, where a Spark job's start costs seconds."""
+    check_plain_files(table)
+    check_files_present(table)
+    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
 _FILE_IN_MESSAGE = re.compile(r"(?:file:)?/+([^\s'\"]+?\.parquet)")

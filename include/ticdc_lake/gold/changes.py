@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
+from ticdc_lake.delta.read import read_on_driver, rows_in_partitions_above
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import DdlRecord, Timeline, unique_records
@@ -32,7 +33,11 @@ from ticdc_lake.gold.reduce import (
     with_selection,
 )
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.quality.quarantine import COORDINATES, quarantined_coordinates
+from ticdc_lake.quality.quarantine import (
+    COORDINATES,
+    quarantined_coordinates,
+    quarantined_table,
+)
 
 # A run reading more changes than this keeps its change set in Spark: an empty gold table is
 # loaded by the executors, and other segments are brought to the driver (for merge_delta) one
@@ -48,6 +53,10 @@ REDUCED_COLUMNS = (
 )  # fmt: skip
 
 SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
+# A run of up to this many silver changes (by the log's file statistics) is counted on the
+# driver: delta-rs reads five narrow columns and pyarrow groups them, about a second for a
+# million changes, where Spark's counts pass took 3-10 s as a compaction's first Spark job.
+DRIVER_COUNT_LIMIT = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -177,28 +186,12 @@ def reduce_changes(
     spark: SparkSession, layout: LakeLayout, plan: FeedPlan, timeline: Timeline
 ) -> tuple[Reduced, dict[TableName, TableCounts], Batches]:
     """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
-    changes = _unsettled_changes(spark, layout, plan)
-    if changes is None:
+    selected = selected_changes(spark, layout, plan)
+    if selected is None:
         return Reduced.empty(), {}, Batches()
-    ordered = with_order_ts(changes, _markers(spark, layout, plan) if plan.lacks_ts else None)
-    applied = spark.createDataFrame(
-        [
-            (name.schema, name.name, p.applied_ts, p.applied_batch)
-            for name, p in plan.prior.items()
-            if not plan.rebuild
-        ],
-        "schema string, table string, applied_ts long, applied_batch long",
-    )
-    selected = with_selection(
-        ordered,
-        applied,
-        target_ts=plan.target_ts,
-        default_ts=plan.low_ts,
-        default_batch=plan.low_batch,
-    )
     # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
     # the images of a large run would not fit a small driver.
-    counts, batches = _counts(selected, plan)
+    counts, batches = count_on_driver(layout, plan) or count_in_spark(selected, plan)
     splits, points = {}, {}
     for name in {n for b in timeline.barriers for n in b.tables}:
         segments = timeline.segments_of(name)
@@ -223,6 +216,22 @@ def reduce_changes(
     return Reduced.spilled(reduced, spill), counts, batches
 
 
+def selected_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:
+    """The unsettled changes with their ``order_ts`` and ``selected`` (``with_selection``);
+    None when silver holds no changes yet."""
+    changes = _unsettled_changes(spark, layout, plan)
+    if changes is None:
+        return None
+    ordered = with_order_ts(changes, _markers(spark, layout, plan) if plan.lacks_ts else None)
+    return with_selection(
+        ordered,
+        spark.createDataFrame(_applied(plan)),
+        target_ts=plan.target_ts,
+        default_ts=plan.low_ts,
+        default_batch=plan.low_batch,
+    )
+
+
 def _of_feed(plan: FeedPlan):
     return F.col("topic").isin(list(plan.topics))
 
@@ -241,7 +250,7 @@ def _unsettled_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) 
     if not plan.consistent or plan.lacks_ts:
         # Changes without a TS need their neighbours, whatever their TSs.
         return unsettled
-    # Above the target too: those changes keep their batches unsettled (see _counts).
+    # Above the target too: those changes keep their batches unsettled (see count_in_spark).
     return unsettled.where(F.col("commit_ts") > plan.low_ts)
 
 
@@ -277,7 +286,9 @@ def _markers(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFra
     return functools.reduce(DataFrame.unionByName, frames) if frames else None
 
 
-def _counts(marked: DataFrame, plan: FeedPlan) -> tuple[dict[TableName, TableCounts], Batches]:
+def count_in_spark(
+    marked: DataFrame, plan: FeedPlan
+) -> tuple[dict[TableName, TableCounts], Batches]:
     """Per table: changes read, distinct, left for later; the batch bounds of the run."""
     selected = F.col("selected")
     unsettled = F.lit(False)  # a change this run leaves for a later one
@@ -316,6 +327,107 @@ def _counts(marked: DataFrame, plan: FeedPlan) -> tuple[dict[TableName, TableCou
         pending=min(pending) if pending else None,
     )
     return counts, batches
+
+
+def count_on_driver(
+    layout: LakeLayout, plan: FeedPlan
+) -> tuple[dict[TableName, TableCounts], Batches] | None:
+    """What ``count_in_spark`` counts of ``selected_changes``, on the driver; None when Spark
+    must count: more than DRIVER_COUNT_LIMIT changes, or changes that may lack a commit TS
+    (their order TSs come from ``with_order_ts``'s windows)."""
+    if plan.lacks_ts:
+        return None
+    table = open_table(layout.changes)
+    if rows_in_partitions_above(table, "bronze_batch", plan.low_batch) > DRIVER_COUNT_LIMIT:
+        return None
+    where = (pc.field("bronze_batch") > plan.low_batch) & pc.field("topic").isin(list(plan.topics))
+    if plan.consistent:
+        where &= pc.field("commit_ts") > plan.low_ts
+    quarantined = quarantined_table(layout)
+    columns = ["schema", "table", "event_id", "commit_ts", "bronze_batch"]
+    rows = read_on_driver(table, columns + (COORDINATES if quarantined else []), where)
+    if quarantined is not None:
+        quarantined = quarantined.cast(rows.select(COORDINATES).schema)
+        rows = rows.join(quarantined, COORDINATES, join_type="left anti")
+    marked = _marked(rows.join(_applied(plan), ["schema", "table"], join_type="left outer"), plan)
+    per_table = (
+        marked.group_by(["schema", "table"], use_threads=False)
+        .aggregate(
+            [("read", "sum"), ("pending_batch", "min"), ("bronze_batch", "max"), ("max_ts", "max")]
+        )
+        .to_pylist()
+    )
+    # Replays: copies of an event (same event_id and order TS) beyond the first.
+    events = marked.filter(marked.column("read")).group_by(
+        ["schema", "table", "event_id", "event_ts"], use_threads=False
+    )
+    distinct = events.aggregate([]).group_by(["schema", "table"]).aggregate([([], "count_all")])
+    changes = {(row["schema"], row["table"]): row["count_all"] for row in distinct.to_pylist()}
+    counts = {
+        TableName(row["schema"], row["table"]): TableCounts(
+            read=row["read_sum"] or 0,
+            changes=changes.get((row["schema"], row["table"]), 0),
+            max_ts=row["max_ts_max"],
+        )
+        for row in per_table
+    }
+    pending = [
+        row["pending_batch_min"] for row in per_table if row["pending_batch_min"] is not None
+    ]
+    batches = Batches(
+        latest=max((row["bronze_batch_max"] for row in per_table), default=None),
+        pending=min(pending, default=None),
+    )
+    return counts, batches
+
+
+_APPLIED = pa.schema(
+    [("schema", pa.string()), ("table", pa.string()), ("applied_ts", pa.int64()),
+     ("applied_batch", pa.int64())]
+)  # fmt: skip
+
+
+def _applied(plan: FeedPlan) -> pa.Table:
+    """Per table the TS and bronze batch applied before the run (none when it rebuilds)."""
+    states = {} if plan.rebuild else plan.prior
+    columns = {
+        "schema": [name.schema for name in states],
+        "table": [name.name for name in states],
+        "applied_ts": [state.applied_ts for state in states.values()],
+        "applied_batch": [state.applied_batch for state in states.values()],
+    }
+    return pa.table(columns, schema=_APPLIED)
+
+
+def _marked(rows: pa.Table, plan: FeedPlan) -> pa.Table:
+    """``with_selection``'s and ``count_in_spark``'s marks in pyarrow, on changes joined with
+    ``_applied``: ``read`` (selected), ``pending_batch`` (of a change above the target),
+    ``max_ts`` (of a selected one), ``event_ts``. The order TS is the commit TS."""
+    order_ts, batch = rows.column("commit_ts"), rows.column("bronze_batch")
+    if plan.target_ts is None:
+        applied_batch = pc.fill_null(rows.column("applied_batch"), plan.low_batch)
+        selected = pc.greater(batch, applied_batch)
+        unsettled = pa.repeat(False, rows.num_rows)  # an inconsistent run leaves none
+    else:
+        # Every change read has a commit TS: the read kept those above low_ts. So none waits
+        # for one (count_in_spark's ``pending``).
+        applied_ts = pc.fill_null(rows.column("applied_ts"), plan.low_ts)
+        target = plan.target_ts
+        selected = pc.and_(pc.greater(order_ts, applied_ts), pc.less_equal(order_ts, target))
+        unsettled = pc.greater(order_ts, target)
+    none = pa.scalar(None, pa.int64())
+    return pa.table(
+        {
+            "schema": rows.column("schema"),
+            "table": rows.column("table"),
+            "event_id": rows.column("event_id"),
+            "event_ts": pc.fill_null(order_ts, -1),
+            "bronze_batch": batch,
+            "read": selected,
+            "pending_batch": pc.if_else(unsettled, batch, none),
+            "max_ts": pc.if_else(selected, order_ts, none),
+        }
+    )
 
 
 def _fallback_handles(timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:

@@ -32,7 +32,6 @@ highest bronze batch folded in; a run with no new resolved events writes nothing
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +46,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, write_arrow
-from ticdc_lake.delta.read import check_files_present, check_plain_files
+from ticdc_lake.delta.read import read_on_driver, rows_in_partitions_above
 from ticdc_lake.lake.layout import LakeLayout
 
 APP_ID = "watermark"
@@ -314,26 +313,12 @@ def _folded(
     """The watermarks rows after the resolved events (``table``) of the bronze batches above
     ``cursor``: folded on the driver when there are at most DRIVER_FOLD_LIMIT of them, else
     by Spark."""
-    if _events_above(table, cursor) <= DRIVER_FOLD_LIMIT:
-        check_plain_files(table)  # what read_delta checks: Spark's read would say the same
-        check_files_present(table)
-        newer = pc.field("bronze_batch") > cursor
-        new = table.to_pyarrow_dataset().to_table(columns=_EVENT_COLUMNS, filter=newer)
+    if rows_in_partitions_above(table, "bronze_batch", cursor) <= DRIVER_FOLD_LIMIT:
+        new = read_on_driver(table, _EVENT_COLUMNS, pc.field("bronze_batch") > cursor)
         return fold_resolved_rows(new, before)
     previous = read_delta(spark, layout.watermarks) if before else None
     new = read_table(spark, table).where(F.col("bronze_batch") > cursor)
     return {(r.topic, r.partition): r.asDict() for r in fold_resolved(new, previous).collect()}
-
-
-def _events_above(table: DeltaTable, cursor: int) -> float:
-    """How many resolved events the bronze batches above ``cursor`` hold, by the log's file
-    statistics (infinite when the log does not say)."""
-    actions = pa.table(table.get_add_actions(flatten=True))
-    if "partition.bronze_batch" not in actions.column_names:
-        return math.inf
-    batches = pc.cast(actions.column("partition.bronze_batch"), pa.int64())
-    counts = pc.filter(actions.column("num_records"), pc.greater(batches, cursor))
-    return math.inf if counts.null_count else pc.sum(counts).as_py() or 0
 
 
 def watermark(spark: SparkSession, config: PipelineConfig) -> WatermarkResult:
