@@ -7,6 +7,8 @@ import argparse
 import base64
 import functools
 import json
+import subprocess
+import sys
 
 import pytest
 from deltalake import DeltaTable
@@ -77,6 +79,19 @@ def test_a_job_with_nothing_new_to_check_builds_no_spark_session(spark, sample, 
         no_session = lambda name: pytest.fail(f"{name}: a session was built")  # noqa: E731
         assert job_main(f"quality-{stage}", args, no_session, check) == 0
         assert "FAILED" not in capsys.readouterr().err
+
+
+def test_warming_up_ge_starts_no_spark_session():
+    """The warm-up imports GE while a job starts Spark, and leaves the session to the job: GE's
+    Spark source would start a default one (local[*], 1 GB) that the job's build would get."""
+    code = (
+        "import threading; from pyspark.sql import SparkSession; "
+        "from ticdc_lake.quality.validator import Validator; v = Validator(); v.warm_up(); "
+        "[t.join(120) for t in threading.enumerate() if t.name == 'ge-warm-up']; "
+        "print(v._context is not None, SparkSession._instantiatedSession)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "None"]
 
 
 def test_duplicate_offset_fails_the_bronze_job_naming_the_check(spark, sample, capsys):

@@ -77,6 +77,7 @@ def validate_stage(
     key, batches = _pending(ctx, stage)
     if key is None:
         return previous_validation(layout, stage, started)
+    validator.warm_up()  # while the checks' first Spark job starts the session
     validation.batch = key
     quarantine: DataFrame | None = None
     if stage == "bronze":

@@ -57,9 +57,11 @@ class Validator:
         self._names = itertools.count()
 
     def warm_up(self) -> None:
-        """Build the context on a background thread: GE's import costs seconds of Python that a
-        pipeline run can spend while its first stage waits on Spark."""
-        threading.Thread(target=self._sources_ready, name="ge-warm-up", daemon=True).start()
+        """Import GE and build the context on a background thread: seconds of Python that a
+        job can spend while it waits on Spark. Not the data sources: adding GE's Spark source
+        starts a default SparkSession when none runs yet, which the job's own would then be
+        (``getOrCreate`` keeps the first one's master and memory)."""
+        threading.Thread(target=lambda: self.context, name="ge-warm-up", daemon=True).start()
 
     @property
     def context(self):
@@ -75,10 +77,6 @@ class Validator:
                 context.variables.progress_bars = ProgressBarsConfig(globally=False)
                 self._context = context
             return self._context
-
-    def _sources_ready(self) -> None:
-        for kind in ("spark", "pandas"):
-            self._batch_definition(kind)
 
     def _batch_definition(self, kind: str):
         context = self.context
