@@ -189,8 +189,8 @@ def reduce_changes(
     selected = selected_changes(spark, layout, plan)
     if selected is None:
         return Reduced.empty(), {}, Batches()
-    # Not cached: the counts read only narrow columns (Parquet column pruning), and caching
-    # the images of a large run would not fit a small driver.
+    # Not cached: Spark's counts (a large run, or changes without TSs) read only narrow
+    # columns (Parquet column pruning), and caching a large run's images would not fit.
     counts, batches = count_on_driver(layout, plan) or count_in_spark(selected, plan)
     splits, points = {}, {}
     for name in {n for b in timeline.barriers for n in b.tables}:
