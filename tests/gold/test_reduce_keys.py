@@ -68,7 +68,7 @@ def _expected(changes: list[tuple]) -> list[tuple]:
     return sorted(actions, key=repr)
 
 
-def _frame(spark, changes: list[tuple]):
+def silver_changes(changes: list[tuple]) -> pa.Table:
     rows = [
         {
             "event_id": str(number),
@@ -89,7 +89,11 @@ def _frame(spark, changes: list[tuple]):
         }
         for number, (op, handle_key, table, columns, old_columns) in enumerate(changes)
     ]
-    return spark.createDataFrame(pa.Table.from_pylist(rows, schema=CHANGES_SCHEMA))
+    return pa.Table.from_pylist(rows, schema=CHANGES_SCHEMA)
+
+
+def _frame(spark, changes: list[tuple]):
+    return spark.createDataFrame(silver_changes(changes))
 
 
 def _found(frame) -> list[tuple]:

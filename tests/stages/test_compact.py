@@ -243,6 +243,7 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     # As a run too large to collect: empty tables are loaded by the executors, and the
     # segments after a DDL are brought to the driver one at a time.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
     appends = []
     append = gold_tables.GoldTable.append
     monkeypatch.setattr(
@@ -258,10 +259,13 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
         assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
             incremental, key=lambda r: _key(r, keys)
         )
-    # A collected run reports what a spilled one does.
+    # A collected run reports what a spilled one does, and so does one reduced on the driver.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 10**9)
     collected = compact(spark, config, rebuild=True)
     assert _counted(collected) == _counted(once)
+    monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", 10**9)
+    on_driver = compact(spark, config, rebuild=True)
+    assert _counted(on_driver) == _counted(once)
 
 
 def _counted(result) -> list[tuple]:

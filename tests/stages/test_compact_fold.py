@@ -299,10 +299,53 @@ def test_folded_ddls_equal_a_barrier_per_ddl(spark, operations):
     assert_fold_equals_barriers(spark, operations)
 
 
+def _reduced_rows(reduced: gold_changes.Reduced) -> list[str]:
+    rows = [row for key in sorted(reduced.keys) for row in reduced.rows(key).to_pylist()]
+    return sorted(map(repr, rows))
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(OPERATIONS, min_size=4, max_size=14), st.booleans())
+@example(RENAME_AND_WIDEN_BETWEEN, True)
+@example(SAME_TS + ADDED_AGAIN, True)
+@example(TRUNCATE_AND_MODIFY_AT_ONE_TS, False)
+def test_the_driver_reduces_a_run_as_spark_does(spark, operations, fold):
+    """gold/reduce_arrow.py against gold/reduce.py: each run's reduced change set and counts,
+    the same row for row, folded and with a barrier per DDL."""
+    reduce_changes = compact_stage.reduce_changes
+    compared = []
+
+    def both_ways(spark, layout, plan, timeline):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
+            in_spark = reduce_changes(spark, layout, plan, timeline)
+        on_driver = reduce_changes(spark, layout, plan, timeline)
+        assert on_driver[0].dataset is None  # reduced on the driver, not spilled
+        assert _reduced_rows(on_driver[0]) == _reduced_rows(in_spark[0])
+        assert on_driver[1:] == in_spark[1:]
+        compared.append(plan.name)
+        return on_driver
+
+    log, mid, _ = _log(operations)
+    with (
+        tempfile.TemporaryDirectory(prefix="reduce-") as directory,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        patch.setattr(compact_stage, "reduce_changes", both_ways)
+        _compacted(spark, Path(directory) / "lake", log, mid, fold=fold)
+    assert compared
+
+
 @pytest.mark.slow
 def test_large_runs_fold_as_small_ones_do(spark, monkeypatch):
     # Every segment spilled and read by Spark, every rewrite by Spark: the executors' paths.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
     monkeypatch.setattr(gold_tables, "DRIVER_REWRITE_ROWS", 0)
     mixed = [("insert", "a", 3, False), ("drop", "a", 0, False), ("insert", "a", 2, False)]
     assert_fold_equals_barriers(

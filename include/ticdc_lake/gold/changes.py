@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import itertools
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -21,6 +23,7 @@ from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.read import read_on_driver, rows_in_partitions_above
+from ticdc_lake.gold import reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import DdlRecord, Timeline, unique_records
@@ -57,6 +60,14 @@ SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 # driver: delta-rs reads five narrow columns and pyarrow groups them, about a second for a
 # million changes, where Spark's counts pass took 3-10 s as a compaction's first Spark job.
 DRIVER_COUNT_LIMIT = 2_000_000
+# A run of up to this many silver changes is reduced on the driver (gold/reduce_arrow.py):
+# about 0.8 GB of Arrow per million realistic changes, where Spark's reduce job took 20-45 s
+# for a million. Larger runs (backfills) are reduced by Spark.
+DRIVER_REDUCE_LIMIT = 2_000_000
+DRIVER_REDUCE_COLUMNS = (
+    "event_id", "commit_ts", "schema", "table", "op", "handle_key", "handle_key_only",
+    "columns", "old_columns", "topic", "partition", "offset", "index", "bronze_batch",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,15 @@ class Reduced:
         self.keys = set(self.sizes)
 
     @classmethod
+    def of_segments(cls, segments: dict[SegmentKey, pa.Table]) -> Reduced:
+        """A change set already split by segment (gold/reduce_arrow.py)."""
+        reduced = cls()
+        reduced.segments = {key: rows for key, rows in segments.items() if rows.num_rows}
+        reduced.sizes = {key: rows.num_rows for key, rows in reduced.segments.items()}
+        reduced.keys = set(reduced.sizes)
+        return reduced
+
+    @classmethod
     def empty(cls) -> Reduced:
         return cls(pa.table({name: [] for name in REDUCED_COLUMNS}))
 
@@ -144,8 +164,9 @@ class Reduced:
         return self.sizes.get(key, 0)
 
     def large(self, key: SegmentKey) -> bool:
-        """Whether the segment is too large to bring to the driver at once."""
-        return self.size(key) > COLLECT_LIMIT
+        """Whether the segment is too large to bring to the driver at once (a spilled one:
+        one reduced on the driver is there already)."""
+        return self.dataset is not None and self.size(key) > COLLECT_LIMIT
 
     def _where(self, key: SegmentKey, column) -> Any:
         schema, table, segment = key
@@ -186,12 +207,8 @@ def reduce_changes(
     spark: SparkSession, layout: LakeLayout, plan: FeedPlan, timeline: Timeline
 ) -> tuple[Reduced, dict[TableName, TableCounts], Batches]:
     """The reduced change set (REDUCED_COLUMNS), per-table counts and batch bounds."""
-    selected = selected_changes(spark, layout, plan)
-    if selected is None:
+    if not delta_table_exists(layout.changes):
         return Reduced.empty(), {}, Batches()
-    # Not cached: Spark's counts (a large run, or changes without TSs) read only narrow
-    # columns (Parquet column pruning), and caching a large run's images would not fit.
-    counts, batches = count_on_driver(layout, plan) or count_in_spark(selected, plan)
     splits, points = {}, {}
     for name in {n for b in timeline.barriers for n in b.tables}:
         segments = timeline.segments_of(name)
@@ -199,9 +216,19 @@ def reduce_changes(
         for segment in segments:
             if segment.folds:
                 points[(name.schema, name.name, segment.number)] = segment.points(name, plan.zones)
+    handles = _fallback_handles(timeline)
+    on_driver = reduce_on_driver(layout, plan, splits, points, handles)
+    if on_driver is not None:
+        return on_driver
+    selected = selected_changes(spark, layout, plan)
+    if selected is None:
+        return Reduced.empty(), {}, Batches()
+    # Not cached: Spark's counts (a large run, or changes without TSs) read only narrow
+    # columns (Parquet column pruning), and caching a large run's images would not fit.
+    counts, batches = count_on_driver(layout, plan) or count_in_spark(selected, plan)
     applying = with_segment(selected.where(F.col("selected")), splits)
     applying = with_folds(applying, points)
-    actions = key_actions(applying, _fallback_handles(timeline))
+    actions = key_actions(applying, handles)
     # Most runs hold no replay (TiCDC replays after a restart): then nothing is dropped as one.
     replays = any(count.duplicates for count in counts.values())
     if sum(count.read for count in counts.values()) <= COLLECT_LIMIT:
@@ -214,6 +241,28 @@ def reduce_changes(
     reduced = reduced.select(*REDUCED_COLUMNS, SPILL_BUCKET)
     spill = layout.root / SCRATCH / f"compact-{plan.name}"
     return Reduced.spilled(reduced, spill), counts, batches
+
+
+def reduce_on_driver(
+    layout: LakeLayout,
+    plan: FeedPlan,
+    splits: dict[tuple[str, str], list[int | None]],
+    points: dict[SegmentKey, list],
+    handles: dict[tuple[str, str], tuple[str, ...]],
+) -> tuple[Reduced, dict[TableName, TableCounts], Batches] | None:
+    """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py)
+    for a run of up to DRIVER_REDUCE_LIMIT changes, all with a commit TS; None otherwise."""
+    rows = changes_on_driver(layout, plan, DRIVER_REDUCE_COLUMNS, DRIVER_REDUCE_LIMIT)
+    if rows is None:
+        return None
+    marked = marked_on_driver(rows, plan)
+    counts, batches = counts_of(marked)
+    selected = marked.filter(marked.column("read")).column("row").to_numpy()
+    if len(selected) < rows.num_rows:
+        rows = rows.take(pa.array(np.sort(selected)))
+    replays = any(count.duplicates for count in counts.values())
+    segments = reduce_arrow.reduce_changes(rows, splits, points, handles, replays=replays)
+    return None if segments is None else (Reduced.of_segments(segments), counts, batches)
 
 
 def selected_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:
@@ -335,21 +384,50 @@ def count_on_driver(
     """What ``count_in_spark`` counts of ``selected_changes``, on the driver; None when Spark
     must count: more than DRIVER_COUNT_LIMIT changes, or changes that may lack a commit TS
     (their order TSs come from ``with_order_ts``'s windows)."""
+    rows = changes_on_driver(layout, plan, COUNTED_COLUMNS, DRIVER_COUNT_LIMIT)
+    return None if rows is None else counts_of(marked_on_driver(rows, plan))
+
+
+COUNTED_COLUMNS = ("schema", "table", "event_id", "commit_ts", "bronze_batch")
+
+
+def changes_on_driver(
+    layout: LakeLayout, plan: FeedPlan, columns: Sequence[str], limit: int
+) -> pa.Table | None:
+    """``columns`` of the unsettled changes (``_unsettled_changes``), read by delta-rs; None
+    when they may lack a commit TS or the unsettled batches hold more than ``limit`` rows."""
     if plan.lacks_ts:
         return None
     table = open_table(layout.changes)
-    if rows_in_partitions_above(table, "bronze_batch", plan.low_batch) > DRIVER_COUNT_LIMIT:
+    if rows_in_partitions_above(table, "bronze_batch", plan.low_batch) > limit:
         return None
     where = (pc.field("bronze_batch") > plan.low_batch) & pc.field("topic").isin(list(plan.topics))
     if plan.consistent:
         where &= pc.field("commit_ts") > plan.low_ts
     quarantined = quarantined_table(layout)
-    columns = ["schema", "table", "event_id", "commit_ts", "bronze_batch"]
-    rows = read_on_driver(table, columns + (COORDINATES if quarantined else []), where)
-    if quarantined is not None:
-        quarantined = quarantined.cast(rows.select(COORDINATES).schema)
-        rows = rows.join(quarantined, COORDINATES, join_type="left anti")
-    marked = _marked(rows.join(_applied(plan), ["schema", "table"], join_type="left outer"), plan)
+    if quarantined is None:
+        # One chunk: pyarrow's take over a chunked nested column joins its chunks first.
+        return read_on_driver(table, list(columns), where).combine_chunks()
+    wanted = list(dict.fromkeys([*columns, *COORDINATES]))
+    rows = read_on_driver(table, wanted, where)
+    # Joined by row number: an Arrow join would carry (and may not take) the nested images.
+    numbered = rows.select(COORDINATES).append_column("_row", pa.array(np.arange(rows.num_rows)))
+    quarantined = quarantined.cast(numbered.select(COORDINATES).schema)
+    kept = numbered.join(quarantined, COORDINATES, join_type="left anti").column("_row")
+    return rows.combine_chunks().take(pa.array(np.sort(kept.to_numpy()))).select(list(columns))
+
+
+def marked_on_driver(rows: pa.Table, plan: FeedPlan) -> pa.Table:
+    """``_marked``'s marks of the unsettled changes ``rows`` (COUNTED_COLUMNS at least), with
+    each one's row number in ``rows`` (``row``)."""
+    numbered = rows.select(list(COUNTED_COLUMNS)).append_column(
+        "row", pa.array(np.arange(rows.num_rows))
+    )
+    return _marked(numbered.join(_applied(plan), ["schema", "table"], join_type="left outer"), plan)
+
+
+def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
+    """``count_in_spark``'s counts of the marked changes (``marked_on_driver``)."""
     per_table = (
         marked.group_by(["schema", "table"], use_threads=False)
         .aggregate(
@@ -426,6 +504,7 @@ def _marked(rows: pa.Table, plan: FeedPlan) -> pa.Table:
             "read": selected,
             "pending_batch": pc.if_else(unsettled, batch, none),
             "max_ts": pc.if_else(selected, order_ts, none),
+            "row": rows.column("row"),
         }
     )
 

@@ -40,8 +40,10 @@ from pyspark.sql.types import (
 )
 
 from ticdc_lake.gold.plan import ColumnTrail
+from ticdc_lake.lake.silver import COLUMN_TYPE
 
 POSITION = ("topic", "partition", "offset", "index")
+IMAGE_FIELDS = tuple(field.name for field in COLUMN_TYPE)
 NO_SEGMENT_TS = None
 
 
@@ -181,24 +183,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     A broadcast join with each segment's TS ranges between its DDLs, as in ``with_segment``.
     """
     element = changes.schema["columns"].dataType.elementType
-    ranges = []
-    for (schema, table, segment), folds in points.items():
-        stamps = sorted({point.ts for point in folds})
-        for number, high in enumerate(stamps):
-            later = [point for point in folds if point.ts >= high]
-            reset = any(point.reset for point in later)
-            trail, added = _columns_after(later)
-            if reset or trail.gone:
-                low = stamps[number - 1] if number else None
-                elements = [
-                    tuple(value.image_element()[name] for name in element.fieldNames())
-                    for value in added
-                ]
-                renamed = trail.renamed
-                dropped = sorted(trail.gone - set(renamed))
-                ranges.append(
-                    (schema, table, segment, low, high, reset, dropped, renamed, elements)
-                )  # fmt: skip
+    ranges = [dataclasses.astuple(fold) for fold in fold_ranges(points)]
     if not ranges:
         return changes
     folds = changes.sparkSession.createDataFrame(
@@ -273,6 +258,46 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         )
         .drop(*_FOLD_COLUMNS)
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldRange:
+    """The changes of a table's segment with ``low <= order_ts < high`` (low None: from the
+    segment's start) and what the folded DDLs after them do to them."""
+
+    schema: str
+    table: str
+    segment: int
+    low: int | None
+    high: int
+    reset: bool  # discarded (TRUNCATE, CREATE TABLE after them)
+    dropped: list[str]  # columns gone from their images, and not renamed
+    renamed: dict[str, str]  # name in their images -> name now
+    added: list[tuple]  # image elements they gain (silver's image element fields, in order)
+
+
+def fold_ranges(points: Mapping[tuple[str, str, int], Sequence]) -> list[FoldRange]:
+    """The ranges of changes a fold acts on, from each segment's FoldPoints (in order): one per
+    TS between the segment's folded DDLs, where they reset the table or take columns away."""
+    ranges = []
+    for (schema, table, segment), folds in points.items():
+        stamps = sorted({point.ts for point in folds})
+        for number, high in enumerate(stamps):
+            later = [point for point in folds if point.ts >= high]
+            reset = any(point.reset for point in later)
+            trail, added = _columns_after(later)
+            if reset or trail.gone:
+                renamed = trail.renamed
+                elements = [
+                    tuple(value.image_element()[name] for name in IMAGE_FIELDS) for value in added
+                ]
+                ranges.append(
+                    FoldRange(
+                        schema, table, segment, stamps[number - 1] if number else None, high,
+                        reset, sorted(trail.gone - set(renamed)), renamed, elements,
+                    )
+                )  # fmt: skip
+    return ranges
 
 
 _FOLD_COLUMNS = (

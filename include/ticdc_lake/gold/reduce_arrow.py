@@ -1,0 +1,551 @@
+"""reduce.py's transforms on the driver, in pyarrow and numpy, for a run whose changes fit in
+memory (changes.DRIVER_REDUCE_LIMIT): the same change set, with no Spark job.
+
+Each function does what its namesake in reduce.py does, and tests hold the two equal. Names,
+tables, values and keys become integer codes, so the rules run as numpy sorts and lookups; an
+action carries its change's row and which image it takes, and only the winners are copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ticdc_lake.gold.reduce import IMAGE_FIELDS, FoldRange, fold_ranges
+from ticdc_lake.lake.silver import COLUMN_TYPE, IMAGE_TYPE
+
+REDUCED_SCHEMA = pa.schema(
+    [
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("segment", pa.int32()),
+        ("deleted", pa.bool_()),
+        ("image", IMAGE_TYPE),
+        ("handle", pa.list_(pa.string())),
+        ("commit_ts", pa.int64()),
+        ("order_ts", pa.int64()),
+        ("handle_key_only", pa.bool_()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+    ]
+)
+SegmentKey = tuple[str, str, int]
+
+
+def reduce_changes(
+    changes: pa.Table,
+    barriers: Mapping[tuple[str, str], Sequence[int | None]],
+    points: Mapping[SegmentKey, Sequence],
+    fallback_handles: Mapping[tuple[str, str], Sequence[str]],
+    *,
+    replays: bool,
+) -> dict[SegmentKey, pa.Table] | None:
+    """The selected ``changes`` (silver's columns, one chunk, every commit TS known) reduced as
+    reduce.py reduces them: REDUCED_SCHEMA's rows by segment. None when only Spark's path
+    handles the run (barriers out of TS order)."""
+    changes = changes.append_column("order_ts", changes.column("commit_ts"))
+    segmented = with_segment(changes, barriers)
+    if segmented is None:
+        return None
+    actions = key_actions(with_folds(segmented, points), fallback_handles)
+    return last_per_key(actions, replays=replays)
+
+
+def with_segment(
+    changes: pa.Table, barriers: Mapping[tuple[str, str], Sequence[int | None]]
+) -> pa.Table | None:
+    """Add ``segment``: how many of its table's barriers (with a TS) each change is at or
+    after. None when a table's barriers are not in TS order."""
+    segment = np.zeros(changes.num_rows, np.int32)
+    order_ts = _numpy(changes.column("order_ts"))
+    rows = _rows_by_table(changes)
+    for name, stamps in barriers.items():
+        known = np.array([ts for ts in stamps if ts is not None], np.int64)
+        if np.any(np.diff(known) < 0):
+            return None
+        if len(known) and name in rows:
+            at = rows[name]
+            segment[at] = np.searchsorted(known, order_ts[at], side="right")
+    return changes.append_column("segment", pa.array(segment))
+
+
+def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.Table:
+    """Carry out the folded DDLs on the changes before them (reduce.with_folds): drop the
+    changes a reset discards; in the others' images drop and rename columns (handle-key
+    columns stay) and add the added ones after them; rename their handle keys' columns."""
+    ranges = fold_ranges(points)
+    if not ranges or not changes.num_rows:
+        return changes
+    fold = _fold_of(changes, ranges)
+    discarded = np.array([fold_range.reset for fold_range in ranges] + [False])[fold]
+    if discarded.any():  # fold -1 (none) reads the False at the end
+        changes, fold = changes.filter(pa.array(~discarded)), fold[~discarded]
+    if not (fold >= 0).any():
+        return changes
+    handle = _one_chunk(changes.column("handle_key"))
+    images = [_one_chunk(changes.column(name)) for name in ("columns", "old_columns")]
+    renames = [
+        name for fold_range in ranges for pair in fold_range.renamed.items() for name in pair
+    ]
+    names = _Names.of([*map(_flat_names, images), pc.list_flatten(handle)], renames)
+    rules = _FoldRules.of(ranges, names)
+    handles = _Handles.of(handle, names)
+    refolded = {
+        "columns": rules.refold(images[0], fold, handles, names),
+        "old_columns": rules.refold(images[1], fold, handles, names),
+        "handle_key": rules.rename_names(handle, fold, names),
+    }
+    for column, array in refolded.items():
+        changes = changes.set_column(changes.schema.get_field_index(column), column, array)
+    return changes
+
+
+@dataclass(frozen=True)
+class Actions:
+    """key_actions' rows: per action its change's row, whether it deletes, which image it
+    upserts or deletes by (new: ``columns``), its key's code and ``sub``; and the changes, with
+    ``handle`` added."""
+
+    changes: pa.Table
+    row: np.ndarray
+    deleted: np.ndarray
+    new_image: np.ndarray
+    key: np.ndarray
+    sub: np.ndarray
+
+
+def key_actions(
+    changes: pa.Table, fallback_handles: Mapping[tuple[str, str], Sequence[str]]
+) -> Actions:
+    """Each change as upserts and deletes keyed by its handle-key values (reduce.key_actions)."""
+    handle = _handles(changes, fallback_handles)
+    changes = changes.append_column("handle", handle)
+    images = [_one_chunk(changes.column(name)) for name in ("columns", "old_columns")]
+    names = _Names.of([*map(_flat_names, images), pc.list_flatten(handle)], [])
+    new_key, old_key = _key_codes(images, _Handles.of(handle, names), names)
+    op = changes.column("op")
+    deleting = _numpy(pc.equal(op, "delete"), fill=False)
+    updating = _numpy(pc.equal(op, "update"), fill=False)
+    key_changed = updating & (old_key >= 0) & (new_key >= 0) & (old_key != new_key)
+    first_deletes = deleting | key_changed
+    moved = np.flatnonzero(key_changed)
+    count = changes.num_rows
+    return Actions(
+        changes,
+        row=np.concatenate([np.arange(count), moved]),
+        deleted=np.concatenate([first_deletes, np.zeros(len(moved), bool)]),
+        new_image=np.concatenate([~first_deletes, np.ones(len(moved), bool)]),
+        key=np.concatenate([np.where(first_deletes, old_key, new_key), new_key[moved]]),
+        sub=np.concatenate([np.zeros(count, np.int8), np.ones(len(moved), np.int8)]),
+    )
+
+
+def last_per_key(actions: Actions, *, replays: bool) -> dict[SegmentKey, pa.Table]:
+    """The last action per (schema, table, segment, key), copies of an event after its first
+    dropped (reduce.last_per_key): REDUCED_SCHEMA's rows by segment."""
+    return _by_segment(actions, winners(actions, replays=replays))
+
+
+def winners(actions: Actions, *, replays: bool) -> np.ndarray:
+    """last_per_key's actions, by number."""
+    changes = actions.changes
+    at = actions.row
+    table = _table_codes(changes)[at]
+    segment = _numpy(changes.column("segment"))[at]
+    order_ts = _numpy(changes.column("order_ts"))[at]
+    position = [
+        _sorted_codes(changes.column("topic"))[at],
+        *(_numpy(changes.column(name))[at] for name in ("partition", "offset", "index")),
+    ]
+    key = (table, segment, actions.key)
+    keep = np.arange(len(at))
+    if replays:
+        event = _codes(changes.column("event_id"))[at]
+        copy = (*key, event, order_ts, actions.sub)
+        order = _lexsort((*copy, *position))
+        keep = order[_firsts([column[order] for column in copy])]
+    ranked = (*key, order_ts, *position, actions.sub)
+    order = keep[_lexsort([column[keep] for column in ranked])]
+    return order[_lasts([column[order] for column in key])]
+
+
+# --- names and handles ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Names:
+    """One code per distinct column name of a run's images, handles and renames."""
+
+    dictionary: pa.Array
+
+    @classmethod
+    def of(cls, arrays: Sequence[pa.Array], extra: Sequence[str]) -> _Names:
+        every = pa.chunked_array([*arrays, pa.array(extra, pa.string())], pa.string())
+        return cls(pc.unique(every))
+
+    @property
+    def size(self) -> int:
+        return len(self.dictionary)
+
+    def codes(self, names: pa.Array) -> np.ndarray:
+        return _numpy(pc.index_in(names, value_set=self.dictionary), fill=-1)
+
+    def code(self, name: str) -> int | None:
+        return pc.index_in(pa.array([name], pa.string()), value_set=self.dictionary)[0].as_py()
+
+
+# A handle key of more columns than this is matched by sorting, not column by column.
+_WIDE_HANDLE = 8
+
+
+@dataclass(frozen=True)
+class _Handles:
+    """Each row's handle-key columns: their name codes side by side, padded with -2 (rows,
+    widest handle); or, for handles wider than _WIDE_HANDLE, (row, code) pairs."""
+
+    codes: np.ndarray | None
+    pairs: np.ndarray | None  # row * size + code
+    size: int
+
+    @classmethod
+    def of(cls, lists: pa.ListArray, names: _Names) -> _Handles:
+        lengths = _numpy(pc.list_value_length(lists), fill=0)
+        parent = _numpy(pc.list_parent_indices(lists))
+        codes = names.codes(pc.list_flatten(lists))
+        width, size = int(lengths.max(initial=0)), names.size + 1
+        if width > _WIDE_HANDLE:
+            return cls(None, parent * size + codes, size)
+        side_by_side = np.full((len(lists), width), -2, np.int64)
+        side_by_side[parent, np.arange(len(parent)) - _starts(lengths)[parent]] = codes
+        return cls(side_by_side, None, size)
+
+    def holds(self, parent: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Whether the handle of row ``parent`` holds the column ``codes``, per element."""
+        if self.codes is None:
+            return np.isin(parent * self.size + codes, self.pairs)
+        held = np.zeros(len(parent), bool)
+        for column in range(self.codes.shape[1]):
+            held |= self.codes[parent, column] == codes
+        return held
+
+
+def _handles(
+    changes: pa.Table, fallback_handles: Mapping[tuple[str, str], Sequence[str]]
+) -> pa.ListArray:
+    """Per change its handle key, or the one the DDL log implies for its table, or []."""
+    own = _one_chunk(changes.column("handle_key"))
+    has_own = _numpy(pc.list_value_length(own), fill=0) > 0
+    if has_own.all():
+        return own
+    fallback = np.zeros(changes.num_rows, np.int64)  # 0: the empty handle
+    implied = [[]]
+    for name, at in _rows_by_table(changes).items():
+        handle = fallback_handles.get(name)
+        if handle:
+            implied.append(list(handle))
+            fallback[at] = len(implied) - 1
+    choices = pa.concat_arrays([own, pa.array(implied, own.type)])
+    pick = np.where(has_own, np.arange(changes.num_rows), changes.num_rows + fallback)
+    return choices.take(pa.array(pick))
+
+
+def _key_codes(
+    images: Sequence[pa.ListArray], handles: _Handles, names: _Names
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row a code of each image's handle-key values (its handle columns' names, texts and
+    binaries): equal values, equal codes, across both images; -1 for a null image."""
+    rows = len(images[0])
+    image, owner, name, texts, binaries = [], [], [], [], []
+    for number, array in enumerate(images):
+        parent = _numpy(pc.list_parent_indices(array))
+        elements = pc.list_flatten(array)
+        codes = names.codes(pc.struct_field(elements, "name"))
+        chosen = np.flatnonzero(handles.holds(parent, codes))
+        image.append(np.full(len(chosen), number, np.int64))
+        owner.append(parent[chosen])
+        name.append(codes[chosen])
+        taken = pa.array(chosen)
+        texts.append(pc.struct_field(elements, "text").take(taken))
+        binaries.append(pc.struct_field(elements, "binary").take(taken))
+    image, owner, name = map(np.concatenate, (image, owner, name))
+    text = _codes(pa.chunked_array(texts, pa.string()))
+    binary = _codes(pa.chunked_array(binaries, pa.binary()))
+    value = _codes(pa.array((text + 1) * (binary.max(initial=-1) + 2) + binary + 1))
+    element = value * (names.size + 1) + name
+    # In name order within each image: the key is the set of its columns' values.
+    order = _lexsort((image, owner, name))
+    image, owner, element = image[order], owner[order], element[order]
+    slot = image * rows + owner
+    sizes = np.bincount(slot, minlength=2 * rows)
+    keys = np.full(2 * rows, -1, np.int64)
+    single = sizes == 1
+    keys[single] = element[_starts(sizes)[single]]
+    top = int(element.max(initial=-1)) + 1
+    keys[sizes == 0] = top  # no handle column in the image: the empty key
+    wider = np.unique(sizes[sizes > 1])
+    for width in wider:
+        # Images with as many handle columns: their elements side by side, one row each.
+        slots = np.flatnonzero(sizes == width)
+        starts = _starts(sizes)[slots]
+        matrix = element[starts[:, None] + np.arange(width)]
+        _, inverse = np.unique(matrix, axis=0, return_inverse=True)
+        keys[slots] = top + 1 + inverse.reshape(-1)
+        top = int(keys[slots].max()) + 1
+    for number, array in enumerate(images):
+        keys[number * rows : (number + 1) * rows][~_numpy(array.is_valid())] = -1
+    return keys[:rows], keys[rows:]
+
+
+# --- folds ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FoldRules:
+    """The fold ranges' drops and renames as sorted (range, name code) pairs, and the
+    elements they add."""
+
+    dropped: np.ndarray
+    renamed_from: np.ndarray
+    renamed_to: np.ndarray
+    added: pa.StructArray  # every range's added elements, range after range
+    added_start: np.ndarray  # per range, where its added elements start in ``added``
+    added_count: np.ndarray
+
+    @classmethod
+    def of(cls, ranges: Sequence[FoldRange], names: _Names) -> _FoldRules:
+        size = names.size + 1
+        dropped = [
+            number * size + code
+            for number, fold_range in enumerate(ranges)
+            for code in map(names.code, fold_range.dropped)
+            if code is not None
+        ]
+        renames = sorted(
+            (number * size + names.code(old), names.code(new))
+            for number, fold_range in enumerate(ranges)
+            for old, new in fold_range.renamed.items()
+        )
+        elements = [element for fold_range in ranges for element in fold_range.added]
+        counts = np.array([len(fold_range.added) for fold_range in ranges], np.int64)
+        added = pa.array([dict(zip(IMAGE_FIELDS, e, strict=True)) for e in elements], COLUMN_TYPE)
+        return cls(
+            dropped=np.array(sorted(dropped), np.int64),
+            renamed_from=np.array([pair[0] for pair in renames], np.int64),
+            renamed_to=np.array([pair[1] for pair in renames], np.int64),
+            added=added,
+            added_start=_starts(counts),
+            added_count=counts,
+        )
+
+    def renamed(self, pairs: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The name code now of each (range, name code) pair (``pairs``) of names ``codes``."""
+        if not len(self.renamed_from):
+            return codes
+        found = np.minimum(np.searchsorted(self.renamed_from, pairs), len(self.renamed_from) - 1)
+        return np.where(self.renamed_from[found] == pairs, self.renamed_to[found], codes)
+
+    def refold(
+        self, images: pa.ListArray, fold: np.ndarray, handles: _Handles, names: _Names
+    ) -> pa.ListArray:
+        """Each image of a change in a fold range (``fold``: its range, or -1) without its
+        dropped columns (handle-key columns stay), its columns renamed, and the added columns
+        after them; a null image stays null."""
+        size = names.size + 1
+        parent = _numpy(pc.list_parent_indices(images))
+        elements = pc.list_flatten(images)
+        codes = names.codes(pc.struct_field(elements, "name"))
+        folded = fold[parent] >= 0
+        pairs = np.where(folded, fold[parent] * size + codes, -1)
+        kept = ~np.isin(pairs, self.dropped) | handles.holds(parent, codes)
+        renamed = self.renamed(pairs, codes)
+        valid = _numpy(images.is_valid())
+        counts = np.where(valid & (fold >= 0), self.added_count[fold], 0)
+        if kept.all() and (renamed == codes).all() and not counts.any():
+            return images
+        mask = pa.array(kept)
+        name = pc.take(names.dictionary, pa.array(renamed[kept]))
+        fields = [
+            name if field.name == "name" else pc.struct_field(elements, field.name).filter(mask)
+            for field in COLUMN_TYPE
+        ]
+        values = pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
+        kept_counts = np.bincount(parent[kept], minlength=len(images))
+        if counts.any():
+            values = self._with_added(values, parent[kept], kept_counts, fold, counts)
+        return _list_of(values, kept_counts + counts, valid, images.type)
+
+    def _with_added(self, values, owners, kept_counts, fold, counts) -> pa.StructArray:
+        """``values`` (each image's kept columns, image after image) with each image's added
+        columns after its own."""
+        starts = _starts(kept_counts + counts)
+        kept_at = starts[owners] + np.arange(len(owners)) - _starts(kept_counts)[owners]
+        added_owners = np.repeat(np.arange(len(counts)), counts)
+        rank = np.arange(len(added_owners)) - _starts(counts)[added_owners]
+        added_at = starts[added_owners] + kept_counts[added_owners] + rank
+        source = self.added_start[fold[added_owners]] + rank
+        order = np.empty(len(owners) + len(added_owners), np.int64)
+        order[kept_at] = np.arange(len(owners))
+        order[added_at] = len(owners) + np.arange(len(added_owners))
+        added = self.added.take(pa.array(source))
+        return pa.concat_arrays([values, added]).take(pa.array(order))
+
+    def rename_names(self, lists: pa.ListArray, fold: np.ndarray, names: _Names) -> pa.ListArray:
+        """Each handle key of a change in a fold range with its renamed columns' names now."""
+        if not len(self.renamed_from):
+            return lists
+        size = names.size + 1
+        parent = _numpy(pc.list_parent_indices(lists))
+        codes = names.codes(pc.list_flatten(lists))
+        pairs = np.where(fold[parent] >= 0, fold[parent] * size + codes, -1)
+        renamed = self.renamed(pairs, codes)
+        if (renamed == codes).all():
+            return lists
+        values = pc.take(names.dictionary, pa.array(renamed))
+        lengths = _numpy(pc.list_value_length(lists), fill=0)
+        return _list_of(values, lengths, _numpy(lists.is_valid()), lists.type)
+
+
+def _fold_of(changes: pa.Table, ranges: Sequence[FoldRange]) -> np.ndarray:
+    """Per change the index of the fold range it is in, or -1."""
+    fold = np.full(changes.num_rows, -1, np.int64)
+    order_ts = _numpy(changes.column("order_ts"))
+    segment = _numpy(changes.column("segment"))
+    rows = _rows_by_table(changes)
+    for number, fold_range in enumerate(ranges):
+        at = rows.get((fold_range.schema, fold_range.table))
+        if at is None:
+            continue
+        ts = order_ts[at]
+        inside = (segment[at] == fold_range.segment) & (ts < fold_range.high)
+        if fold_range.low is not None:
+            inside &= ts >= fold_range.low
+        fold[at[inside]] = number
+    return fold
+
+
+# --- the winners ---------------------------------------------------------------------------
+
+
+def _by_segment(actions: Actions, chosen: np.ndarray) -> dict[SegmentKey, pa.Table]:
+    """REDUCED_SCHEMA's rows of the ``chosen`` actions, by segment."""
+    changes = actions.changes
+    table, segment = _table_codes(changes), _numpy(changes.column("segment"))
+    rows = actions.row[chosen]
+    chosen = chosen[_lexsort((table[rows], segment[rows]))]
+    found: dict[SegmentKey, list[pa.Table]] = {}
+    for new_image in (True, False):
+        part = chosen[actions.new_image[chosen] == new_image]
+        if not len(part):
+            continue
+        rows = actions.row[part]
+        image = "columns" if new_image else "old_columns"
+        wanted = [image if name == "image" else name for name in REDUCED_SCHEMA.names]
+        taken = changes.select([name for name in wanted if name != "deleted"]).take(pa.array(rows))
+        taken = taken.rename_columns(
+            ["image" if name == image else name for name in taken.column_names]
+        )
+        taken = taken.append_column("deleted", pa.array(actions.deleted[part]))
+        taken = taken.select(REDUCED_SCHEMA.names).cast(REDUCED_SCHEMA)
+        for start, stop in _runs(table[rows], segment[rows]):
+            first = taken.slice(start, 1)
+            key = (first["schema"][0].as_py(), first["table"][0].as_py(), int(segment[rows[start]]))
+            found.setdefault(key, []).append(taken.slice(start, stop - start))
+    return {key: pa.concat_tables(parts) for key, parts in found.items()}
+
+
+# --- codes and arrays ----------------------------------------------------------------------
+
+
+def _numpy(values, fill=None) -> np.ndarray:
+    values = _one_chunk(values)
+    if fill is not None:
+        values = pc.fill_null(values, fill)
+    return values.to_numpy(zero_copy_only=False)
+
+
+def _one_chunk(values) -> pa.Array:
+    if not isinstance(values, pa.ChunkedArray):
+        return values
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+
+
+def _codes(values) -> np.ndarray:
+    """A code per value, equal values equal codes; -1 for null."""
+    encoded = pc.dictionary_encode(_one_chunk(values))
+    return _numpy(encoded.indices, fill=-1).astype(np.int64)
+
+
+def _sorted_codes(values) -> np.ndarray:
+    """Codes in the values' order (for sorting by a string column)."""
+    encoded = pc.dictionary_encode(_one_chunk(values))
+    rank = np.empty(len(encoded.dictionary), np.int64)
+    rank[_numpy(pc.sort_indices(encoded.dictionary))] = np.arange(len(encoded.dictionary))
+    return rank[_numpy(encoded.indices, fill=0)]
+
+
+def _table_codes(changes: pa.Table) -> np.ndarray:
+    """A code per (schema, table)."""
+    tables = _codes(changes.column("table"))
+    return _codes(changes.column("schema")) * (tables.max(initial=-1) + 2) + tables + 1
+
+
+def _rows_by_table(changes: pa.Table) -> dict[tuple[str, str], np.ndarray]:
+    """The row numbers of each (schema, table)."""
+    codes = _table_codes(changes)
+    order = np.argsort(codes, kind="stable")
+    schema, table = changes.column("schema"), changes.column("table")
+    found = {}
+    for start, stop in _runs(codes[order]):
+        rows = order[start:stop]
+        first = int(rows[0])
+        found[(schema[first].as_py(), table[first].as_py())] = rows
+    return found
+
+
+def _flat_names(images: pa.ListArray) -> pa.Array:
+    return pc.struct_field(pc.list_flatten(images), "name")
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    return np.cumsum(counts) - counts
+
+
+def _list_of(values: pa.Array, counts: np.ndarray, valid: np.ndarray, kind) -> pa.ListArray:
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=kind, mask=pa.array(~valid))
+
+
+def _lexsort(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """The order sorting by ``columns``, the first first."""
+    return np.lexsort(tuple(reversed(columns)))
+
+
+def _firsts(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Where each run of equal rows (over ``columns``, sorted) starts."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64)
+    change = np.zeros(len(columns[0]), bool)
+    change[0] = True
+    for column in columns:
+        change[1:] |= column[1:] != column[:-1]
+    return np.flatnonzero(change)
+
+
+def _lasts(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Where each run of equal rows (over ``columns``, sorted) ends."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64)
+    return np.append(_firsts(columns)[1:] - 1, len(columns[0]) - 1)
+
+
+def _runs(*columns: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) of each run of equal rows over ``columns`` (sorted)."""
+    if not len(columns[0]):
+        return []
+    starts = _firsts(columns)
+    return list(zip(starts.tolist(), [*starts[1:].tolist(), len(columns[0])], strict=True))

@@ -1,0 +1,99 @@
+"""gold/reduce_arrow.py: the driver's key actions and last action per key, against the rules
+worked out in Python that Spark's transforms are tested against (test_reduce_keys.py,
+test_reduce_last.py). Whole runs, folds included, are compared with Spark's in
+tests/stages/test_compact_fold.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from ticdc_lake.gold import reduce_arrow
+from ticdc_lake.lake.silver import IMAGE_TYPE
+
+from tests.gold import test_reduce_keys as keys
+from tests.gold import test_reduce_last as last
+
+
+def _groups(members: dict) -> set[frozenset]:
+    """The sets of members sharing a value."""
+    found: dict = {}
+    for member, value in members.items():
+        found.setdefault(value, set()).add(member)
+    return {frozenset(group) for group in found.values()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys.CHANGES)
+def test_actions_and_their_keys_are_the_handle_columns_of_each_image(changes):
+    actions = reduce_arrow.key_actions(keys.silver_changes(changes), keys.FALLBACK)
+    expected = keys._expected(changes)
+    found = sorted(
+        zip(actions.row.tolist(), actions.sub.tolist(), actions.deleted.tolist(), strict=True)
+    )
+    assert found == sorted((number, sub, deleted) for number, sub, deleted, _ in expected)
+    assert (actions.new_image == ~actions.deleted).all()
+    # Keys are codes: the same actions share one (a null key is a key of its own).
+    action_ids = zip(actions.row.tolist(), actions.sub.tolist(), strict=True)
+    coded = dict(zip(action_ids, actions.key.tolist(), strict=True))
+    assert _groups(coded) == _groups({(n, sub): repr(key) for n, sub, _, key in expected})
+    assert all((coded[(n, sub)] < 0) == (key is None) for n, sub, _, key in expected)
+
+
+def _actions(rows: list[tuple]) -> reduce_arrow.Actions:
+    """test_reduce_last's rows as the driver's actions: one change per action."""
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in range(12)]
+    schema, table, segment, key, event, ts, sub, topic, partition, offset, index, deleted = columns
+    count = len(rows)
+    changes = pa.table(
+        {
+            "schema": pa.array(schema, pa.string()),
+            "table": pa.array(table, pa.string()),
+            "segment": pa.array(segment, pa.int32()),
+            "event_id": pa.array(event, pa.string()),
+            "commit_ts": pa.array(ts, pa.int64()),
+            "order_ts": pa.array(ts, pa.int64()),
+            "topic": pa.array(topic, pa.string()),
+            "partition": pa.array(partition, pa.int32()),
+            "offset": pa.array(offset, pa.int64()),
+            "index": pa.array(index, pa.int32()),
+            "columns": pa.nulls(count, IMAGE_TYPE),
+            "old_columns": pa.nulls(count, IMAGE_TYPE),
+            "handle": pa.array([[]] * count, pa.list_(pa.string())),
+            "handle_key_only": pa.array([False] * count),
+        }
+    )
+    codes: dict = {}
+    key_codes = [-1 if k is None else codes.setdefault(repr(k), len(codes)) for k in key]
+    deleted = np.array(deleted, bool)
+    return reduce_arrow.Actions(
+        changes,
+        row=np.arange(count),
+        deleted=deleted,
+        new_image=~deleted,
+        key=np.array(key_codes, np.int64),
+        sub=np.array(sub, np.int8),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(last.ACTIONS)
+def test_the_last_action_of_each_key_wins_and_copies_after_the_first_are_dropped(actions):
+    # On the driver every change has its commit TS (runs that may lack one go to Spark).
+    actions = [
+        (*action[:4], 6 if action[4] is None else action[4], *action[5:]) for action in actions
+    ]
+    rows = last._rows(actions)
+    expected = {row[10] for row in last._expected(rows)}  # each action's index is its number
+    driver = _actions(rows)
+    assert set(reduce_arrow.winners(driver, replays=True).tolist()) == expected
+    events = [(row[1], row[4], row[5], row[6]) for row in rows]
+    if len(set(events)) == len(events):
+        assert set(reduce_arrow.winners(driver, replays=False).tolist()) == expected
+    segments = reduce_arrow.last_per_key(driver, replays=True)
+    assert all(part.schema == reduce_arrow.REDUCED_SCHEMA for part in segments.values())
+    found = sorted(
+        (key, row["offset"]) for key, part in segments.items() for row in part.to_pylist()
+    )
+    assert found == sorted(((s, t, segment), rows[n][9]) for n in expected
+                           for s, t, segment in [rows[n][:3]])  # fmt: skip
