@@ -1,14 +1,21 @@
 """gold/reduce_arrow.py: the driver's key actions and last action per key, against the rules
 worked out in Python that Spark's transforms are tested against (test_reduce_keys.py,
-test_reduce_last.py). Whole runs, folds included, are compared with Spark's in
-tests/stages/test_compact_fold.py."""
+test_reduce_last.py), and the bounds of a run it takes. Whole runs, folds included, are
+compared with Spark's in tests/stages/test_compact_fold.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from deltalake import write_deltalake
 from hypothesis import given, settings
-from ticdc_lake.gold import reduce_arrow
+from ticdc_lake.delta import open_table
+from ticdc_lake.delta.read import leaf_values
+from ticdc_lake.gold import changes, reduce_arrow
+from ticdc_lake.gold.catalog import TableName
+from ticdc_lake.gold.feed import FeedPlan
+from ticdc_lake.gold.state import WATERMARK
+from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.silver import IMAGE_TYPE
 
 from tests.gold import test_reduce_keys as keys
@@ -97,3 +104,23 @@ def test_the_last_action_of_each_key_wins_and_copies_after_the_first_are_dropped
     )
     assert found == sorted(((s, t, segment), rows[n][9]) for n in expected
                            for s, t, segment in [rows[n][:3]])  # fmt: skip
+
+
+def test_a_run_whose_images_are_too_wide_for_the_driver_is_left_to_spark(tmp_path, monkeypatch):
+    images = [keys._column(name, "1", None) for name in keys.NAMES]
+    silver = keys.silver_changes([("insert", ["id"], "t", images, None)] * 3)
+    layout = LakeLayout(tmp_path)
+    write_deltalake(str(layout.changes), silver, partition_by=["bronze_batch"])
+    table = open_table(layout.changes)
+    # Per Parquet leaf, each column of an image, and one for each null image (none, here).
+    elements = leaf_values(table, ("bronze_batch", 0, 0), changes.IMAGE_LEAVES)
+    assert elements == 3 * len(keys.NAMES) + 3
+    assert leaf_values(table, ("bronze_batch", 1, 9), changes.IMAGE_LEAVES) == 0
+    plan = FeedPlan(
+        name="f", topics=("k",), mode=WATERMARK, target=5, prior={}, zones={}, lacks_ts=False,
+        mode_reason=None, rebuild=False, generation=0, low_ts=-1, low_batch=-1,
+    )  # fmt: skip
+    reduced, counted, _ = changes.reduce_on_driver(layout, plan, {}, {}, {})
+    assert reduced.sizes == {("s", "t", 0): 1} and counted[TableName("s", "t")].read == 3
+    monkeypatch.setattr(changes, "DRIVER_REDUCE_ELEMENTS", elements - 1)
+    assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is None

@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
@@ -168,13 +169,46 @@ def rows_in_partitions_above(table: DeltaTable, column: str, low: int) -> float:
     return math.inf if counts.null_count else pc.sum(counts).as_py() or 0
 
 
-def read_on_driver(table: DeltaTable, columns: list[str], where: pc.Expression) -> pa.Table:
+def leaf_values(table: DeltaTable, within: ValueRange, leaves: Iterable[str]) -> int:
+    """How many values the data files of ``within`` hold in the Parquet leaf columns ``leaves``
+    (``columns.name``: the field ``name`` of the list column ``columns``' elements), by the
+    files' footers: the size of nested columns, which the log's statistics do not give."""
+    wanted, total = set(leaves), 0
+    for file in data_files(table, within):
+        metadata = pq.read_metadata(file.path)
+        for group in range(metadata.num_row_groups):
+            chunks = metadata.row_group(group)
+            for column in range(chunks.num_columns):
+                chunk = chunks.column(column)
+                if _LIST_LEVEL.sub("", chunk.path_in_schema) in wanted:
+                    total += chunk.num_values
+    return total
+
+
+# A list's levels in a Parquet leaf's path, as Spark (element) and pyarrow (item) name them.
+_LIST_LEVEL = re.compile(r"\.list\.(?:element|item)(?=\.|$)")
+
+
+def read_on_driver(
+    table: DeltaTable, columns: list[str], where: pc.Expression, *, one_chunk: bool = False
+) -> pa.Table:
     """The snapshot's rows that ``where`` keeps, read by delta-rs on the driver (partitions
     and row groups pruned by it), after the checks ``read_delta`` makes: for a few columns of
-    a run's rows, where a Spark job's start costs seconds."""
+    a run's rows, where a Spark job's start costs seconds.
+
+    ``one_chunk``: each column in one chunk (pyarrow's take over a chunked nested column joins
+    its chunks first, each time), joined a column at a time, so memory peaks at the rows and
+    one column more, not twice the rows."""
     check_plain_files(table)
     check_files_present(table)
-    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+    rows = table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+    if not one_chunk:
+        return rows
+    joined = {}
+    for name in rows.column_names:
+        joined[name] = rows.column(name).combine_chunks()
+        rows = rows.drop_columns([name])
+    return pa.table(joined)
 
 
 _FILE_IN_MESSAGE = re.compile(r"(?:file:)?/+([^\s'\"]+?\.parquet)")

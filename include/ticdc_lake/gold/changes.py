@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.delta.read import read_on_driver, rows_in_partitions_above
+from ticdc_lake.delta.read import leaf_values, read_on_driver, rows_in_partitions_above
 from ticdc_lake.gold import reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
@@ -60,10 +60,15 @@ SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 # driver: delta-rs reads five narrow columns and pyarrow groups them, about a second for a
 # million changes, where Spark's counts pass took 3-10 s as a compaction's first Spark job.
 DRIVER_COUNT_LIMIT = 2_000_000
-# A run of up to this many silver changes is reduced on the driver (gold/reduce_arrow.py):
-# about 0.8 GB of Arrow per million realistic changes, where Spark's reduce job took 20-45 s
-# for a million. Larger runs (backfills) are reduced by Spark.
+# A run of up to this many silver changes, whose images hold up to DRIVER_REDUCE_ELEMENTS
+# columns in all (by the Parquet footers), is reduced on the driver (gold/reduce_arrow.py),
+# where Spark's reduce job took 20-45 s for a million realistic changes. The driver's memory
+# peaks near 100 bytes per image column: 2.4 GB for a million realistic changes (14 million
+# columns). Larger runs (backfills, very wide tables) are reduced by Spark.
 DRIVER_REDUCE_LIMIT = 2_000_000
+DRIVER_REDUCE_ELEMENTS = 30_000_000
+IMAGE_LEAVES = ("columns.name", "old_columns.name")
+_NO_BATCH_ABOVE = 2**63 - 1
 DRIVER_REDUCE_COLUMNS = (
     "event_id", "commit_ts", "schema", "table", "op", "handle_key", "handle_key_only",
     "columns", "old_columns", "topic", "partition", "offset", "index", "bronze_batch",
@@ -252,6 +257,11 @@ def reduce_on_driver(
 ) -> tuple[Reduced, dict[TableName, TableCounts], Batches] | None:
     """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py)
     for a run of up to DRIVER_REDUCE_LIMIT changes, all with a commit TS; None otherwise."""
+    if plan.lacks_ts:
+        return None
+    above = ("bronze_batch", plan.low_batch + 1, _NO_BATCH_ABOVE)
+    if leaf_values(open_table(layout.changes), above, IMAGE_LEAVES) > DRIVER_REDUCE_ELEMENTS:
+        return None
     rows = changes_on_driver(layout, plan, DRIVER_REDUCE_COLUMNS, DRIVER_REDUCE_LIMIT)
     if rows is None:
         return None
@@ -406,15 +416,14 @@ def changes_on_driver(
         where &= pc.field("commit_ts") > plan.low_ts
     quarantined = quarantined_table(layout)
     if quarantined is None:
-        # One chunk: pyarrow's take over a chunked nested column joins its chunks first.
-        return read_on_driver(table, list(columns), where).combine_chunks()
+        return read_on_driver(table, list(columns), where, one_chunk=True)
     wanted = list(dict.fromkeys([*columns, *COORDINATES]))
-    rows = read_on_driver(table, wanted, where)
+    rows = read_on_driver(table, wanted, where, one_chunk=True)
     # Joined by row number: an Arrow join would carry (and may not take) the nested images.
     numbered = rows.select(COORDINATES).append_column("_row", pa.array(np.arange(rows.num_rows)))
     quarantined = quarantined.cast(numbered.select(COORDINATES).schema)
     kept = numbered.join(quarantined, COORDINATES, join_type="left anti").column("_row")
-    return rows.combine_chunks().take(pa.array(np.sort(kept.to_numpy()))).select(list(columns))
+    return rows.take(pa.array(np.sort(kept.to_numpy()))).select(list(columns))
 
 
 def marked_on_driver(rows: pa.Table, plan: FeedPlan) -> pa.Table:

@@ -182,11 +182,13 @@ class _Names:
     """One code per distinct column name of a run's images, handles and renames."""
 
     dictionary: pa.Array
+    index: dict[str, int]
 
     @classmethod
     def of(cls, arrays: Sequence[pa.Array], extra: Sequence[str]) -> _Names:
         every = pa.chunked_array([*arrays, pa.array(extra, pa.string())], pa.string())
-        return cls(pc.unique(every))
+        dictionary = pc.unique(every)
+        return cls(dictionary, {name: code for code, name in enumerate(dictionary.to_pylist())})
 
     @property
     def size(self) -> int:
@@ -196,7 +198,7 @@ class _Names:
         return _numpy(pc.index_in(names, value_set=self.dictionary), fill=-1)
 
     def code(self, name: str) -> int | None:
-        return pc.index_in(pa.array([name], pa.string()), value_set=self.dictionary)[0].as_py()
+        return self.index.get(name)
 
 
 # A handle key of more columns than this is matched by sorting, not column by column.
@@ -416,16 +418,31 @@ def _fold_of(changes: pa.Table, ranges: Sequence[FoldRange]) -> np.ndarray:
     order_ts = _numpy(changes.column("order_ts"))
     segment = _numpy(changes.column("segment"))
     rows = _rows_by_table(changes)
+    segments: dict[SegmentKey, list[int]] = {}
     for number, fold_range in enumerate(ranges):
-        at = rows.get((fold_range.schema, fold_range.table))
+        segments.setdefault((fold_range.schema, fold_range.table, fold_range.segment), []).append(
+            number
+        )
+    for (schema, table, number), in_segment in segments.items():
+        at = rows.get((schema, table))
         if at is None:
             continue
+        at = at[segment[at] == number]
+        # A segment's ranges are disjoint and in TS order: each change is in the first one
+        # ending after its TS, if it starts at or before it.
+        in_segment = sorted(in_segment, key=lambda n: ranges[n].high)
+        highs = np.array([ranges[n].high for n in in_segment], np.int64)
+        lows = np.array([_NO_LOW if ranges[n].low is None else ranges[n].low for n in in_segment])
         ts = order_ts[at]
-        inside = (segment[at] == fold_range.segment) & (ts < fold_range.high)
-        if fold_range.low is not None:
-            inside &= ts >= fold_range.low
-        fold[at[inside]] = number
+        found = np.searchsorted(highs, ts, side="right")
+        inside = found < len(highs)
+        found = np.minimum(found, len(highs) - 1)
+        inside &= ts >= lows[found]
+        fold[at[inside]] = np.array(in_segment, np.int64)[found[inside]]
     return fold
+
+
+_NO_LOW = np.iinfo(np.int64).min
 
 
 # --- the winners ---------------------------------------------------------------------------
