@@ -255,8 +255,9 @@ def reduce_on_driver(
     points: dict[SegmentKey, list],
     handles: dict[tuple[str, str], tuple[str, ...]],
 ) -> tuple[Reduced, dict[TableName, TableCounts], Batches] | None:
-    """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py)
-    for a run of up to DRIVER_REDUCE_LIMIT changes, all with a commit TS; None otherwise."""
+    """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py),
+    for a run of up to DRIVER_REDUCE_LIMIT changes and DRIVER_REDUCE_ELEMENTS image columns,
+    all with a commit TS; None otherwise."""
     if plan.lacks_ts:
         return None
     above = ("bronze_batch", plan.low_batch + 1, _NO_BATCH_ABOVE)
