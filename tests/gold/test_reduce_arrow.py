@@ -14,7 +14,7 @@ from ticdc_lake.delta.read import leaf_values
 from ticdc_lake.gold import changes, reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
-from ticdc_lake.gold.state import WATERMARK
+from ticdc_lake.gold.state import INCONSISTENT, WATERMARK
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.silver import IMAGE_TYPE
 
@@ -123,4 +123,19 @@ def test_a_run_whose_images_are_too_wide_for_the_driver_is_left_to_spark(tmp_pat
     reduced, counted, _ = changes.reduce_on_driver(layout, plan, {}, {}, {})
     assert reduced.sizes == {("s", "t", 0): 1} and counted[TableName("s", "t")].read == 3
     monkeypatch.setattr(changes, "DRIVER_REDUCE_ELEMENTS", elements - 1)
+    assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is None
+
+
+def test_changes_without_a_commit_ts_are_left_to_spark(tmp_path):
+    """A run without watermarks selects by bronze batch, so a change without a commit TS may
+    be selected: its order comes from the TSs around it (reduce.with_order_ts), in Spark."""
+    images = [keys._column("id", "1", None)]
+    silver = keys.silver_changes([("insert", ["id"], "t", images, None)] * 2)
+    silver = silver.set_column(1, "commit_ts", pa.array([5, None], pa.int64()))
+    layout = LakeLayout(tmp_path)
+    write_deltalake(str(layout.changes), silver, partition_by=["bronze_batch"])
+    plan = FeedPlan(
+        name="f", topics=("k",), mode=INCONSISTENT, target=None, prior={}, zones={},
+        lacks_ts=False, mode_reason=None, rebuild=False, generation=0, low_ts=-1, low_batch=-1,
+    )  # fmt: skip
     assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is None

@@ -271,6 +271,8 @@ def reduce_on_driver(
     selected = marked.filter(marked.column("read")).column("row").to_numpy()
     if len(selected) < rows.num_rows:
         rows = rows.take(pa.array(np.sort(selected)))
+    if rows.column("commit_ts").null_count:
+        return None  # ordered by the TSs around them: Spark's with_order_ts
     replays = any(count.duplicates for count in counts.values())
     segments = reduce_arrow.reduce_changes(rows, splits, points, handles, replays=replays)
     return None if segments is None else (Reduced.of_segments(segments), counts, batches)
