@@ -35,6 +35,7 @@ from ticdc_lake.gold.reduce import (
     with_segment,
     with_selection,
 )
+from ticdc_lake.gold.reduce_arrow import SegmentKey
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.quarantine import (
     COORDINATES,
@@ -50,12 +51,7 @@ COLLECT_LIMIT = 200_000
 # the run, in one directory per SPILL_BUCKET (a hash of table and segment).
 SCRATCH = "_scratch"
 SPILL_BUCKET = "segment_bucket"
-REDUCED_COLUMNS = (
-    "schema", "table", "segment", "deleted", "image", "handle", "commit_ts", "order_ts",
-    "handle_key_only", "topic", "partition", "offset",
-)  # fmt: skip
-
-SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
+REDUCED_COLUMNS = tuple(reduce_arrow.REDUCED_SCHEMA.names)
 # A run of up to this many silver changes (by the log's file statistics) is counted on the
 # driver: delta-rs reads five narrow columns and pyarrow groups them, about a second for a
 # million changes, where Spark's counts pass took 3-10 s as a compaction's first Spark job.
@@ -258,12 +254,9 @@ def reduce_on_driver(
     """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py),
     for a run of up to DRIVER_REDUCE_LIMIT changes and DRIVER_REDUCE_ELEMENTS image columns,
     all with a commit TS; None otherwise."""
-    if plan.lacks_ts:
-        return None
-    above = ("bronze_batch", plan.low_batch + 1, _NO_BATCH_ABOVE)
-    if leaf_values(open_table(layout.changes), above, IMAGE_LEAVES) > DRIVER_REDUCE_ELEMENTS:
-        return None
-    rows = changes_on_driver(layout, plan, DRIVER_REDUCE_COLUMNS, DRIVER_REDUCE_LIMIT)
+    rows = changes_on_driver(
+        layout, plan, DRIVER_REDUCE_COLUMNS, DRIVER_REDUCE_LIMIT, DRIVER_REDUCE_ELEMENTS
+    )
     if rows is None:
         return None
     marked = marked_on_driver(rows, plan)
@@ -405,14 +398,22 @@ COUNTED_COLUMNS = ("schema", "table", "event_id", "commit_ts", "bronze_batch")
 
 
 def changes_on_driver(
-    layout: LakeLayout, plan: FeedPlan, columns: Sequence[str], limit: int
+    layout: LakeLayout,
+    plan: FeedPlan,
+    columns: Sequence[str],
+    limit: int,
+    image_limit: int | None = None,
 ) -> pa.Table | None:
     """``columns`` of the unsettled changes (``_unsettled_changes``), read by delta-rs; None
-    when they may lack a commit TS or the unsettled batches hold more than ``limit`` rows."""
+    when they may lack a commit TS, or the unsettled batches hold more than ``limit`` rows or
+    (given ``image_limit``) more image columns than it."""
     if plan.lacks_ts:
         return None
     table = open_table(layout.changes)
     if rows_in_partitions_above(table, "bronze_batch", plan.low_batch) > limit:
+        return None
+    above = ("bronze_batch", plan.low_batch + 1, _NO_BATCH_ABOVE)
+    if image_limit is not None and leaf_values(table, above, IMAGE_LEAVES) > image_limit:
         return None
     where = (pc.field("bronze_batch") > plan.low_batch) & pc.field("topic").isin(list(plan.topics))
     if plan.consistent:

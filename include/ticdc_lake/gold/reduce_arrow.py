@@ -34,7 +34,7 @@ REDUCED_SCHEMA = pa.schema(
         ("offset", pa.int64()),
     ]
 )
-SegmentKey = tuple[str, str, int]
+SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 
 
 def reduce_changes(
