@@ -5,12 +5,13 @@ compared with Spark's in tests/stages/test_compact_fold.py."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 from hypothesis import given, settings
-from ticdc_lake.delta import open_table
-from ticdc_lake.delta.read import leaf_values
+from hypothesis import strategies as st
 from ticdc_lake.gold import changes, reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
@@ -80,6 +81,7 @@ def _actions(rows: list[tuple]) -> reduce_arrow.Actions:
         new_image=~deleted,
         key=np.array(key_codes, np.int64),
         sub=np.array(sub, np.int8),
+        key_values=[pa.nulls(count, reduce_arrow.KEY_VALUES_TYPE)] * 2,
     )
 
 
@@ -106,23 +108,68 @@ def test_the_last_action_of_each_key_wins_and_copies_after_the_first_are_dropped
                            for s, t, segment in [rows[n][:3]])  # fmt: skip
 
 
-def test_a_run_whose_images_are_too_wide_for_the_driver_is_left_to_spark(tmp_path, monkeypatch):
+def _reduced(segments: dict) -> list[str]:
+    return sorted(repr((key, row)) for key, part in segments.items() for row in part.to_pylist())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys.CHANGES,
+    st.lists(st.integers(1, 3), min_size=12, max_size=12),
+    st.lists(st.integers(1, 11), max_size=4),
+)
+def test_a_run_reduced_chunk_by_chunk_is_the_run_reduced_at_once(changes, stamps, cuts):
+    silver = keys.silver_changes(changes)
+    silver = silver.set_column(1, "commit_ts", pa.array(stamps[: len(changes)], pa.int64()))
+    barriers = {("s", "t"): [2]}  # table t's changes at TS 2 and 3 in a segment of their own
+    whole = reduce_arrow.reduce_changes(silver, barriers, {}, keys.FALLBACK, replays=False)
+    bounds = [0, *sorted({cut for cut in cuts if cut < len(changes)}), len(changes)]
+    chunks = [
+        reduce_arrow.reduce_chunk(
+            silver.slice(start, stop - start), barriers, {}, keys.FALLBACK, replays=False
+        )
+        for start, stop in itertools.pairwise(bounds)
+    ]
+    candidates = pa.concat_tables(chunks)
+    merged = candidates.take(pa.array(reduce_arrow.latest(candidates)))
+    assert _reduced(reduce_arrow.by_segment(merged)) == _reduced(whole)
+
+
+@settings(max_examples=60, deadline=None)
+@given(last.ACTIONS)
+def test_dropping_copies_row_by_row_then_reducing_drops_what_the_replays_rule_drops(actions):
+    """One change per action; an event's copies (same table, id and TS) share its segment,
+    key, sub and kind, as in silver, where its id hashes its images."""
+    actions = [
+        (*action[:4], 6 if action[4] is None else action[4], *action[5:]) for action in actions
+    ]
+    shared, rows = {}, []
+    for row in last._rows(actions):
+        segment, key, sub, deleted = shared.setdefault(
+            (row[1], row[4], row[5]), (row[2], row[3], row[6], row[11])
+        )
+        rows.append((*row[:2], segment, key, row[4], row[5], sub, *row[7:11], deleted))
+    expected = {row[10] for row in last._expected(rows)}
+    kept = [rows[n] for n in reduce_arrow.first_copies(_actions(rows).changes)]
+    found = reduce_arrow.winners(_actions(kept), replays=False)
+    assert {kept[n][10] for n in found} == expected
+
+
+def test_a_run_whose_winners_are_too_wide_for_the_driver_is_left_to_spark(tmp_path, monkeypatch):
     images = [keys._column(name, "1", None) for name in keys.NAMES]
     silver = keys.silver_changes([("insert", ["id"], "t", images, None)] * 3)
     layout = LakeLayout(tmp_path)
     write_deltalake(str(layout.changes), silver, partition_by=["bronze_batch"])
-    table = open_table(layout.changes)
-    # Per Parquet leaf, each column of an image, and one for each null image (none, here).
-    elements = leaf_values(table, ("bronze_batch", 0, 0), changes.IMAGE_LEAVES)
-    assert elements == 3 * len(keys.NAMES) + 3
-    assert leaf_values(table, ("bronze_batch", 1, 9), changes.IMAGE_LEAVES) == 0
     plan = FeedPlan(
         name="f", topics=("k",), mode=WATERMARK, target=5, prior={}, zones={}, lacks_ts=False,
         mode_reason=None, rebuild=False, generation=0, low_ts=-1, low_batch=-1,
     )  # fmt: skip
     reduced, counted, _ = changes.reduce_on_driver(layout, plan, {}, {}, {})
     assert reduced.sizes == {("s", "t", 0): 1} and counted[TableName("s", "t")].read == 3
-    monkeypatch.setattr(changes, "DRIVER_REDUCE_ELEMENTS", elements - 1)
+    # Three inserts of one key: one winner, of three columns.
+    monkeypatch.setattr(changes, "DRIVER_REDUCE_ELEMENTS", len(keys.NAMES))
+    assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is not None
+    monkeypatch.setattr(changes, "DRIVER_REDUCE_ELEMENTS", len(keys.NAMES) - 1)
     assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is None
 
 

@@ -316,7 +316,7 @@ def _reduced_rows(reduced: gold_changes.Reduced) -> list[str]:
 @example(TRUNCATE_AND_MODIFY_AT_ONE_TS, False)
 def test_the_driver_reduces_a_run_as_spark_does(spark, operations, fold):
     """gold/reduce_arrow.py against gold/reduce.py: each run's reduced change set and counts,
-    the same row for row, folded and with a barrier per DDL."""
+    the same row for row, folded and with a barrier per DDL, whole and chunk by chunk."""
     reduce_changes = compact_stage.reduce_changes
     compared = []
 
@@ -324,10 +324,14 @@ def test_the_driver_reduces_a_run_as_spark_does(spark, operations, fold):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
             in_spark = reduce_changes(spark, layout, plan, timeline)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(gold_changes, "DRIVER_CHUNK_ROWS", 1)  # a chunk per row group
+            by_chunk = reduce_changes(spark, layout, plan, timeline)
         on_driver = reduce_changes(spark, layout, plan, timeline)
-        assert on_driver[0].dataset is None  # reduced on the driver, not spilled
-        assert _reduced_rows(on_driver[0]) == _reduced_rows(in_spark[0])
-        assert on_driver[1:] == in_spark[1:]
+        for driver in (on_driver, by_chunk):
+            assert driver[0].dataset is None  # reduced on the driver, not spilled
+            assert _reduced_rows(driver[0]) == _reduced_rows(in_spark[0])
+            assert driver[1:] == in_spark[1:]
         compared.append(plan.name)
         return on_driver
 

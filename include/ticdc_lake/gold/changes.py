@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.delta.read import leaf_values, read_on_driver, rows_in_partitions_above
+from ticdc_lake.delta.read import RowGroups, rows_in_partitions_above
 from ticdc_lake.gold import reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
@@ -56,18 +56,18 @@ REDUCED_COLUMNS = tuple(reduce_arrow.REDUCED_SCHEMA.names)
 # driver: delta-rs reads five narrow columns and pyarrow groups them, about a second for a
 # million changes, where Spark's counts pass took 3-10 s as a compaction's first Spark job.
 DRIVER_COUNT_LIMIT = 2_000_000
-# A run of up to this many silver changes, whose images hold up to DRIVER_REDUCE_ELEMENTS
-# columns in all (by the Parquet footers), is reduced on the driver (gold/reduce_arrow.py),
-# where Spark's reduce job took 20-45 s for a million realistic changes. The driver's memory
-# peaks near 100 bytes per image column: 2.4 GB for a million realistic changes (14 million
-# columns). Larger runs (backfills, very wide tables) are reduced by Spark.
-DRIVER_REDUCE_LIMIT = 2_000_000
+# A run of up to this many silver changes is reduced on the driver (gold/reduce_arrow.py),
+# where Spark's reduce job took 20-45 s for a million realistic changes: the run's narrow
+# columns (MARKED_COLUMNS, ~100 bytes a change) are read at once, its images a chunk of about
+# DRIVER_CHUNK_ROWS changes at a time (~100 bytes per image column while reduced). The
+# winners are held together; when they hold more than DRIVER_REDUCE_ELEMENTS image columns
+# (a wide table's backfill), Spark reduces the run instead.
+DRIVER_REDUCE_LIMIT = 8_000_000
+DRIVER_CHUNK_ROWS = 250_000
 DRIVER_REDUCE_ELEMENTS = 30_000_000
-IMAGE_LEAVES = ("columns.name", "old_columns.name")
-_NO_BATCH_ABOVE = 2**63 - 1
-DRIVER_REDUCE_COLUMNS = (
-    "event_id", "commit_ts", "schema", "table", "op", "handle_key", "handle_key_only",
-    "columns", "old_columns", "topic", "partition", "offset", "index", "bronze_batch",
+CHUNK_COLUMNS = (
+    "commit_ts", "schema", "table", "op", "handle_key", "handle_key_only", "columns",
+    "old_columns", "topic", "partition", "offset", "index",
 )  # fmt: skip
 
 
@@ -252,23 +252,94 @@ def reduce_on_driver(
     handles: dict[tuple[str, str], tuple[str, ...]],
 ) -> tuple[Reduced, dict[TableName, TableCounts], Batches] | None:
     """What the rest of ``reduce_changes`` does in Spark, on the driver (gold/reduce_arrow.py),
-    for a run of up to DRIVER_REDUCE_LIMIT changes and DRIVER_REDUCE_ELEMENTS image columns,
-    all with a commit TS; None otherwise."""
-    rows = changes_on_driver(
-        layout, plan, DRIVER_REDUCE_COLUMNS, DRIVER_REDUCE_LIMIT, DRIVER_REDUCE_ELEMENTS
-    )
-    if rows is None:
+    for a run of up to DRIVER_REDUCE_LIMIT changes, all with a commit TS, whose winners hold
+    up to DRIVER_REDUCE_ELEMENTS image columns; None otherwise."""
+    groups = _unsettled_row_groups(layout, plan, DRIVER_REDUCE_LIMIT)
+    if groups is None:
         return None
-    marked = marked_on_driver(rows, plan)
+    narrow = groups.read_all(MARKED_COLUMNS)
+    kept = _unquarantined(narrow, layout)
+    marked = marked_on_driver(narrow.take(pa.array(kept)), plan)
     counts, batches = counts_of(marked)
-    selected = marked.filter(marked.column("read")).column("row").to_numpy()
-    if len(selected) < rows.num_rows:
-        rows = rows.take(pa.array(np.sort(selected)))
-    if rows.column("commit_ts").null_count:
+    chosen = kept[marked.filter(marked.column("read")).column("row").to_numpy()]
+    if narrow.column("commit_ts").take(pa.array(chosen)).null_count:
         return None  # ordered by the TSs around them: Spark's with_order_ts
-    replays = any(count.duplicates for count in counts.values())
-    segments = reduce_arrow.reduce_changes(rows, splits, points, handles, replays=replays)
-    return None if segments is None else (Reduced.of_segments(segments), counts, batches)
+    if any(count.duplicates for count in counts.values()):
+        chosen = chosen[reduce_arrow.first_copies(narrow.take(pa.array(chosen)))]
+    wanted = np.zeros(narrow.num_rows, bool)
+    wanted[chosen] = True
+    del narrow, marked
+    winners = _ChunkWinners()
+    start = 0
+    for chunk in groups.chunks:
+        rows = groups.read(chunk, list(CHUNK_COLUMNS))
+        selected = wanted[start : start + rows.num_rows]
+        rows, start = rows.filter(pa.array(selected)), start + rows.num_rows
+        if not rows.num_rows:
+            continue
+        found = reduce_arrow.reduce_chunk(rows, splits, points, handles, replays=False)
+        if found is None:
+            return None
+        winners.add(found)
+        if winners.too_wide():
+            return None
+    return Reduced.of_segments(winners.segments()), counts, batches
+
+
+class _ChunkWinners:
+    """Chunks' winners, each chunk's less those a later chunk's beat: ranked together
+    (``reduce_arrow.latest``, over their keys and places, not their images) whenever the
+    unranked ones outnumber the ranked, and a chunk's copied without the beaten ones once they
+    are half of it. So the images held stay under twice the run's winners', and are copied
+    a few times at most."""
+
+    def __init__(self):
+        self.parts: list[pa.Table] = []
+        self.alive: list[np.ndarray] = []
+        self.ranked = self.unranked = 0
+
+    def add(self, found: pa.Table) -> None:
+        self.parts.append(found)
+        self.alive.append(np.ones(found.num_rows, bool))
+        self.unranked += found.num_rows
+        if self.unranked >= max(self.ranked, DRIVER_CHUNK_ROWS):
+            self._rank()
+
+    def _rank(self) -> None:
+        ranks = pa.concat_tables(
+            part.select(reduce_arrow.RANK_COLUMNS).filter(pa.array(alive))
+            for part, alive in zip(self.parts, self.alive, strict=True)
+        )
+        won = np.zeros(ranks.num_rows, bool)
+        won[reduce_arrow.latest(ranks)] = True
+        start = 0
+        for number, alive in enumerate(self.alive):
+            at = np.flatnonzero(alive)
+            alive[at] = won[start : start + len(at)]
+            start += len(at)
+            if alive.sum() * 2 < len(alive):
+                self.parts[number] = self.parts[number].filter(pa.array(alive))
+                self.alive[number] = np.ones(self.parts[number].num_rows, bool)
+        self.ranked, self.unranked = int(won.sum()), 0
+
+    def too_wide(self) -> bool:
+        """Whether they hold more than DRIVER_REDUCE_ELEMENTS image columns."""
+        held = 0
+        for part, alive in zip(self.parts, self.alive, strict=True):
+            lengths = pc.fill_null(pc.list_value_length(part.column("image")), 0)
+            held += int(lengths.to_numpy()[alive].sum())
+        return held > DRIVER_REDUCE_ELEMENTS
+
+    def segments(self) -> dict[SegmentKey, pa.Table]:
+        """The run's winners (REDUCED_SCHEMA), by segment."""
+        if self.unranked and len(self.parts) > 1:
+            self._rank()
+        found: dict[SegmentKey, list[pa.Table]] = {}
+        for part, alive in zip(self.parts, self.alive, strict=True):
+            kept = part if alive.all() else part.filter(pa.array(alive))
+            for key, rows in reduce_arrow.by_segment(kept).items():
+                found.setdefault(key, []).append(rows)
+        return {key: pa.concat_tables(parts) for key, parts in found.items()}
 
 
 def selected_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:
@@ -395,39 +466,45 @@ def count_on_driver(
 
 
 COUNTED_COLUMNS = ("schema", "table", "event_id", "commit_ts", "bronze_batch")
+MARKED_COLUMNS = [*COUNTED_COLUMNS, *COORDINATES]
 
 
 def changes_on_driver(
-    layout: LakeLayout,
-    plan: FeedPlan,
-    columns: Sequence[str],
-    limit: int,
-    image_limit: int | None = None,
+    layout: LakeLayout, plan: FeedPlan, columns: Sequence[str], limit: int
 ) -> pa.Table | None:
     """``columns`` of the unsettled changes (``_unsettled_changes``), read by delta-rs; None
-    when they may lack a commit TS, or the unsettled batches hold more than ``limit`` rows or
-    (given ``image_limit``) more image columns than it."""
+    when they may lack a commit TS, or the unsettled batches hold more than ``limit`` rows."""
+    groups = _unsettled_row_groups(layout, plan, limit)
+    if groups is None:
+        return None
+    rows = groups.read_all(list(dict.fromkeys([*columns, *COORDINATES])))
+    return rows.take(pa.array(_unquarantined(rows, layout))).select(list(columns))
+
+
+def _unsettled_row_groups(layout: LakeLayout, plan: FeedPlan, limit: int) -> RowGroups | None:
+    """The row groups of ``_unsettled_changes`` for a driver read (``changes_on_driver``)."""
     if plan.lacks_ts:
         return None
     table = open_table(layout.changes)
     if rows_in_partitions_above(table, "bronze_batch", plan.low_batch) > limit:
         return None
-    above = ("bronze_batch", plan.low_batch + 1, _NO_BATCH_ABOVE)
-    if image_limit is not None and leaf_values(table, above, IMAGE_LEAVES) > image_limit:
-        return None
     where = (pc.field("bronze_batch") > plan.low_batch) & pc.field("topic").isin(list(plan.topics))
     if plan.consistent:
         where &= pc.field("commit_ts") > plan.low_ts
+    return RowGroups.of(table, where, DRIVER_CHUNK_ROWS)
+
+
+def _unquarantined(rows: pa.Table, layout: LakeLayout) -> np.ndarray:
+    """The numbers of the changes ``rows`` (COORDINATES at least) no quarantine holds."""
+    everyone = np.arange(rows.num_rows)
     quarantined = quarantined_table(layout)
     if quarantined is None:
-        return read_on_driver(table, list(columns), where, one_chunk=True)
-    wanted = list(dict.fromkeys([*columns, *COORDINATES]))
-    rows = read_on_driver(table, wanted, where, one_chunk=True)
+        return everyone
     # Joined by row number: an Arrow join would carry (and may not take) the nested images.
-    numbered = rows.select(COORDINATES).append_column("_row", pa.array(np.arange(rows.num_rows)))
+    numbered = rows.select(COORDINATES).append_column("_row", pa.array(everyone))
     quarantined = quarantined.cast(numbered.select(COORDINATES).schema)
     kept = numbered.join(quarantined, COORDINATES, join_type="left anti").column("_row")
-    return rows.take(pa.array(np.sort(kept.to_numpy()))).select(list(columns))
+    return np.sort(kept.to_numpy())
 
 
 def marked_on_driver(rows: pa.Table, plan: FeedPlan) -> pa.Table:
@@ -448,16 +525,11 @@ def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
         )
         .to_pylist()
     )
-    # Replays: copies of an event (same event_id and order TS) beyond the first.
-    events = marked.filter(marked.column("read")).group_by(
-        ["schema", "table", "event_id", "event_ts"], use_threads=False
-    )
-    distinct = events.aggregate([]).group_by(["schema", "table"]).aggregate([([], "count_all")])
-    changes = {(row["schema"], row["table"]): row["count_all"] for row in distinct.to_pylist()}
+    copies = _copies(marked.filter(marked.column("read")))
     counts = {
         TableName(row["schema"], row["table"]): TableCounts(
             read=row["read_sum"] or 0,
-            changes=changes.get((row["schema"], row["table"]), 0),
+            changes=(row["read_sum"] or 0) - copies.get((row["schema"], row["table"]), 0),
             max_ts=row["max_ts_max"],
         )
         for row in per_table
@@ -470,6 +542,23 @@ def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
         pending=min(pending, default=None),
     )
     return counts, batches
+
+
+def _copies(read: pa.Table) -> dict[tuple[str, str], int]:
+    """Per table, how many of the changes ``read`` (marked) are a copy of an event (same
+    event_id and order TS) beyond its first. Only changes whose id is not unique can be, so
+    they alone are grouped: grouping all by id took seconds for a few million."""
+    ids = pc.dictionary_encode(read.column("event_id").combine_chunks()).indices
+    event = pc.fill_null(ids, -1).to_numpy() + 1  # 0: no id, grouped as Spark groups it
+    copied = read.filter(pa.array(np.bincount(event, minlength=1)[event] > 1))
+    tables = ["schema", "table"]
+    rows = copied.group_by(tables, use_threads=False).aggregate([([], "count_all")])
+    events = copied.group_by([*tables, "event_id", "event_ts"], use_threads=False).aggregate([])
+    distinct = events.group_by(tables, use_threads=False).aggregate([([], "count_all")])
+    found = {(row["schema"], row["table"]): row["count_all"] for row in rows.to_pylist()}
+    for row in distinct.to_pylist():
+        found[(row["schema"], row["table"])] -= row["count_all"]
+    return found
 
 
 _APPLIED = pa.schema(

@@ -1,9 +1,11 @@
-"""reduce.py's transforms on the driver, in pyarrow and numpy, for a run whose changes fit in
-memory (changes.DRIVER_REDUCE_LIMIT): the same change set, with no Spark job.
+"""reduce.py's transforms on the driver, in pyarrow and numpy: the same change set, with no
+Spark job.
 
 Each function does what its namesake in reduce.py does, and tests hold the two equal. Names,
 tables, values and keys become integer codes, so the rules run as numpy sorts and lookups; an
 action carries its change's row and which image it takes, and only the winners are copied.
+A run is reduced a chunk at a time (``reduce_chunk``), and the chunks' winners together
+(``latest``): the last action per key of a run is the last of its chunks' last ones.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ REDUCED_SCHEMA = pa.schema(
         ("offset", pa.int64()),
     ]
 )
+# An image's handle-key columns: its key, as values.
+KEY_VALUES_TYPE = pa.list_(
+    pa.struct([("name", pa.string()), ("text", pa.string()), ("binary", pa.binary())])
+)
+# A chunk's winners, to be merged with other chunks' (``latest``): what orders them too, and
+# their keys' values (a key's code holds within a chunk only).
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        *REDUCED_SCHEMA,
+        ("index", pa.int32()),
+        ("sub", pa.int8()),
+        ("key_values", KEY_VALUES_TYPE),
+    ]
+)
+# What ``latest`` ranks chunks' winners by.
+RANK_COLUMNS = (
+    "schema", "table", "segment", "order_ts", "topic", "partition", "offset", "index", "sub",
+    "key_values",
+)  # fmt: skip
 SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 
 
@@ -45,15 +66,48 @@ def reduce_changes(
     *,
     replays: bool,
 ) -> dict[SegmentKey, pa.Table] | None:
-    """The selected ``changes`` (silver's columns, one chunk, every commit TS known) reduced as
+    """The selected ``changes`` (silver's columns, every commit TS known) reduced as
     reduce.py reduces them: REDUCED_SCHEMA's rows by segment. None when only Spark's path
     handles the run (barriers out of TS order)."""
+    candidates = reduce_chunk(changes, barriers, points, fallback_handles, replays=replays)
+    return None if candidates is None else by_segment(candidates)
+
+
+def reduce_chunk(
+    changes: pa.Table,
+    barriers: Mapping[tuple[str, str], Sequence[int | None]],
+    points: Mapping[SegmentKey, Sequence],
+    fallback_handles: Mapping[tuple[str, str], Sequence[str]],
+    *,
+    replays: bool,
+) -> pa.Table | None:
+    """``reduce_changes``' winners among ``changes`` (some of a run's, copies of an event
+    beyond the first dropped unless ``replays``) as CANDIDATE_SCHEMA's rows; None as there."""
     changes = changes.append_column("order_ts", changes.column("commit_ts"))
     segmented = with_segment(changes, barriers)
     if segmented is None:
         return None
     actions = key_actions(with_folds(segmented, points), fallback_handles)
-    return last_per_key(actions, replays=replays)
+    return candidates_of(actions, winners(actions, replays=replays))
+
+
+def latest(candidates: pa.Table) -> np.ndarray:
+    """Of chunks' winners (``reduce_chunk``; RANK_COLUMNS of them at least), the numbers of
+    the last per (schema, table, segment, key of its image): by order TS, then Kafka position,
+    then ``sub``, as ``winners`` ranks them."""
+    values = _one_chunk(candidates.column("key_values"))
+    flat_names = _flat_names(values)
+    names = _Names.of([flat_names], [])
+    lengths = _numpy(pc.list_value_length(values), fill=0)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    handle = pa.ListArray.from_arrays(offsets, flat_names)  # each holds all its names
+    (key,), _ = _key_codes([values], _Handles.of(handle, names), names)
+    segment = _numpy(candidates.column("segment"))
+    ranked = (_numpy(candidates.column("order_ts")), *_position(candidates))
+    sub = _numpy(candidates.column("sub"))
+    everyone = np.arange(candidates.num_rows)
+    chosen = _last_of((_table_codes(candidates), segment, key), (*ranked, sub), everyone)
+    return np.sort(chosen)
 
 
 def with_segment(
@@ -109,7 +163,7 @@ def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.T
 class Actions:
     """key_actions' rows: per action its change's row, whether it deletes, which image it
     upserts or deletes by (new: ``columns``), its key's code and ``sub``; and the changes, with
-    ``handle`` added."""
+    ``handle`` added, and their images' keys as values."""
 
     changes: pa.Table
     row: np.ndarray
@@ -117,6 +171,7 @@ class Actions:
     new_image: np.ndarray
     key: np.ndarray
     sub: np.ndarray
+    key_values: Sequence[pa.ListArray]  # per change, of each image (new, old): KEY_VALUES_TYPE
 
 
 def key_actions(
@@ -127,7 +182,7 @@ def key_actions(
     changes = changes.append_column("handle", handle)
     images = [_one_chunk(changes.column(name)) for name in ("columns", "old_columns")]
     names = _Names.of([*map(_flat_names, images), pc.list_flatten(handle)], [])
-    new_key, old_key = _key_codes(images, _Handles.of(handle, names), names)
+    (new_key, old_key), key_values = _key_codes(images, _Handles.of(handle, names), names)
     op = changes.column("op")
     deleting = _numpy(pc.equal(op, "delete"), fill=False)
     updating = _numpy(pc.equal(op, "update"), fill=False)
@@ -142,13 +197,14 @@ def key_actions(
         new_image=np.concatenate([~first_deletes, np.ones(len(moved), bool)]),
         key=np.concatenate([np.where(first_deletes, old_key, new_key), new_key[moved]]),
         sub=np.concatenate([np.zeros(count, np.int8), np.ones(len(moved), np.int8)]),
+        key_values=key_values,
     )
 
 
 def last_per_key(actions: Actions, *, replays: bool) -> dict[SegmentKey, pa.Table]:
     """The last action per (schema, table, segment, key), copies of an event after its first
     dropped (reduce.last_per_key): REDUCED_SCHEMA's rows by segment."""
-    return _by_segment(actions, winners(actions, replays=replays))
+    return by_segment(candidates_of(actions, winners(actions, replays=replays)))
 
 
 def winners(actions: Actions, *, replays: bool) -> np.ndarray:
@@ -158,10 +214,7 @@ def winners(actions: Actions, *, replays: bool) -> np.ndarray:
     table = _table_codes(changes)[at]
     segment = _numpy(changes.column("segment"))[at]
     order_ts = _numpy(changes.column("order_ts"))[at]
-    position = [
-        _sorted_codes(changes.column("topic"))[at],
-        *(_numpy(changes.column(name))[at] for name in ("partition", "offset", "index")),
-    ]
+    position = [column[at] for column in _position(changes)]
     key = (table, segment, actions.key)
     keep = np.arange(len(at))
     if replays:
@@ -169,9 +222,39 @@ def winners(actions: Actions, *, replays: bool) -> np.ndarray:
         copy = (*key, event, order_ts, actions.sub)
         order = _lexsort((*copy, *position))
         keep = order[_firsts([column[order] for column in copy])]
-    ranked = (*key, order_ts, *position, actions.sub)
-    order = keep[_lexsort([column[keep] for column in ranked])]
+    return _last_of(key, (order_ts, *position, actions.sub), keep)
+
+
+def first_copies(changes: pa.Table) -> np.ndarray:
+    """The numbers of the ``changes`` (silver's rows) that are not a copy of an event beyond
+    its first (same table, event id and commit TS; later in Kafka): ``winners``' replays rule
+    row by row, before the run's chunks are reduced without it. An event's id hashes its table,
+    commit TS and images, so its copies' actions are the same actions."""
+    event = _codes(changes.column("event_id")) + 1  # 0: no id, as Spark's windows group it
+    copied = np.flatnonzero(np.bincount(event)[event] > 1)
+    everyone = np.arange(changes.num_rows)
+    if not len(copied):
+        return everyone
+    copies = changes.take(pa.array(copied))
+    copy = (_table_codes(copies), event[copied], _numpy(copies.column("commit_ts")))
+    order = _lexsort((*copy, *_position(copies)))
+    later = np.ones(len(copied), bool)
+    later[order[_firsts([column[order] for column in copy])]] = False
+    return np.delete(everyone, copied[later])
+
+
+def _last_of(
+    key: Sequence[np.ndarray], ranked: Sequence[np.ndarray], among: np.ndarray
+) -> np.ndarray:
+    """Of the rows ``among``, the last by ``ranked`` per ``key``."""
+    order = among[_lexsort([column[among] for column in (*key, *ranked)])]
     return order[_lasts([column[order] for column in key])]
+
+
+def _position(rows: pa.Table) -> list[np.ndarray]:
+    """Each row's place in Kafka, as columns to sort by: topic, partition, offset, index."""
+    numbers = (_numpy(rows.column(name)) for name in ("partition", "offset", "index"))
+    return [_sorted_codes(rows.column("topic")), *numbers]
 
 
 # --- names and handles ---------------------------------------------------------------------
@@ -258,11 +341,12 @@ def _handles(
 
 def _key_codes(
     images: Sequence[pa.ListArray], handles: _Handles, names: _Names
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row a code of each image's handle-key values (its handle columns' names, texts and
-    binaries): equal values, equal codes, across both images; -1 for a null image."""
+) -> tuple[list[np.ndarray], list[pa.ListArray]]:
+    """Per image, per row a code of its handle-key values (its handle columns' names, texts
+    and binaries): equal values, equal codes, across the images; -1 for a null image. And the
+    values, as KEY_VALUES_TYPE."""
     rows = len(images[0])
-    image, owner, name, texts, binaries = [], [], [], [], []
+    image, owner, name, texts, binaries, values = [], [], [], [], [], []
     for number, array in enumerate(images):
         parent = _numpy(pc.list_parent_indices(array))
         elements = pc.list_flatten(array)
@@ -271,9 +355,12 @@ def _key_codes(
         image.append(np.full(len(chosen), number, np.int64))
         owner.append(parent[chosen])
         name.append(codes[chosen])
-        taken = pa.array(chosen)
-        texts.append(pc.struct_field(elements, "text").take(taken))
-        binaries.append(pc.struct_field(elements, "binary").take(taken))
+        taken = [pc.struct_field(elements, field).take(pa.array(chosen)) for field in _KEY_FIELDS]
+        texts.append(taken[1])
+        binaries.append(taken[2])
+        fields = pa.StructArray.from_arrays(taken, fields=list(KEY_VALUES_TYPE.value_type))
+        counts = np.bincount(parent[chosen], minlength=rows)
+        values.append(_list_of(fields, counts, _numpy(array.is_valid()), KEY_VALUES_TYPE))
     image, owner, name = map(np.concatenate, (image, owner, name))
     text = _codes(pa.chunked_array(texts, pa.string()))
     binary = _codes(pa.chunked_array(binaries, pa.binary()))
@@ -283,8 +370,8 @@ def _key_codes(
     order = _lexsort((image, owner, name))
     image, owner, element = image[order], owner[order], element[order]
     slot = image * rows + owner
-    sizes = np.bincount(slot, minlength=2 * rows)
-    keys = np.full(2 * rows, -1, np.int64)
+    sizes = np.bincount(slot, minlength=len(images) * rows)
+    keys = np.full(len(images) * rows, -1, np.int64)
     single = sizes == 1
     keys[single] = element[_starts(sizes)[single]]
     top = int(element.max(initial=-1)) + 1
@@ -300,7 +387,11 @@ def _key_codes(
         top = int(keys[slots].max()) + 1
     for number, array in enumerate(images):
         keys[number * rows : (number + 1) * rows][~_numpy(array.is_valid())] = -1
-    return keys[:rows], keys[rows:]
+    codes = [keys[number * rows : (number + 1) * rows] for number in range(len(images))]
+    return codes, values
+
+
+_KEY_FIELDS = ("name", "text", "binary")
 
 
 # --- folds ---------------------------------------------------------------------------------
@@ -448,31 +539,40 @@ _NO_LOW = np.iinfo(np.int64).min
 # --- the winners ---------------------------------------------------------------------------
 
 
-def _by_segment(actions: Actions, chosen: np.ndarray) -> dict[SegmentKey, pa.Table]:
-    """REDUCED_SCHEMA's rows of the ``chosen`` actions, by segment."""
+def candidates_of(actions: Actions, chosen: np.ndarray) -> pa.Table:
+    """CANDIDATE_SCHEMA's rows of the ``chosen`` actions."""
     changes = actions.changes
-    table, segment = _table_codes(changes), _numpy(changes.column("segment"))
-    rows = actions.row[chosen]
-    chosen = chosen[_lexsort((table[rows], segment[rows]))]
-    found: dict[SegmentKey, list[pa.Table]] = {}
+    parts = []
     for new_image in (True, False):
         part = chosen[actions.new_image[chosen] == new_image]
-        if not len(part):
-            continue
-        rows = actions.row[part]
         image = "columns" if new_image else "old_columns"
-        wanted = [image if name == "image" else name for name in REDUCED_SCHEMA.names]
-        taken = changes.select([name for name in wanted if name != "deleted"]).take(pa.array(rows))
+        wanted = [image if name == "image" else name for name in CANDIDATE_SCHEMA.names]
+        own = [name for name in wanted if name not in ("deleted", "sub", "key_values")]
+        rows = pa.array(actions.row[part])
+        taken = changes.select(own).take(rows)
         taken = taken.rename_columns(
             ["image" if name == image else name for name in taken.column_names]
         )
         taken = taken.append_column("deleted", pa.array(actions.deleted[part]))
-        taken = taken.select(REDUCED_SCHEMA.names).cast(REDUCED_SCHEMA)
-        for start, stop in _runs(table[rows], segment[rows]):
-            first = taken.slice(start, 1)
-            key = (first["schema"][0].as_py(), first["table"][0].as_py(), int(segment[rows[start]]))
-            found.setdefault(key, []).append(taken.slice(start, stop - start))
-    return {key: pa.concat_tables(parts) for key, parts in found.items()}
+        taken = taken.append_column("sub", pa.array(actions.sub[part], pa.int8()))
+        taken = taken.append_column(
+            "key_values", actions.key_values[0 if new_image else 1].take(rows)
+        )
+        parts.append(taken.select(CANDIDATE_SCHEMA.names).cast(CANDIDATE_SCHEMA))
+    return pa.concat_tables(parts)
+
+
+def by_segment(candidates: pa.Table) -> dict[SegmentKey, pa.Table]:
+    """REDUCED_SCHEMA's rows of ``candidates`` by segment."""
+    table, segment = _table_codes(candidates), _numpy(candidates.column("segment"))
+    order = _lexsort((table, segment))
+    rows = candidates.select(REDUCED_SCHEMA.names).take(pa.array(order))
+    found = {}
+    for start, stop in _runs(table[order], segment[order]):
+        part = rows.slice(start, stop - start)
+        key = (part["schema"][0].as_py(), part["table"][0].as_py(), int(segment[order[start]]))
+        found[key] = part
+    return found
 
 
 # --- codes and arrays ----------------------------------------------------------------------
