@@ -280,10 +280,10 @@ def reduce_on_driver(
         found = reduce_arrow.reduce_chunk(rows, splits, points, handles, replays=False)
         if found is None:
             return None
-        winners.add(found)
-        if winners.too_wide():
+        if not winners.add(found):
             return None
-    return Reduced.of_segments(winners.segments()), counts, batches
+    segments = winners.segments()
+    return None if segments is None else (Reduced.of_segments(segments), counts, batches)
 
 
 class _ChunkWinners:
@@ -296,50 +296,57 @@ class _ChunkWinners:
     def __init__(self):
         self.parts: list[pa.Table] = []
         self.alive: list[np.ndarray] = []
+        self.widths: list[np.ndarray] = []  # per winner, its image's columns
         self.ranked = self.unranked = 0
 
-    def add(self, found: pa.Table) -> None:
+    def add(self, found: pa.Table) -> bool:
+        """Hold ``found``; False when the winners ranked so far hold more than
+        DRIVER_REDUCE_ELEMENTS image columns."""
         self.parts.append(found)
         self.alive.append(np.ones(found.num_rows, bool))
+        self.widths.append(_widths(found))
         self.unranked += found.num_rows
-        if self.unranked >= max(self.ranked, DRIVER_CHUNK_ROWS):
-            self._rank()
+        if self.unranked < max(self.ranked, DRIVER_CHUNK_ROWS):
+            return True
+        return self._rank()
 
-    def _rank(self) -> None:
-        ranks = pa.concat_tables(
-            part.select(reduce_arrow.RANK_COLUMNS).filter(pa.array(alive))
-            for part, alive in zip(self.parts, self.alive, strict=True)
-        )
-        won = np.zeros(ranks.num_rows, bool)
-        won[reduce_arrow.latest(ranks)] = True
-        start = 0
-        for number, alive in enumerate(self.alive):
-            at = np.flatnonzero(alive)
-            alive[at] = won[start : start + len(at)]
-            start += len(at)
-            if alive.sum() * 2 < len(alive):
-                self.parts[number] = self.parts[number].filter(pa.array(alive))
-                self.alive[number] = np.ones(self.parts[number].num_rows, bool)
-        self.ranked, self.unranked = int(won.sum()), 0
-
-    def too_wide(self) -> bool:
-        """Whether they hold more than DRIVER_REDUCE_ELEMENTS image columns."""
-        held = 0
-        for part, alive in zip(self.parts, self.alive, strict=True):
-            lengths = pc.fill_null(pc.list_value_length(part.column("image")), 0)
-            held += int(lengths.to_numpy()[alive].sum())
-        return held > DRIVER_REDUCE_ELEMENTS
-
-    def segments(self) -> dict[SegmentKey, pa.Table]:
-        """The run's winners (REDUCED_SCHEMA), by segment."""
-        if self.unranked and len(self.parts) > 1:
-            self._rank()
+    def segments(self) -> dict[SegmentKey, pa.Table] | None:
+        """The run's winners (REDUCED_SCHEMA) by segment; None when they hold more than
+        DRIVER_REDUCE_ELEMENTS image columns."""
+        if self.unranked and not self._rank():
+            return None
         found: dict[SegmentKey, list[pa.Table]] = {}
         for part, alive in zip(self.parts, self.alive, strict=True):
             kept = part if alive.all() else part.filter(pa.array(alive))
             for key, rows in reduce_arrow.by_segment(kept).items():
                 found.setdefault(key, []).append(rows)
         return {key: pa.concat_tables(parts) for key, parts in found.items()}
+
+    def _rank(self) -> bool:
+        if len(self.parts) > 1:
+            ranks = pa.concat_tables(
+                part.select(reduce_arrow.RANK_COLUMNS).filter(pa.array(alive))
+                for part, alive in zip(self.parts, self.alive, strict=True)
+            )
+            won = np.zeros(ranks.num_rows, bool)
+            won[reduce_arrow.latest(ranks)] = True
+            start = 0
+            for number, alive in enumerate(self.alive):
+                at = np.flatnonzero(alive)
+                alive[at] = won[start : start + len(at)]
+                start += len(at)
+                if alive.sum() * 2 < len(alive):
+                    self.parts[number] = self.parts[number].filter(pa.array(alive))
+                    self.widths[number] = self.widths[number][alive]
+                    self.alive[number] = np.ones(self.parts[number].num_rows, bool)
+        self.ranked = sum(int(alive.sum()) for alive in self.alive)
+        self.unranked = 0
+        held = sum(int(w[a].sum()) for w, a in zip(self.widths, self.alive, strict=True))
+        return held <= DRIVER_REDUCE_ELEMENTS
+
+
+def _widths(rows: pa.Table) -> np.ndarray:
+    return pc.fill_null(pc.list_value_length(rows.column("image")), 0).to_numpy()
 
 
 def selected_changes(spark: SparkSession, layout: LakeLayout, plan: FeedPlan) -> DataFrame | None:

@@ -563,16 +563,22 @@ def candidates_of(actions: Actions, chosen: np.ndarray) -> pa.Table:
 
 
 def by_segment(candidates: pa.Table) -> dict[SegmentKey, pa.Table]:
-    """REDUCED_SCHEMA's rows of ``candidates`` by segment."""
+    """REDUCED_SCHEMA's rows of ``candidates`` by segment. Rows of a segment that lie together
+    are sliced, not copied: ``winners`` ranks by table and segment first, so a chunk's winners
+    lie in two runs per segment (its upserts', its deletes')."""
     table, segment = _table_codes(candidates), _numpy(candidates.column("segment"))
-    order = _lexsort((table, segment))
-    rows = candidates.select(REDUCED_SCHEMA.names).take(pa.array(order))
-    found = {}
-    for start, stop in _runs(table[order], segment[order]):
+    rows = candidates.select(REDUCED_SCHEMA.names)
+    runs = _runs(table, segment)
+    if len(runs) > 2 * len(np.unique(table * (segment.max(initial=0) + 1) + segment)):
+        order = _lexsort((table, segment))
+        rows, table, segment = rows.take(pa.array(order)), table[order], segment[order]
+        runs = _runs(table, segment)
+    found: dict[SegmentKey, list[pa.Table]] = {}
+    for start, stop in runs:
         part = rows.slice(start, stop - start)
-        key = (part["schema"][0].as_py(), part["table"][0].as_py(), int(segment[order[start]]))
-        found[key] = part
-    return found
+        key = (part["schema"][0].as_py(), part["table"][0].as_py(), int(segment[start]))
+        found.setdefault(key, []).append(part)
+    return {key: pa.concat_tables(parts) for key, parts in found.items()}
 
 
 # --- codes and arrays ----------------------------------------------------------------------
