@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -180,45 +181,51 @@ def read_on_driver(table: DeltaTable, columns: list[str], where: pc.Expression) 
 
 @dataclass(frozen=True)
 class RowGroups:
-    """The row groups of a snapshot that ``where`` may keep, in chunks of about ``rows`` rows,
-    read on the driver a chunk at a time and in the same order every time: row numbers in a
-    read of some columns are those in a read of others."""
+    """The row groups of a snapshot that ``where`` may hold rows of (by partition values and
+    Parquet statistics), read whole on the driver, in order: a read's row numbers are the
+    same whatever its columns, so a read of narrow columns can choose the rows, and a read of
+    wide ones of just the row groups holding them. ``matching`` applies ``where`` to rows."""
 
     dataset: ds.Dataset
     where: pc.Expression
-    chunks: tuple[tuple[ds.ParquetFileFragment, ...], ...]
+    groups: tuple[ds.ParquetFileFragment, ...]
 
     @classmethod
-    def of(cls, table: DeltaTable, where: pc.Expression, rows: int) -> RowGroups:
+    def of(cls, table: DeltaTable, where: pc.Expression) -> RowGroups:
         """After the checks ``read_delta`` makes."""
         check_plain_files(table)
         check_files_present(table)
         dataset = table.to_pyarrow_dataset()
-        chunks, chunk, held = [], [], 0
-        for file in dataset.get_fragments(filter=where):
-            for group in file.split_by_row_group(filter=where, schema=dataset.schema):
-                chunk.append(group)
-                held += group.row_groups[0].num_rows
-                if held >= rows:
-                    chunks.append(tuple(chunk))
-                    chunk, held = [], 0
-        if chunk:
-            chunks.append(tuple(chunk))
-        return cls(dataset, where, tuple(chunks))
+        groups = [
+            group
+            for file in dataset.get_fragments(filter=where)
+            for group in file.split_by_row_group(filter=where, schema=dataset.schema)
+        ]
+        return cls(dataset, where, tuple(groups))
 
-    def read(self, chunk: Iterable[ds.ParquetFileFragment], columns: list[str]) -> pa.Table:
-        """``columns`` of the rows ``where`` keeps in ``chunk``, each column in one piece
-        (pyarrow's take over a chunked nested column joins its pieces first, each time)."""
-        # One dataset of the chunk's row groups: pyarrow reads them on all cores, where
-        # reading them one by one took half as long again.
+    @property
+    def sizes(self) -> list[int]:
+        """Each row group's rows."""
+        return [group.row_groups[0].num_rows for group in self.groups]
+
+    def read(self, groups: Iterable[ds.ParquetFileFragment], columns: list[str]) -> pa.Table:
+        """``columns`` of every row of ``groups``, each column in one piece (pyarrow's take
+        over a chunked nested column joins its pieces first, each time)."""
+        # One dataset of the row groups: pyarrow reads them on all cores, where reading them
+        # one by one took half as long again.
         dataset = self.dataset
-        groups = ds.FileSystemDataset(
-            list(chunk), dataset.schema, dataset.format, dataset.filesystem
+        chosen = ds.FileSystemDataset(
+            list(groups), dataset.schema, dataset.format, dataset.filesystem
         )
-        return _one_piece_each(groups.to_table(columns=columns, filter=self.where))
+        return _one_piece_each(chosen.to_table(columns=columns))
 
     def read_all(self, columns: list[str]) -> pa.Table:
-        return self.read([group for chunk in self.chunks for group in chunk], columns)
+        return self.read(self.groups, columns)
+
+    def matching(self, rows: pa.Table) -> np.ndarray:
+        """The numbers of the ``rows`` (holding the columns ``where`` names) it keeps."""
+        numbered = rows.append_column("_row", pa.array(np.arange(rows.num_rows)))
+        return numbered.filter(self.where).column("_row").to_numpy()
 
 
 def _one_piece_each(rows: pa.Table) -> pa.Table:

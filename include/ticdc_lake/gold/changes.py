@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,7 +258,7 @@ def reduce_on_driver(
     if groups is None:
         return None
     narrow = groups.read_all(MARKED_COLUMNS)
-    kept = _unquarantined(narrow, layout)
+    kept = _unsettled(groups, narrow, layout)
     marked = marked_on_driver(narrow.take(pa.array(kept)), plan)
     counts, batches = counts_of(marked)
     chosen = kept[marked.filter(marked.column("read")).column("row").to_numpy()]
@@ -266,17 +266,19 @@ def reduce_on_driver(
         return None  # ordered by the TSs around them: Spark's with_order_ts
     if any(count.duplicates for count in counts.values()):
         chosen = chosen[reduce_arrow.first_copies(narrow.take(pa.array(chosen)))]
+    # A folded TRUNCATE discards what came before it: those images need not be read.
+    discarded = reduce_arrow.reset_discards(narrow.take(pa.array(chosen)), splits, points)
+    if discarded is None:
+        return None
     wanted = np.zeros(narrow.num_rows, bool)
-    wanted[chosen] = True
+    wanted[chosen[~discarded]] = True
     del narrow, marked
     winners = _ChunkWinners()
-    start = 0
-    for chunk in groups.chunks:
+    for chunk, selected in _chunks(groups, wanted):
         rows = groups.read(chunk, list(CHUNK_COLUMNS))
-        selected = wanted[start : start + rows.num_rows]
-        rows, start = rows.filter(pa.array(selected)), start + rows.num_rows
-        if not rows.num_rows:
-            continue
+        if rows.num_rows != len(selected):
+            return None  # a row group holds other rows than its footer says: let Spark read
+        rows = rows.filter(pa.array(selected))
         found = reduce_arrow.reduce_chunk(rows, splits, points, handles, replays=False)
         if found is None:
             return None
@@ -284,6 +286,26 @@ def reduce_on_driver(
             return None
     segments = winners.segments()
     return None if segments is None else (Reduced.of_segments(segments), counts, batches)
+
+
+def _chunks(
+    groups: RowGroups, wanted: np.ndarray
+) -> Iterator[tuple[list[ds.ParquetFileFragment], np.ndarray]]:
+    """The row groups holding ``wanted`` rows (of all ``groups``' rows), in chunks of about
+    DRIVER_CHUNK_ROWS rows, each with its rows' part of ``wanted``."""
+    chunk, parts, held, start = [], [], 0, 0
+    for group, size in zip(groups.groups, groups.sizes, strict=True):
+        part, start = wanted[start : start + size], start + size
+        if not part.any():
+            continue
+        chunk.append(group)
+        parts.append(part)
+        held += size
+        if held >= DRIVER_CHUNK_ROWS:
+            yield chunk, np.concatenate(parts)
+            chunk, parts, held = [], [], 0
+    if chunk:
+        yield chunk, np.concatenate(parts)
 
 
 class _ChunkWinners:
@@ -484,8 +506,8 @@ def changes_on_driver(
     groups = _unsettled_row_groups(layout, plan, limit)
     if groups is None:
         return None
-    rows = groups.read_all(list(dict.fromkeys([*columns, *COORDINATES])))
-    return rows.take(pa.array(_unquarantined(rows, layout))).select(list(columns))
+    rows = groups.read_all(list(dict.fromkeys([*columns, *MARKED_COLUMNS])))
+    return rows.take(pa.array(_unsettled(groups, rows, layout))).select(list(columns))
 
 
 def _unsettled_row_groups(layout: LakeLayout, plan: FeedPlan, limit: int) -> RowGroups | None:
@@ -498,17 +520,19 @@ def _unsettled_row_groups(layout: LakeLayout, plan: FeedPlan, limit: int) -> Row
     where = (pc.field("bronze_batch") > plan.low_batch) & pc.field("topic").isin(list(plan.topics))
     if plan.consistent:
         where &= pc.field("commit_ts") > plan.low_ts
-    return RowGroups.of(table, where, DRIVER_CHUNK_ROWS)
+    return RowGroups.of(table, where)
 
 
-def _unquarantined(rows: pa.Table, layout: LakeLayout) -> np.ndarray:
-    """The numbers of the changes ``rows`` (COORDINATES at least) no quarantine holds."""
-    everyone = np.arange(rows.num_rows)
+def _unsettled(groups: RowGroups, rows: pa.Table, layout: LakeLayout) -> np.ndarray:
+    """The numbers of the changes ``rows`` (``groups``' rows, MARKED_COLUMNS at least) that
+    ``_unsettled_changes`` selects: those ``groups.where`` keeps and no quarantine holds."""
+    matching = groups.matching(rows)
     quarantined = quarantined_table(layout)
     if quarantined is None:
-        return everyone
+        return matching
     # Joined by row number: an Arrow join would carry (and may not take) the nested images.
-    numbered = rows.select(COORDINATES).append_column("_row", pa.array(everyone))
+    numbered = rows.select(COORDINATES).take(pa.array(matching))
+    numbered = numbered.append_column("_row", pa.array(matching))
     quarantined = quarantined.cast(numbered.select(COORDINATES).schema)
     kept = numbered.join(quarantined, COORDINATES, join_type="left anti").column("_row")
     return np.sort(kept.to_numpy())

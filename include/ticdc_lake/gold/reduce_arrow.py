@@ -136,8 +136,8 @@ def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.T
     if not ranges or not changes.num_rows:
         return changes
     fold = _fold_of(changes, ranges)
-    discarded = np.array([fold_range.reset for fold_range in ranges] + [False])[fold]
-    if discarded.any():  # fold -1 (none) reads the False at the end
+    discarded = _discarded(fold, ranges)
+    if discarded.any():
         changes, fold = changes.filter(pa.array(~discarded)), fold[~discarded]
     if not (fold >= 0).any():
         return changes
@@ -157,6 +157,28 @@ def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.T
     for column, array in refolded.items():
         changes = changes.set_column(changes.schema.get_field_index(column), column, array)
     return changes
+
+
+def reset_discards(
+    changes: pa.Table,
+    barriers: Mapping[tuple[str, str], Sequence[int | None]],
+    points: Mapping[SegmentKey, Sequence],
+) -> np.ndarray | None:
+    """Per change (silver's rows; schema, table and commit TS suffice) whether a folded reset
+    (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_changes``."""
+    changes = changes.append_column("order_ts", changes.column("commit_ts"))
+    segmented = with_segment(changes, barriers)
+    if segmented is None:
+        return None
+    ranges = fold_ranges(points)
+    if not ranges:
+        return np.zeros(changes.num_rows, bool)
+    return _discarded(_fold_of(segmented, ranges), ranges)
+
+
+def _discarded(fold: np.ndarray, ranges: Sequence[FoldRange]) -> np.ndarray:
+    # Fold -1 (in none) reads the False at the end.
+    return np.array([fold_range.reset for fold_range in ranges] + [False])[fold]
 
 
 @dataclass(frozen=True)
