@@ -14,10 +14,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable, TableFeatures, write_deltalake
+from deltalake import DeltaTable, TableFeatures, WriterProperties, write_deltalake
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -56,6 +57,7 @@ from ticdc_lake.delta.files import (
     discard_uncommitted,
 )
 from ticdc_lake.delta.partitions import directory, directory_values
+from ticdc_lake.delta.read import RowGroups
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.stats import FileStats
 
@@ -262,6 +264,34 @@ def test_a_value_range_reads_only_the_files_that_can_hold_it(spark, tmp_path):
     assert values(plain, ("b", 4, 9)) == []
     assert values(bare, ("b", 2, 2)) == [1, 2, 3]
     assert values(plain, None) == [10, 11, 20, 21, 30, 31]
+
+
+def test_row_groups_read_on_the_driver_number_rows_alike_whatever_the_columns(tmp_path):
+    """RowGroups prunes partitions and row groups by ``where``, reads the rest whole, in the
+    same order each time: a narrow read's row numbers pick rows from a wide read of just the
+    row groups holding them."""
+    path = str(tmp_path / "t")
+    for batch in (1, 2, 3):
+        rows = pa.table(
+            {"b": [batch] * 6, "ts": [batch * 10 + n for n in range(6)],
+             "wide": [[f"{batch}-{n}"] * 50 for n in range(6)]}
+        )  # fmt: skip
+        write_deltalake(
+            path, rows, mode="append", partition_by=["b"],
+            writer_properties=WriterProperties(max_row_group_size=2, write_batch_size=2),
+        )  # fmt: skip
+    where = (pc.field("b") > 1) & (pc.field("ts") > 22) & (pc.field("ts") != 31)
+    groups = RowGroups.of(DeltaTable(path), where)
+    # Batch 1 is pruned by partition, batch 2's first row group (TS 20, 21) by statistics.
+    assert sum(groups.sizes) == 10 and len(groups.groups) == 5
+    narrow = groups.read_all(["b", "ts"])
+    assert narrow.num_rows == 10
+    chosen = groups.matching(narrow)
+    chosen_ts = narrow.column("ts").take(pa.array(chosen)).to_pylist()
+    assert sorted(chosen_ts) == [23, 24, 25, 30, 32, 33, 34, 35]
+    last_two = groups.read(groups.groups[-2:], ["ts", "wide"])
+    assert last_two.column("ts").to_pylist() == narrow.column("ts").to_pylist()[-4:]
+    assert all(column.num_chunks == 1 for column in last_two.columns)
 
 
 def test_a_partitioned_table_reached_through_a_symlink_reads(spark, tmp_path):
