@@ -99,7 +99,8 @@ def test_the_last_action_of_each_key_wins_and_copies_after_the_first_are_dropped
     events = [(row[1], row[4], row[5], row[6]) for row in rows]
     if len(set(events)) == len(events):
         assert set(reduce_arrow.winners(driver, replays=False).tolist()) == expected
-    segments = reduce_arrow.last_per_key(driver, replays=True)
+    chosen = reduce_arrow.winners(driver, replays=True)
+    segments = reduce_arrow.by_segment(reduce_arrow.candidates_of(driver, chosen))
     assert all(part.schema == reduce_arrow.REDUCED_SCHEMA for part in segments.values())
     found = sorted(
         (key, row["offset"]) for key, part in segments.items() for row in part.to_pylist()
@@ -122,7 +123,7 @@ def test_a_run_reduced_chunk_by_chunk_is_the_run_reduced_at_once(changes, stamps
     silver = keys.silver_changes(changes)
     silver = silver.set_column(1, "commit_ts", pa.array(stamps[: len(changes)], pa.int64()))
     barriers = {("s", "t"): [2]}  # table t's changes at TS 2 and 3 in a segment of their own
-    whole = reduce_arrow.reduce_changes(silver, barriers, {}, keys.FALLBACK, replays=False)
+    whole = reduce_arrow.reduce_chunk(silver, barriers, {}, keys.FALLBACK, replays=False)
     bounds = [0, *sorted({cut for cut in cuts if cut < len(changes)}), len(changes)]
     chunks = [
         reduce_arrow.reduce_chunk(
@@ -132,7 +133,7 @@ def test_a_run_reduced_chunk_by_chunk_is_the_run_reduced_at_once(changes, stamps
     ]
     candidates = pa.concat_tables(chunks)
     merged = candidates.take(pa.array(reduce_arrow.latest(candidates)))
-    assert _reduced(reduce_arrow.by_segment(merged)) == _reduced(whole)
+    assert _reduced(reduce_arrow.by_segment(merged)) == _reduced(reduce_arrow.by_segment(whole))
 
 
 @settings(max_examples=60, deadline=None)

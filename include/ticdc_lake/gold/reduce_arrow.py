@@ -58,21 +58,6 @@ RANK_COLUMNS = (
 SegmentKey = tuple[str, str, int]  # (schema, table, segment number)
 
 
-def reduce_changes(
-    changes: pa.Table,
-    barriers: Mapping[tuple[str, str], Sequence[int | None]],
-    points: Mapping[SegmentKey, Sequence],
-    fallback_handles: Mapping[tuple[str, str], Sequence[str]],
-    *,
-    replays: bool,
-) -> dict[SegmentKey, pa.Table] | None:
-    """The selected ``changes`` (silver's columns, every commit TS known) reduced as
-    reduce.py reduces them: REDUCED_SCHEMA's rows by segment. None when only Spark's path
-    handles the run (barriers out of TS order)."""
-    candidates = reduce_chunk(changes, barriers, points, fallback_handles, replays=replays)
-    return None if candidates is None else by_segment(candidates)
-
-
 def reduce_chunk(
     changes: pa.Table,
     barriers: Mapping[tuple[str, str], Sequence[int | None]],
@@ -81,8 +66,10 @@ def reduce_chunk(
     *,
     replays: bool,
 ) -> pa.Table | None:
-    """``reduce_changes``' winners among ``changes`` (some of a run's, copies of an event
-    beyond the first dropped unless ``replays``) as CANDIDATE_SCHEMA's rows; None as there."""
+    """The selected ``changes`` (silver's columns, every commit TS known; a run's or some of
+    them) reduced as reduce.py reduces them, copies of an event beyond its first dropped
+    unless ``replays``: the winners as CANDIDATE_SCHEMA's rows (``by_segment`` splits them).
+    None when only Spark's path handles the run (barriers out of TS order)."""
     changes = changes.append_column("order_ts", changes.column("commit_ts"))
     segmented = with_segment(changes, barriers)
     if segmented is None:
@@ -165,7 +152,7 @@ def reset_discards(
     points: Mapping[SegmentKey, Sequence],
 ) -> np.ndarray | None:
     """Per change (silver's rows; schema, table and commit TS suffice) whether a folded reset
-    (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_changes``."""
+    (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_chunk``."""
     changes = changes.append_column("order_ts", changes.column("commit_ts"))
     segmented = with_segment(changes, barriers)
     if segmented is None:
@@ -223,14 +210,9 @@ def key_actions(
     )
 
 
-def last_per_key(actions: Actions, *, replays: bool) -> dict[SegmentKey, pa.Table]:
-    """The last action per (schema, table, segment, key), copies of an event after its first
-    dropped (reduce.last_per_key): REDUCED_SCHEMA's rows by segment."""
-    return by_segment(candidates_of(actions, winners(actions, replays=replays)))
-
-
 def winners(actions: Actions, *, replays: bool) -> np.ndarray:
-    """last_per_key's actions, by number."""
+    """The last action per (schema, table, segment, key), copies of an event after its first
+    dropped unless ``replays`` (reduce.last_per_key): their numbers, by table and segment."""
     changes = actions.changes
     at = actions.row
     table = _table_codes(changes)[at]
