@@ -258,21 +258,23 @@ def reduce_on_driver(
     if groups is None:
         return None
     narrow = groups.read_all(MARKED_COLUMNS)
-    kept = _unsettled(groups, narrow, layout)
+    kept = _unsettled(groups, narrow, quarantined_table(layout))
     marked = marked_on_driver(narrow.take(pa.array(kept)), plan)
     counts, batches = counts_of(marked)
     chosen = kept[marked.filter(marked.column("read")).column("row").to_numpy()]
-    if narrow.column("commit_ts").take(pa.array(chosen)).null_count:
+    picked = narrow.take(pa.array(chosen))
+    if picked.column("commit_ts").null_count:
         return None  # ordered by the TSs around them: Spark's with_order_ts
     if any(count.duplicates for count in counts.values()):
-        chosen = chosen[reduce_arrow.first_copies(narrow.take(pa.array(chosen)))]
+        firsts = reduce_arrow.first_copies(picked)
+        chosen, picked = chosen[firsts], picked.take(pa.array(firsts))
     # A folded TRUNCATE discards what came before it: those images need not be read.
-    discarded = reduce_arrow.reset_discards(narrow.take(pa.array(chosen)), splits, points)
+    discarded = reduce_arrow.reset_discards(picked, splits, points)
     if discarded is None:
         return None
     wanted = np.zeros(narrow.num_rows, bool)
     wanted[chosen[~discarded]] = True
-    del narrow, marked
+    del narrow, marked, picked
     winners = _ChunkWinners()
     for chunk, selected in _chunks(groups, wanted):
         rows = groups.read(chunk, list(CHUNK_COLUMNS))
@@ -506,8 +508,13 @@ def changes_on_driver(
     groups = _unsettled_row_groups(layout, plan, limit)
     if groups is None:
         return None
-    rows = groups.read_all(list(dict.fromkeys([*columns, *MARKED_COLUMNS])))
-    return rows.take(pa.array(_unsettled(groups, rows, layout))).select(list(columns))
+    quarantined = quarantined_table(layout)
+    needed = [*columns, *_UNSETTLED_BY, *(COORDINATES if quarantined is not None else [])]
+    rows = groups.read_all(list(dict.fromkeys(needed)))
+    return rows.take(pa.array(_unsettled(groups, rows, quarantined))).select(list(columns))
+
+
+_UNSETTLED_BY = ("bronze_batch", "topic", "commit_ts")  # the columns the run's ``where`` names
 
 
 def _unsettled_row_groups(layout: LakeLayout, plan: FeedPlan, limit: int) -> RowGroups | None:
@@ -523,11 +530,11 @@ def _unsettled_row_groups(layout: LakeLayout, plan: FeedPlan, limit: int) -> Row
     return RowGroups.of(table, where)
 
 
-def _unsettled(groups: RowGroups, rows: pa.Table, layout: LakeLayout) -> np.ndarray:
-    """The numbers of the changes ``rows`` (``groups``' rows, MARKED_COLUMNS at least) that
-    ``_unsettled_changes`` selects: those ``groups.where`` keeps and no quarantine holds."""
+def _unsettled(groups: RowGroups, rows: pa.Table, quarantined: pa.Table | None) -> np.ndarray:
+    """The numbers of the changes ``rows`` (``groups``' rows: _UNSETTLED_BY, and COORDINATES
+    if a quarantine exists) that ``_unsettled_changes`` selects: those ``groups.where`` keeps
+    and the ``quarantined`` (quarantined_table) do not hold."""
     matching = groups.matching(rows)
-    quarantined = quarantined_table(layout)
     if quarantined is None:
         return matching
     # Joined by row number: an Arrow join would carry (and may not take) the nested images.
@@ -579,9 +586,9 @@ def _copies(read: pa.Table) -> dict[tuple[str, str], int]:
     """Per table, how many of the changes ``read`` (marked) are a copy of an event (same
     event_id and order TS) beyond its first. Only changes whose id is not unique can be, so
     they alone are grouped: grouping all by id took seconds for a few million."""
-    ids = pc.dictionary_encode(read.column("event_id").combine_chunks()).indices
-    event = pc.fill_null(ids, -1).to_numpy() + 1  # 0: no id, grouped as Spark groups it
-    copied = read.filter(pa.array(np.bincount(event, minlength=1)[event] > 1))
+    copied = read.take(
+        pa.array(reduce_arrow.repeated(reduce_arrow.event_codes(read.column("event_id"))))
+    )
     tables = ["schema", "table"]
     rows = copied.group_by(tables, use_threads=False).aggregate([([], "count_all")])
     events = copied.group_by([*tables, "event_id", "event_ts"], use_threads=False).aggregate([])

@@ -83,12 +83,7 @@ def latest(candidates: pa.Table) -> np.ndarray:
     the last per (schema, table, segment, key of its image): by order TS, then Kafka position,
     then ``sub``, as ``winners`` ranks them."""
     values = _one_chunk(candidates.column("key_values"))
-    flat_names = _flat_names(values)
-    names = _Names.of([flat_names], [])
-    lengths = _numpy(pc.list_value_length(values), fill=0)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-    handle = pa.ListArray.from_arrays(offsets, flat_names)  # each holds all its names
-    (key,), _ = _key_codes([values], _Handles.of(handle, names), names)
+    (key,), _ = _key_codes([values], None, _Names.of([_flat_names(values)], []))
     segment = _numpy(candidates.column("segment"))
     ranked = (_numpy(candidates.column("order_ts")), *_position(candidates))
     sub = _numpy(candidates.column("sub"))
@@ -234,8 +229,8 @@ def first_copies(changes: pa.Table) -> np.ndarray:
     its first (same table, event id and commit TS; later in Kafka): ``winners``' replays rule
     row by row, before the run's chunks are reduced without it. An event's id hashes its table,
     commit TS and images, so its copies' actions are the same actions."""
-    event = _codes(changes.column("event_id")) + 1  # 0: no id, as Spark's windows group it
-    copied = np.flatnonzero(np.bincount(event)[event] > 1)
+    event = event_codes(changes.column("event_id"))
+    copied = repeated(event)
     everyone = np.arange(changes.num_rows)
     if not len(copied):
         return everyone
@@ -245,6 +240,16 @@ def first_copies(changes: pa.Table) -> np.ndarray:
     later = np.ones(len(copied), bool)
     later[order[_firsts([column[order] for column in copy])]] = False
     return np.delete(everyone, copied[later])
+
+
+def repeated(codes: np.ndarray) -> np.ndarray:
+    """The numbers of the rows whose (non-negative) code another row shares."""
+    return np.flatnonzero(np.bincount(codes, minlength=1)[codes] > 1)
+
+
+def event_codes(ids) -> np.ndarray:
+    """A code per event id, equal ids equal codes; 0 for no id (as Spark groups nulls)."""
+    return _codes(ids) + 1
 
 
 def _last_of(
@@ -344,18 +349,23 @@ def _handles(
 
 
 def _key_codes(
-    images: Sequence[pa.ListArray], handles: _Handles, names: _Names
+    images: Sequence[pa.ListArray], handles: _Handles | None, names: _Names
 ) -> tuple[list[np.ndarray], list[pa.ListArray]]:
     """Per image, per row a code of its handle-key values (its handle columns' names, texts
     and binaries): equal values, equal codes, across the images; -1 for a null image. And the
-    values, as KEY_VALUES_TYPE."""
+    values, as KEY_VALUES_TYPE. No ``handles``: every column of the images is a key column
+    (the images are key values already)."""
     rows = len(images[0])
     image, owner, name, texts, binaries, values = [], [], [], [], [], []
     for number, array in enumerate(images):
         parent = _numpy(pc.list_parent_indices(array))
         elements = pc.list_flatten(array)
         codes = names.codes(pc.struct_field(elements, "name"))
-        chosen = np.flatnonzero(handles.holds(parent, codes))
+        chosen = (
+            np.arange(len(codes))
+            if handles is None
+            else np.flatnonzero(handles.holds(parent, codes))
+        )
         image.append(np.full(len(chosen), number, np.int64))
         owner.append(parent[chosen])
         name.append(codes[chosen])
