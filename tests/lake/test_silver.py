@@ -183,6 +183,31 @@ def test_change_rows_event_ids_are_event_id(speedups, values, partition_id):
         assert _ids(rows) == [silver.event_id(event)]
 
 
+EVERY_ASCII = "".join(map(chr, range(128)))
+
+
+@pytest.mark.parametrize(
+    ("commit_ts", "schema", "name"),
+    [
+        (0, EVERY_ASCII, "é\u2028\U0001f600"),
+        (2**63 - 1, "s", EVERY_ASCII),
+        (-(2**63), "", ""),
+        (None, "x" * 300, "y" * 127),  # identities around BLAKE2b's 128-byte blocks
+        (5, StrLike("a str subclass: hashed by event_id itself"), StrLike("c")),
+    ],
+)
+def test_event_ids_hash_every_escape_and_extreme_as_event_id(speedups, commit_ts, schema, name):
+    """The compiled path writes the identity's JSON and hashes it itself; what it would not
+    write as orjson does (a str subclass) it leaves to event_id."""
+    image = {name: Column(1, 0, EVERY_ASCII), "b": Column(1, 0, bytes(range(256)))}
+    for size in (0, 1, 60, 61, 62, 63, 64, 200):
+        padded = {**image, "pad": Column(1, 0, "p" * size)}
+        event = RowEvent(commit_ts, schema, "t", "delete", None, padded, "topic", 0, 1)
+        rows = ChangeRows(speedups)
+        rows.add(event, 1)
+        assert _ids(rows) == [silver.event_id(event)]
+
+
 def test_text_that_is_not_utf8_fails_the_change_in_both_paths(speedups):
     event = RowEvent(1, "s", "t", "insert", {"a": Column(1, 0, "\ud800")}, None, "t", 0, 1)
     for rows in (ChangeRows(speedups), ChangeRows(None)):

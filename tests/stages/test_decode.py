@@ -604,7 +604,7 @@ def test_the_rows_of_a_record_are_added_all_or_none():
         out.add_events([good, ResolvedEvent(7, "t", 0, 2), bad], 3)
 
     out.add_events([dataclasses.replace(good, offset=3)], 3)
-    changes = pa.Table.from_batches([out.batch()]).column("change").to_pylist()
+    changes = pa.Table.from_batches(out.batches()).column("change").to_pylist()
     assert [change["offset"] for change in changes] == [1, 3]
     assert [[c["name"] for c in change["columns"]] for change in changes] == [["id", "note"]] * 2
 

@@ -667,22 +667,33 @@ class OutputBuilder:
     def __len__(self) -> int:
         return len(self.changes) + len(self.others)
 
-    def batch(self) -> pa.RecordBatch:
-        changes, others = len(self.changes), self.others
-        rows = self.changes.struct_array()
-        kinds = [CHANGE] * changes + [kind for kind, _, _ in others]
-        batch_ids = pa.concat_arrays(
-            [rows.field("bronze_batch"), pa.array([batch for _, batch, _ in others], pa.int64())]
-        )
-        arrays = [pa.array(kinds, pa.string()), batch_ids]
-        for f in list(DECODED_SCHEMA)[2:]:
-            if f.name == CHANGE:
-                parts = [rows, pa.nulls(len(others), f.type)]
-            else:
-                values = [value if kind == f.name else None for kind, _, value in others]
-                parts = [pa.nulls(changes, f.type), pa.array(values, f.type)]
-            arrays.append(pa.concat_arrays(parts))
-        return pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
+    def batches(self) -> list[pa.RecordBatch]:
+        """The rows as DECODED_SCHEMA batches: the changes' (if any), then the others' (if
+        any). Apart, so the changes' nested images are never copied into one batch with them."""
+        parts = []
+        if len(self.changes):
+            rows = self.changes.struct_array()
+            kinds = pa.repeat(pa.scalar(CHANGE, pa.string()), len(rows))
+            parts.append(_decoded(kinds, rows.field("bronze_batch"), {CHANGE: rows}))
+        if self.others:
+            kinds = [kind for kind, _, _ in self.others]
+            batch_ids = pa.array([batch for _, batch, _ in self.others], pa.int64())
+            values = {f.name: self._values_of(f) for f in DECODED_SCHEMA if f.name in kinds}
+            parts.append(_decoded(pa.array(kinds, pa.string()), batch_ids, values))
+        return parts
+
+    def _values_of(self, kind: pa.Field) -> pa.Array:
+        """The column of the other rows' ``kind`` values: null in the rows of other kinds."""
+        values = [value if name == kind.name else None for name, _, value in self.others]
+        return pa.array(values, kind.type)
+
+
+def _decoded(kinds: pa.Array, batch_ids: pa.Array, values: dict[str, pa.Array]) -> pa.RecordBatch:
+    """A DECODED_SCHEMA batch of these rows: nulls in the kinds' columns ``values`` lacks."""
+    count = len(kinds)
+    arrays = [kinds, batch_ids]
+    arrays += [values.get(f.name, pa.nulls(count, f.type)) for f in list(DECODED_SCHEMA)[2:]]
+    return pa.RecordBatch.from_arrays(arrays, schema=DECODED_SCHEMA)
 
 
 def _too_large_ts(events: list[Event]) -> tuple[Event, int] | None:
@@ -720,8 +731,7 @@ class PartitionDecoder:
         for batch in batches:
             out = OutputBuilder()
             fatal = self._decode_batch(batch, decoders, out, tallies)
-            if len(out):
-                yield out.batch()
+            yield from out.batches()
             if fatal is not None:
                 for _ in batches:  # read the rest of the input, so Spark can finish the task
                     pass
@@ -729,14 +739,13 @@ class PartitionDecoder:
                 out = OutputBuilder()
                 message = {"error_type": type(error).__name__, "message": redact_text(str(error))}
                 out.add(FATAL, batch_id, message)
-                yield out.batch()
+                yield from out.batches()
                 return
         out = OutputBuilder()
         for batch_id, (records, decoded, quarantined) in sorted(tallies.items()):
             tally = {"records": records, "decoded": decoded, "quarantined": quarantined}
             out.add(TALLY, batch_id, tally)
-        if len(out):
-            yield out.batch()
+        yield from out.batches()
 
     def _decode_batch(
         self,
