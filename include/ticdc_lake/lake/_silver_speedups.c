@@ -4,9 +4,10 @@
  * fallback).
  *
  * ChangeBuffers().add(event, bronze_batch, handle_flag, event_id)
- *     one events.RowEvent as a row of silver.CHANGES_SCHEMA. Its id is what `event_id(identity)`
- *     (silver's _event_id) gives for ["row", commit_ts, schema, table, op, partition_id, new,
- *     old]: hashed here, or by `event_id` for an identity holding what this does not write.
+ *     one events.RowEvent as a row of silver.CHANGES_SCHEMA. Its id is silver.event_id's:
+ *     hashed here from the identity ["row", commit_ts, schema, table, op, partition_id, new,
+ *     old] written as JSON, or given by `event_id(event)` for one holding what this does not
+ *     write as orjson does.
  * ImageBuffers().add(image, handle_flag) -> (identity, handle)
  *     one image's columns (ChangeBuffers keeps two of these, for the new and the old image).
  *
@@ -193,282 +194,6 @@ column_truncate(Column *column, Py_ssize_t entries)
     column->values.size = end;
 }
 
-/* --- the type ------------------------------------------------------------------------------ */
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t entries;
-    Column columns[COLUMNS];
-} ImageBuffers;
-
-static void ImageBuffers_dealloc(ImageBuffers *self);
-
-static PyObject *
-ImageBuffers_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "ImageBuffers() takes no arguments");
-        return NULL;
-    }
-    ImageBuffers *self = (ImageBuffers *)type->tp_alloc(type, 0); /* zeroed */
-    if (self == NULL)
-        return NULL;
-    for (int i = 0; i < COLUMNS; i++) {
-        Column *column = &self->columns[i];
-        column->width = WIDTHS[i];
-        int32_t zero = 0;
-        if (!column->width && bytes_append(&column->offsets, &zero, sizeof zero) < 0) {
-            ImageBuffers_dealloc(self);
-            return NULL;
-        }
-    }
-    return (PyObject *)self;
-}
-
-static void
-ImageBuffers_dealloc(ImageBuffers *self)
-{
-    for (int i = 0; i < COLUMNS; i++)
-        column_free(&self->columns[i]);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* (text, binary) of a value, new references; -1 with an exception set on failure. */
-static int
-value_fields(PyObject *value, PyObject **text, PyObject **binary)
-{
-    *binary = Py_NewRef(Py_None);
-    if (PyUnicode_CheckExact(value) || value == Py_None) {
-        *text = Py_NewRef(value);
-        return 0;
-    }
-    if (PyBytes_Check(value)) {
-        *text = Py_NewRef(Py_None);
-        Py_SETREF(*binary, Py_NewRef(value));
-        return 0;
-    }
-    /* Floats by repr (the shortest text that reads back the same); everything else by str. */
-    *text = PyFloat_Check(value) ? PyObject_Repr(value) : PyObject_Str(value);
-    if (*text == NULL) {
-        Py_CLEAR(*binary);
-        return -1;
-    }
-    return 0;
-}
-
-/* Whether `flags & flag` is set, as Python computes it: 1, 0, or -1 with an exception set. */
-static int
-has_flag(PyObject *flags, PyObject *flag)
-{
-    if (PyLong_CheckExact(flags) && PyLong_CheckExact(flag)) {
-        int overflow_flags, overflow_flag;
-        long bits = PyLong_AsLongAndOverflow(flags, &overflow_flags);
-        long mask = PyLong_AsLongAndOverflow(flag, &overflow_flag);
-        if (!overflow_flags && !overflow_flag && bits >= 0 && mask >= 0)
-            return (bits & mask) != 0;
-    }
-    PyObject *masked = PyNumber_And(flags, flag);
-    if (masked == NULL)
-        return -1;
-    int result = PyObject_IsTrue(masked);
-    Py_DECREF(masked);
-    return result;
-}
-
-/* Appends one column of an image and returns its identity entry; NULL on failure (the columns
- * may then hold part of it: truncate undoes it). */
-static PyObject *
-add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handle,
-           PyObject *handle_flag)
-{
-    PyObject *attrs[4] = {NULL, NULL, NULL, NULL};
-    PyObject *const attr_names[4] = {name_type_code, name_flags, name_value, name_mysql_type};
-    PyObject *text = NULL, *binary = NULL, *entry = NULL;
-    Py_ssize_t index = self->entries;
-    Column *columns = self->columns;
-    int is_handle;
-    for (int i = 0; i < 4; i++) {
-        attrs[i] = PyObject_GetAttr(column, attr_names[i]);
-        if (attrs[i] == NULL)
-            goto done;
-    }
-    if (value_fields(attrs[2], &text, &binary) < 0)
-        goto done;
-    if (column_append_object(&columns[NAME], index, name, "column name", 0) < 0
-        || column_append_integer(&columns[TYPE_CODE], index, attrs[0], "an image's type code") < 0
-        || column_append_integer(&columns[FLAGS], index, attrs[1], "an image's flags") < 0
-        || column_append_object(&columns[MYSQL_TYPE], index, attrs[3], "MySQL type", 0) < 0
-        || column_append_object(&columns[TEXT], index, text, "text", 0) < 0
-        || column_append_object(&columns[BINARY], index, binary, "binary", 1) < 0) {
-        /* Some columns have this entry and some not: none keeps it. */
-        for (int i = 0; i < COLUMNS; i++)
-            column_truncate(&columns[i], index);
-        goto done;
-    }
-    self->entries++;
-    is_handle = has_flag(attrs[1], handle_flag);
-    if (is_handle < 0 || (is_handle && PyList_Append(handle, name) < 0))
-        goto done;
-    entry = PyList_New(3);
-    if (entry == NULL)
-        goto done;
-    PyList_SET_ITEM(entry, 0, Py_NewRef(name));
-    PyList_SET_ITEM(entry, 1, Py_NewRef(text));
-    PyList_SET_ITEM(entry, 2, Py_NewRef(binary));
-done:
-    for (int i = 0; i < 4; i++)
-        Py_XDECREF(attrs[i]);
-    Py_XDECREF(text);
-    Py_XDECREF(binary);
-    return entry;
-}
-
-/* (identity, handle) of one image appended; NULL on failure, the columns left as they were
- * after the image's earlier columns (the caller truncates). */
-static PyObject *
-image_add(ImageBuffers *self, PyObject *image, PyObject *handle_flag)
-{
-    if (!PyDict_Check(image)) {
-        PyErr_Format(PyExc_TypeError, "image must be a dict, not %.100s", Py_TYPE(image)->tp_name);
-        return NULL;
-    }
-    PyObject *identity = PyList_New(0);
-    PyObject *handle = PyList_New(0);
-    if (identity == NULL || handle == NULL)
-        goto fail;
-    Py_ssize_t position = 0;
-    PyObject *name, *column;
-    while (PyDict_Next(image, &position, &name, &column)) {
-        /* Held: str() of a value may run Python code (the dict is not changed by the decoders). */
-        Py_INCREF(name);
-        Py_INCREF(column);
-        PyObject *entry = add_column(self, name, column, handle, handle_flag);
-        Py_DECREF(name);
-        Py_DECREF(column);
-        if (entry == NULL || PyList_Append(identity, entry) < 0) {
-            Py_XDECREF(entry);
-            goto fail;
-        }
-        Py_DECREF(entry);
-    }
-    PyObject *result = PyTuple_Pack(2, identity, handle);
-    Py_DECREF(identity);
-    Py_DECREF(handle);
-    return result;
-fail:
-    Py_XDECREF(identity);
-    Py_XDECREF(handle);
-    return NULL;
-}
-
-static void
-image_truncate(ImageBuffers *self, Py_ssize_t entries)
-{
-    for (int i = 0; i < COLUMNS; i++)
-        column_truncate(&self->columns[i], entries);
-    self->entries = entries;
-}
-
-static PyObject *
-ImageBuffers_add(ImageBuffers *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "add takes 2 arguments (image, handle_flag), got %zd",
-                     nargs);
-        return NULL;
-    }
-    return image_add(self, args[0], args[1]);
-}
-
-static PyObject *
-ImageBuffers_truncate(ImageBuffers *self, PyObject *arg)
-{
-    Py_ssize_t entries = PyLong_AsSsize_t(arg);
-    if (entries == -1 && PyErr_Occurred())
-        return NULL;
-    if (entries < 0 || entries > self->entries) {
-        PyErr_Format(PyExc_ValueError, "cannot truncate %zd entries to %zd", self->entries,
-                     entries);
-        return NULL;
-    }
-    image_truncate(self, entries);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-as_bytes(const Bytes *bytes, Py_ssize_t size)
-{
-    return PyBytes_FromStringAndSize(bytes->data ? bytes->data : "", size);
-}
-
-/* A column's first `entries` entries as Arrow buffers: (validity, values) for fixed widths,
- * (validity, offsets, data) for strings and binaries. */
-static PyObject *
-column_export(const Column *column, Py_ssize_t entries)
-{
-    if (column->width)
-        return Py_BuildValue("(NN)", as_bytes(&column->validity, (entries + 7) / 8),
-                             as_bytes(&column->values, entries * column->width));
-    int32_t end;
-    memcpy(&end, column->offsets.data + entries * sizeof end, sizeof end);
-    return Py_BuildValue("(NNN)", as_bytes(&column->validity, (entries + 7) / 8),
-                         as_bytes(&column->offsets, (entries + 1) * 4),
-                         as_bytes(&column->values, end));
-}
-
-/* column_export of each of `count` columns, as a tuple. */
-static PyObject *
-columns_export(const Column *columns, int count, Py_ssize_t entries)
-{
-    PyObject *result = PyTuple_New(count);
-    if (result == NULL)
-        return NULL;
-    for (int i = 0; i < count; i++) {
-        PyObject *item = column_export(&columns[i], entries);
-        if (item == NULL) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(result, i, item);
-    }
-    return result;
-}
-
-static PyObject *
-ImageBuffers_export(ImageBuffers *self, PyObject *Py_UNUSED(ignored))
-{
-    return columns_export(self->columns, COLUMNS, self->entries);
-}
-
-static Py_ssize_t
-ImageBuffers_len(ImageBuffers *self)
-{
-    return self->entries;
-}
-
-static PyMethodDef ImageBuffers_methods[] = {
-    {"add", (PyCFunction)(void (*)(void))ImageBuffers_add, METH_FASTCALL,
-     "add(image, handle_flag) -> (identity, handle)"},
-    {"truncate", (PyCFunction)ImageBuffers_truncate, METH_O, "truncate(entries): keep these"},
-    {"export", (PyCFunction)ImageBuffers_export, METH_NOARGS,
-     "export() -> per column (validity, values) or (validity, offsets, data), as bytes"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PySequenceMethods ImageBuffers_sequence = {.sq_length = (lenfunc)ImageBuffers_len};
-
-static PyTypeObject ImageBuffersType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ticdc_lake.lake._silver_speedups.ImageBuffers",
-    .tp_doc = "The six image columns of many images, as Arrow buffers.",
-    .tp_basicsize = sizeof(ImageBuffers),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = ImageBuffers_new,
-    .tp_dealloc = (destructor)ImageBuffers_dealloc,
-    .tp_methods = ImageBuffers_methods,
-    .tp_as_sequence = &ImageBuffers_sequence,
-};
-
 /* --- the event id: BLAKE2b with a 16-byte digest (RFC 7693) of the identity's JSON ---------- */
 
 /* silver._event_id hashes orjson.dumps(identity, default=_bytes_hex). Writing that JSON here and
@@ -637,10 +362,10 @@ json_integer(Bytes *out, PyObject *value)
     return bytes_append(out, text, length);
 }
 
-/* `value` (None, lists, str, int, bytes as hex) appended as orjson writes it: 0, JSON_LEFT for a
- * value this leaves to Python, or -1 with an exception set. */
+/* `value` (None, str, int, bytes as hex) appended as orjson writes it: 0, JSON_LEFT for a value
+ * this leaves to Python, or -1 with an exception set. */
 static int
-json_write(Bytes *out, PyObject *value, int depth)
+json_write(Bytes *out, PyObject *value)
 {
     if (value == Py_None)
         return bytes_append(out, "null", 4);
@@ -648,51 +373,348 @@ json_write(Bytes *out, PyObject *value, int depth)
         return json_string(out, value);
     if (PyLong_CheckExact(value))
         return json_integer(out, value);
-    if (PyBytes_Check(value)) {
-        Py_ssize_t size = PyBytes_GET_SIZE(value);
-        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
-        if (size > (PY_SSIZE_T_MAX - 2) / 2 || bytes_reserve(out, 2 + 2 * size) < 0)
-            return -1;
-        static const char digits[] = "0123456789abcdef";
-        char *at = out->data + out->size;
-        *at++ = '"';
-        for (Py_ssize_t i = 0; i < size; i++) {
-            *at++ = digits[data[i] >> 4];
-            *at++ = digits[data[i] & 15];
-        }
-        *at++ = '"';
-        out->size = at - out->data;
-        return 0;
-    }
-    if (!PyList_CheckExact(value) || depth > 3)
+    if (!PyBytes_Check(value))
         return JSON_LEFT;
-    if (bytes_append(out, "[", 1) < 0)
+    Py_ssize_t size = PyBytes_GET_SIZE(value);
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
+    if (size > (PY_SSIZE_T_MAX - 2) / 2 || bytes_reserve(out, 2 + 2 * size) < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
-        if (i && bytes_append(out, ",", 1) < 0)
-            return -1;
-        int written = json_write(out, PyList_GET_ITEM(value, i), depth + 1);
-        if (written)
-            return written;
+    static const char digits[] = "0123456789abcdef";
+    char *at = out->data + out->size;
+    *at++ = '"';
+    for (Py_ssize_t i = 0; i < size; i++) {
+        *at++ = digits[data[i] >> 4];
+        *at++ = digits[data[i] & 15];
     }
-    return bytes_append(out, "]", 1);
+    *at++ = '"';
+    out->size = at - out->data;
+    return 0;
 }
 
-/* The id of a change with this `identity`: hashed here, or by `event_id` when the identity
- * holds a value left to Python. A new reference; NULL with an exception set. */
-static PyObject *
-identity_event_id(Bytes *scratch, PyObject *identity, PyObject *event_id)
+/* A change's identity, ["row", commit_ts, schema, table, op, partition_id, new, old] with each
+ * image [[name, text, binary], ...] or null, written as JSON while the row is added. `left`: it
+ * holds a value this leaves to Python, which then gives the id from the event. */
+typedef struct {
+    Bytes json;
+    int left;
+} Identity;
+
+/* Punctuation (`text`), then `value` unless NULL. */
+static int
+identity_write(Identity *identity, const char *text, PyObject *value)
 {
-    scratch->size = 0;
-    int written = json_write(scratch, identity, 0);
-    if (written < 0)
-        return NULL;
+    if (identity == NULL || identity->left)
+        return 0;
+    if (bytes_append(&identity->json, text, (Py_ssize_t)strlen(text)) < 0)
+        return -1;
+    int written = value == NULL ? 0 : json_write(&identity->json, value);
     if (written == JSON_LEFT)
-        return PyObject_CallOneArg(event_id, identity);
+        identity->left = 1;
+    return written < 0 ? -1 : 0;
+}
+
+/* The 32 hex digits of the identity's id, as a str; NULL (nothing set) when it is left. */
+static PyObject *
+identity_id(const Identity *identity)
+{
+    if (identity->left)
+        return NULL;
     char hex[2 * DIGEST_SIZE];
-    blake2b_hex((const uint8_t *)scratch->data, (size_t)scratch->size, hex);
+    blake2b_hex((const uint8_t *)identity->json.data, (size_t)identity->json.size, hex);
     return PyUnicode_FromStringAndSize(hex, sizeof hex);
 }
+
+/* --- the type ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t entries;
+    Column columns[COLUMNS];
+} ImageBuffers;
+
+static void ImageBuffers_dealloc(ImageBuffers *self);
+
+static PyObject *
+ImageBuffers_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "ImageBuffers() takes no arguments");
+        return NULL;
+    }
+    ImageBuffers *self = (ImageBuffers *)type->tp_alloc(type, 0); /* zeroed */
+    if (self == NULL)
+        return NULL;
+    for (int i = 0; i < COLUMNS; i++) {
+        Column *column = &self->columns[i];
+        column->width = WIDTHS[i];
+        int32_t zero = 0;
+        if (!column->width && bytes_append(&column->offsets, &zero, sizeof zero) < 0) {
+            ImageBuffers_dealloc(self);
+            return NULL;
+        }
+    }
+    return (PyObject *)self;
+}
+
+static void
+ImageBuffers_dealloc(ImageBuffers *self)
+{
+    for (int i = 0; i < COLUMNS; i++)
+        column_free(&self->columns[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* (text, binary) of a value, new references; -1 with an exception set on failure. */
+static int
+value_fields(PyObject *value, PyObject **text, PyObject **binary)
+{
+    *binary = Py_NewRef(Py_None);
+    if (PyUnicode_CheckExact(value) || value == Py_None) {
+        *text = Py_NewRef(value);
+        return 0;
+    }
+    if (PyBytes_Check(value)) {
+        *text = Py_NewRef(Py_None);
+        Py_SETREF(*binary, Py_NewRef(value));
+        return 0;
+    }
+    /* Floats by repr (the shortest text that reads back the same); everything else by str. */
+    *text = PyFloat_Check(value) ? PyObject_Repr(value) : PyObject_Str(value);
+    if (*text == NULL) {
+        Py_CLEAR(*binary);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether `flags & flag` is set, as Python computes it: 1, 0, or -1 with an exception set. */
+static int
+has_flag(PyObject *flags, PyObject *flag)
+{
+    if (PyLong_CheckExact(flags) && PyLong_CheckExact(flag)) {
+        int overflow_flags, overflow_flag;
+        long bits = PyLong_AsLongAndOverflow(flags, &overflow_flags);
+        long mask = PyLong_AsLongAndOverflow(flag, &overflow_flag);
+        if (!overflow_flags && !overflow_flag && bits >= 0 && mask >= 0)
+            return (bits & mask) != 0;
+    }
+    PyObject *masked = PyNumber_And(flags, flag);
+    if (masked == NULL)
+        return -1;
+    int result = PyObject_IsTrue(masked);
+    Py_DECREF(masked);
+    return result;
+}
+
+/* Appends one column of an image: to `entries` its identity entry [name, text, binary] and to
+ * `identity` its JSON after `opening`, each unless NULL; -1 on failure (the columns may then
+ * hold part of it: truncate undoes it). */
+static int
+add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handle,
+           PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
+{
+    PyObject *attrs[4] = {NULL, NULL, NULL, NULL};
+    PyObject *const attr_names[4] = {name_type_code, name_flags, name_value, name_mysql_type};
+    PyObject *text = NULL, *binary = NULL, *entry = NULL;
+    Py_ssize_t index = self->entries;
+    Column *columns = self->columns;
+    int is_handle, ok = 0;
+    for (int i = 0; i < 4; i++) {
+        attrs[i] = PyObject_GetAttr(column, attr_names[i]);
+        if (attrs[i] == NULL)
+            goto done;
+    }
+    if (value_fields(attrs[2], &text, &binary) < 0)
+        goto done;
+    if (column_append_object(&columns[NAME], index, name, "column name", 0) < 0
+        || column_append_integer(&columns[TYPE_CODE], index, attrs[0], "an image's type code") < 0
+        || column_append_integer(&columns[FLAGS], index, attrs[1], "an image's flags") < 0
+        || column_append_object(&columns[MYSQL_TYPE], index, attrs[3], "MySQL type", 0) < 0
+        || column_append_object(&columns[TEXT], index, text, "text", 0) < 0
+        || column_append_object(&columns[BINARY], index, binary, "binary", 1) < 0) {
+        /* Some columns have this entry and some not: none keeps it. */
+        for (int i = 0; i < COLUMNS; i++)
+            column_truncate(&columns[i], index);
+        goto done;
+    }
+    self->entries++;
+    is_handle = has_flag(attrs[1], handle_flag);
+    if (is_handle < 0 || (is_handle && PyList_Append(handle, name) < 0))
+        goto done;
+    if (identity_write(identity, opening, name) < 0 || identity_write(identity, ",", text) < 0
+        || identity_write(identity, ",", binary) < 0 || identity_write(identity, "]", NULL) < 0)
+        goto done;
+    if (entries != NULL) {
+        entry = PyList_New(3);
+        if (entry == NULL)
+            goto done;
+        PyList_SET_ITEM(entry, 0, Py_NewRef(name));
+        PyList_SET_ITEM(entry, 1, Py_NewRef(text));
+        PyList_SET_ITEM(entry, 2, Py_NewRef(binary));
+        if (PyList_Append(entries, entry) < 0)
+            goto done;
+    }
+    ok = 1;
+done:
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(attrs[i]);
+    Py_XDECREF(text);
+    Py_XDECREF(binary);
+    Py_XDECREF(entry);
+    return ok ? 0 : -1;
+}
+
+/* One image appended (its identity to `identity` and `entries`, as add_column); its handle
+ * names, a new reference, or NULL on failure, the columns left as they were after the image's
+ * earlier columns (the caller truncates). */
+static PyObject *
+image_add(ImageBuffers *self, PyObject *image, PyObject *handle_flag, Identity *identity,
+          PyObject *entries)
+{
+    if (!PyDict_Check(image)) {
+        PyErr_Format(PyExc_TypeError, "image must be a dict, not %.100s", Py_TYPE(image)->tp_name);
+        return NULL;
+    }
+    PyObject *handle = PyList_New(0);
+    if (handle == NULL || identity_write(identity, "[", NULL) < 0)
+        goto fail;
+    Py_ssize_t position = 0;
+    PyObject *name, *column;
+    const char *opening = "[";
+    while (PyDict_Next(image, &position, &name, &column)) {
+        /* Held: str() of a value may run Python code (the dict is not changed by the decoders). */
+        Py_INCREF(name);
+        Py_INCREF(column);
+        int added = add_column(self, name, column, handle, handle_flag, identity, opening,
+                               entries);
+        Py_DECREF(name);
+        Py_DECREF(column);
+        if (added < 0)
+            goto fail;
+        opening = ",[";
+    }
+    if (identity_write(identity, "]", NULL) < 0)
+        goto fail;
+    return handle;
+fail:
+    Py_XDECREF(handle);
+    return NULL;
+}
+
+static void
+image_truncate(ImageBuffers *self, Py_ssize_t entries)
+{
+    for (int i = 0; i < COLUMNS; i++)
+        column_truncate(&self->columns[i], entries);
+    self->entries = entries;
+}
+
+static PyObject *
+ImageBuffers_add(ImageBuffers *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "add takes 2 arguments (image, handle_flag), got %zd",
+                     nargs);
+        return NULL;
+    }
+    PyObject *identity = PyList_New(0);
+    if (identity == NULL)
+        return NULL;
+    PyObject *handle = image_add(self, args[0], args[1], NULL, identity);
+    PyObject *result = handle == NULL ? NULL : PyTuple_Pack(2, identity, handle);
+    Py_DECREF(identity);
+    Py_XDECREF(handle);
+    return result;
+}
+
+static PyObject *
+ImageBuffers_truncate(ImageBuffers *self, PyObject *arg)
+{
+    Py_ssize_t entries = PyLong_AsSsize_t(arg);
+    if (entries == -1 && PyErr_Occurred())
+        return NULL;
+    if (entries < 0 || entries > self->entries) {
+        PyErr_Format(PyExc_ValueError, "cannot truncate %zd entries to %zd", self->entries,
+                     entries);
+        return NULL;
+    }
+    image_truncate(self, entries);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+as_bytes(const Bytes *bytes, Py_ssize_t size)
+{
+    return PyBytes_FromStringAndSize(bytes->data ? bytes->data : "", size);
+}
+
+/* A column's first `entries` entries as Arrow buffers: (validity, values) for fixed widths,
+ * (validity, offsets, data) for strings and binaries. */
+static PyObject *
+column_export(const Column *column, Py_ssize_t entries)
+{
+    if (column->width)
+        return Py_BuildValue("(NN)", as_bytes(&column->validity, (entries + 7) / 8),
+                             as_bytes(&column->values, entries * column->width));
+    int32_t end;
+    memcpy(&end, column->offsets.data + entries * sizeof end, sizeof end);
+    return Py_BuildValue("(NNN)", as_bytes(&column->validity, (entries + 7) / 8),
+                         as_bytes(&column->offsets, (entries + 1) * 4),
+                         as_bytes(&column->values, end));
+}
+
+/* column_export of each of `count` columns, as a tuple. */
+static PyObject *
+columns_export(const Column *columns, int count, Py_ssize_t entries)
+{
+    PyObject *result = PyTuple_New(count);
+    if (result == NULL)
+        return NULL;
+    for (int i = 0; i < count; i++) {
+        PyObject *item = column_export(&columns[i], entries);
+        if (item == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, i, item);
+    }
+    return result;
+}
+
+static PyObject *
+ImageBuffers_export(ImageBuffers *self, PyObject *Py_UNUSED(ignored))
+{
+    return columns_export(self->columns, COLUMNS, self->entries);
+}
+
+static Py_ssize_t
+ImageBuffers_len(ImageBuffers *self)
+{
+    return self->entries;
+}
+
+static PyMethodDef ImageBuffers_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))ImageBuffers_add, METH_FASTCALL,
+     "add(image, handle_flag) -> (identity, handle)"},
+    {"truncate", (PyCFunction)ImageBuffers_truncate, METH_O, "truncate(entries): keep these"},
+    {"export", (PyCFunction)ImageBuffers_export, METH_NOARGS,
+     "export() -> per column (validity, values) or (validity, offsets, data), as bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods ImageBuffers_sequence = {.sq_length = (lenfunc)ImageBuffers_len};
+
+static PyTypeObject ImageBuffersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ticdc_lake.lake._silver_speedups.ImageBuffers",
+    .tp_doc = "The six image columns of many images, as Arrow buffers.",
+    .tp_basicsize = sizeof(ImageBuffers),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = ImageBuffers_new,
+    .tp_dealloc = (destructor)ImageBuffers_dealloc,
+    .tp_methods = ImageBuffers_methods,
+    .tp_as_sequence = &ImageBuffers_sequence,
+};
 
 /* --- change rows: silver.CHANGES_SCHEMA's columns, the images' included ------------------- */
 
@@ -709,7 +731,6 @@ static const char *const ATTRIBUTE_NAMES[ATTRIBUTES] = {
     "columns", "old_columns", "commit_ts", "schema", "table", "op", "partition_id",
     "handle_key_only", "topic", "partition", "offset", "index"};
 static PyObject *attribute_names[ATTRIBUTES];
-static PyObject *s_row;
 
 /* A list<...> column: its offsets and validity; the values are another column's entries. */
 typedef struct {
@@ -763,7 +784,7 @@ typedef struct {
     Py_ssize_t handle_names_count;
     List image_lists[2];       /* columns, old_columns */
     ImageBuffers *images[2];   /* their values */
-    Bytes identity_json;       /* the row's identity, written to be hashed */
+    Identity identity;         /* the row's, written to be hashed */
 } ChangeBuffers;
 
 static void
@@ -779,7 +800,7 @@ ChangeBuffers_dealloc(ChangeBuffers *self)
         PyMem_Free(self->image_lists[i].validity.data);
         Py_XDECREF(self->images[i]);
     }
-    PyMem_Free(self->identity_json.data);
+    PyMem_Free(self->identity.json.data);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -828,27 +849,20 @@ change_truncate(ChangeBuffers *self, Py_ssize_t rows)
     self->rows = rows;
 }
 
-/* One image (or None) appended: its identity (None for None) and handle names, new references
- * in *identity and *handle; -1 on failure. */
+/* One image (or None) appended, and written to the row's identity; its handle names, a new
+ * reference in *handle; -1 on failure. */
 static int
 change_image(ChangeBuffers *self, int which, PyObject *image, PyObject *handle_flag,
-             PyObject **identity, PyObject **handle)
+             PyObject **handle)
 {
     ImageBuffers *images = self->images[which];
     if (image == Py_None) {
-        *identity = Py_NewRef(Py_None);
-        *handle = PyList_New(0);
+        *handle = identity_write(&self->identity, "null", NULL) < 0 ? NULL : PyList_New(0);
     } else {
-        PyObject *added = image_add(images, image, handle_flag);
-        if (added == NULL)
-            return -1;
-        *identity = Py_NewRef(PyTuple_GET_ITEM(added, 0));
-        *handle = Py_NewRef(PyTuple_GET_ITEM(added, 1));
-        Py_DECREF(added);
+        *handle = image_add(images, image, handle_flag, &self->identity, NULL);
     }
     if (*handle == NULL || list_append(&self->image_lists[which], self->rows, images->entries,
                                        image != Py_None) < 0) {
-        Py_CLEAR(*identity);
         Py_CLEAR(*handle);
         return -1;
     }
@@ -889,8 +903,8 @@ change_handle(ChangeBuffers *self, PyObject *names)
     return list_append(&self->handle_key, self->rows, self->handle_names_count, 1);
 }
 
-/* add(event, bronze_batch, handle_flag, event_id): one RowEvent's row; event_id(identity)
- * gives its id from ["row", commit_ts, schema, table, op, partition_id, new, old]. */
+/* add(event, bronze_batch, handle_flag, event_id): one RowEvent's row. Its id is hashed here,
+ * or given by event_id(event) when its identity holds a value this leaves to Python. */
 static PyObject *
 ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -901,28 +915,31 @@ ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *event = args[0], *bronze_batch = args[1], *handle_flag = args[2];
     PyObject *attrs[ATTRIBUTES] = {NULL};
-    PyObject *identities[2] = {NULL, NULL}, *handles[2] = {NULL, NULL};
-    PyObject *row = NULL, *id = NULL;
+    PyObject *handles[2] = {NULL, NULL};
+    PyObject *id = NULL;
+    Identity *identity = &self->identity;
     int ok = 0;
     for (int i = 0; i < ATTRIBUTES; i++) {
         attrs[i] = PyObject_GetAttr(event, attribute_names[i]);
         if (attrs[i] == NULL)
             goto done;
     }
+    identity->json.size = 0;
+    identity->left = 0;
+    if (identity_write(identity, "[\"row\",", attrs[A_COMMIT_TS]) < 0
+        || identity_write(identity, ",", attrs[A_SCHEMA]) < 0
+        || identity_write(identity, ",", attrs[A_TABLE]) < 0
+        || identity_write(identity, ",", attrs[A_OP]) < 0
+        || identity_write(identity, ",", attrs[A_PARTITION_ID]) < 0)
+        goto done;
     for (int i = 0; i < 2; i++) {
-        if (change_image(self, i, attrs[A_COLUMNS + i], handle_flag, &identities[i],
-                         &handles[i]) < 0)
+        if (identity_write(identity, ",", NULL) < 0
+            || change_image(self, i, attrs[A_COLUMNS + i], handle_flag, &handles[i]) < 0)
             goto done;
     }
-    row = PyList_New(8);
-    if (row == NULL)
+    if (identity_write(identity, "]", NULL) < 0)
         goto done;
-    PyObject *const items[8] = {s_row, attrs[A_COMMIT_TS], attrs[A_SCHEMA], attrs[A_TABLE],
-                                attrs[A_OP], attrs[A_PARTITION_ID], identities[0],
-                                identities[1]};
-    for (int i = 0; i < 8; i++)
-        PyList_SET_ITEM(row, i, Py_NewRef(items[i]));
-    id = identity_event_id(&self->identity_json, row, args[3]);
+    id = identity->left ? PyObject_CallOneArg(args[3], event) : identity_id(identity);
     if (id == NULL || change_scalars(self, attrs, id, bronze_batch) < 0)
         goto done;
     /* RowEvent.handle_key: the new image's when there is one. */
@@ -935,11 +952,8 @@ done:
         change_truncate(self, self->rows);
     for (int i = 0; i < ATTRIBUTES; i++)
         Py_XDECREF(attrs[i]);
-    for (int i = 0; i < 2; i++) {
-        Py_XDECREF(identities[i]);
+    for (int i = 0; i < 2; i++)
         Py_XDECREF(handles[i]);
-    }
-    Py_XDECREF(row);
     Py_XDECREF(id);
     if (!ok)
         return NULL;
@@ -1022,8 +1036,7 @@ PyInit__silver_speedups(void)
         if (attribute_names[i] == NULL)
             return NULL;
     }
-    s_row = PyUnicode_InternFromString("row");
-    if (s_row == NULL || PyType_Ready(&ImageBuffersType) < 0
+    if (PyType_Ready(&ImageBuffersType) < 0
         || PyType_Ready(&ChangeBuffersType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);

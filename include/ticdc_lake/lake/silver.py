@@ -268,7 +268,7 @@ class ChangeRows:
 
     def add(self, event: RowEvent, bronze_batch: int) -> None:
         if self.speedups is not None:
-            self.buffers.add(event, bronze_batch, FLAG_HANDLE_KEY, _event_id)
+            self.buffers.add(event, bronze_batch, FLAG_HANDLE_KEY, event_id)
             return
         new, new_handle = self.columns.add(event.columns)
         old, old_handle = self.old_columns.add(event.old_columns)
