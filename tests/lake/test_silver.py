@@ -208,6 +208,14 @@ def test_event_ids_hash_every_escape_and_extreme_as_event_id(speedups, commit_ts
         assert _ids(rows) == [silver.event_id(event)]
 
 
+def test_a_ts_beyond_64_bits_fails_the_change_in_both_paths(speedups):
+    """The compiled writer leaves such an integer to event_id, whose orjson refuses it."""
+    event = RowEvent(2**64, "s", "t", "insert", {"a": Column(1, 0, 1)}, None, "t", 0, 1)
+    for rows in (ChangeRows(speedups), ChangeRows(None)):
+        with pytest.raises(TypeError, match="64-bit"):
+            rows.add(event, 1)
+
+
 def test_text_that_is_not_utf8_fails_the_change_in_both_paths(speedups):
     event = RowEvent(1, "s", "t", "insert", {"a": Column(1, 0, "\ud800")}, None, "t", 0, 1)
     for rows in (ChangeRows(speedups), ChangeRows(None)):

@@ -300,6 +300,17 @@ blake2b_hex(const uint8_t *data, size_t size, char hex[2 * DIGEST_SIZE])
 /* JSON_LEFT: the value is one orjson (or _bytes_hex) may write differently; left to Python. */
 enum { JSON_LEFT = 1 };
 
+/* How many bytes more than one orjson writes for this byte of a string's UTF-8. */
+static int
+json_escape_width(unsigned char byte)
+{
+    if (byte == '"' || byte == '\\')
+        return 1;
+    if (byte >= 0x20)
+        return 0;
+    return byte == '\b' || byte == '\t' || byte == '\n' || byte == '\f' || byte == '\r' ? 1 : 5;
+}
+
 static int
 json_string(Bytes *out, PyObject *value)
 {
@@ -309,7 +320,11 @@ json_string(Bytes *out, PyObject *value)
         PyErr_Clear();
         return JSON_LEFT;
     }
-    if (bytes_reserve(out, 2 + 6 * size) < 0) /* every byte escaped as \u00XX at worst */
+    /* Reserved exactly (a value may be megabytes): its length once escaped, counted first. */
+    Py_ssize_t escaped = size + 2;
+    for (Py_ssize_t i = 0; i < size; i++)
+        escaped += json_escape_width((unsigned char)text[i]);
+    if (bytes_reserve(out, escaped) < 0)
         return -1;
     static const char digits[] = "0123456789abcdef";
     char *at = out->data + out->size;

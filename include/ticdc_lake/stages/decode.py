@@ -635,7 +635,8 @@ def worker_decoders(fingerprint: str, settings: DecoderSettings) -> TopicDecoder
 
 class OutputBuilder:
     """Rows of the decode output for one Arrow batch. Changes, nearly all of it, are built
-    column by column (silver.ChangeRows) and come first; the few other rows are kept as dicts."""
+    column by column (silver.ChangeRows) and come out in a batch of their own; the few other
+    rows are kept as dicts."""
 
     def __init__(self):
         self.changes = silver.ChangeRows()
@@ -682,10 +683,10 @@ class OutputBuilder:
             parts.append(_decoded(pa.array(kinds, pa.string()), batch_ids, values))
         return parts
 
-    def _values_of(self, kind: pa.Field) -> pa.Array:
-        """The column of the other rows' ``kind`` values: null in the rows of other kinds."""
-        values = [value if name == kind.name else None for name, _, value in self.others]
-        return pa.array(values, kind.type)
+    def _values_of(self, field: pa.Field) -> pa.Array:
+        """The other rows' column ``field`` (one per kind): null in the rows of other kinds."""
+        values = [value if kind == field.name else None for kind, _, value in self.others]
+        return pa.array(values, field.type)
 
 
 def _decoded(kinds: pa.Array, batch_ids: pa.Array, values: dict[str, pa.Array]) -> pa.RecordBatch:
@@ -815,11 +816,11 @@ class SilverFiles:
         count = pc.sum(mask).as_py() or 0
         if not count:
             return None
-        if kind == CHANGE:
-            # The changes come first (OutputBuilder): a slice, not a copy of every image.
-            rows = pa.RecordBatch.from_struct_array(out.column(kind).slice(0, count))
-        else:
-            rows = pa.RecordBatch.from_struct_array(out.column(kind).filter(mask))
+        column = out.column(kind)
+        # Changes come in batches of their own (OutputBuilder.batches): taken whole, no copy.
+        rows = pa.RecordBatch.from_struct_array(
+            column if count == len(column) else column.filter(mask)
+        )
         if name == "quarantine":
             stamp = pa.repeat(pa.scalar(self.quarantined_at, pa.timestamp("us", tz="UTC")),
                               rows.num_rows)  # fmt: skip
