@@ -174,9 +174,14 @@ def read_on_driver(table: DeltaTable, columns: list[str], where: pc.Expression) 
     """The snapshot's rows that ``where`` keeps, read by delta-rs on the driver (partitions
     and row groups pruned by it), after the checks ``read_delta`` makes: for a few columns of
     a run's rows, where a Spark job's start costs seconds."""
+    return _checked_dataset(table).to_table(columns=columns, filter=where)
+
+
+def _checked_dataset(table: DeltaTable) -> ds.Dataset:
+    """The snapshot as a pyarrow dataset, after the checks ``read_delta`` makes."""
     check_plain_files(table)
     check_files_present(table)
-    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+    return table.to_pyarrow_dataset()
 
 
 @dataclass(frozen=True)
@@ -193,9 +198,7 @@ class RowGroups:
     @classmethod
     def of(cls, table: DeltaTable, where: pc.Expression) -> RowGroups:
         """After the checks ``read_delta`` makes."""
-        check_plain_files(table)
-        check_files_present(table)
-        dataset = table.to_pyarrow_dataset()
+        dataset = _checked_dataset(table)
         groups = [
             group
             for file in dataset.get_fragments(filter=where)

@@ -70,8 +70,7 @@ def reduce_chunk(
     them) reduced as reduce.py reduces them, copies of an event beyond its first dropped
     unless ``replays``: the winners as CANDIDATE_SCHEMA's rows (``by_segment`` splits them).
     None when only Spark's path handles the run (barriers out of TS order)."""
-    changes = changes.append_column("order_ts", changes.column("commit_ts"))
-    segmented = with_segment(changes, barriers)
+    segmented = _segmented(changes, barriers)
     if segmented is None:
         return None
     actions = key_actions(with_folds(segmented, points), fallback_handles)
@@ -90,6 +89,13 @@ def latest(candidates: pa.Table) -> np.ndarray:
     everyone = np.arange(candidates.num_rows)
     chosen = _last_of((_table_codes(candidates), segment, key), (*ranked, sub), everyone)
     return np.sort(chosen)
+
+
+def _segmented(
+    changes: pa.Table, barriers: Mapping[tuple[str, str], Sequence[int | None]]
+) -> pa.Table | None:
+    """Silver's ``changes`` with ``order_ts`` (their commit TS) and ``with_segment``'s segment."""
+    return with_segment(changes.append_column("order_ts", changes.column("commit_ts")), barriers)
 
 
 def with_segment(
@@ -148,8 +154,7 @@ def reset_discards(
 ) -> np.ndarray | None:
     """Per change (silver's rows; schema, table and commit TS suffice) whether a folded reset
     (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_chunk``."""
-    changes = changes.append_column("order_ts", changes.column("commit_ts"))
-    segmented = with_segment(changes, barriers)
+    segmented = _segmented(changes, barriers)
     if segmented is None:
         return None
     ranges = fold_ranges(points)
@@ -361,20 +366,23 @@ def _key_codes(
         parent = _numpy(pc.list_parent_indices(array))
         elements = pc.list_flatten(array)
         codes = names.codes(pc.struct_field(elements, "name"))
-        chosen = (
-            np.arange(len(codes))
-            if handles is None
-            else np.flatnonzero(handles.holds(parent, codes))
-        )
+        if handles is None:  # the images are KEY_VALUES_TYPE already: nothing to copy
+            chosen = np.arange(len(codes))
+            taken = [pc.struct_field(elements, field) for field in _KEY_FIELDS]
+            values.append(array)
+        else:
+            chosen = np.flatnonzero(handles.holds(parent, codes))
+            taken = [
+                pc.struct_field(elements, field).take(pa.array(chosen)) for field in _KEY_FIELDS
+            ]
+            fields = pa.StructArray.from_arrays(taken, fields=list(KEY_VALUES_TYPE.value_type))
+            counts = np.bincount(parent[chosen], minlength=rows)
+            values.append(_list_of(fields, counts, _numpy(array.is_valid()), KEY_VALUES_TYPE))
         image.append(np.full(len(chosen), number, np.int64))
         owner.append(parent[chosen])
         name.append(codes[chosen])
-        taken = [pc.struct_field(elements, field).take(pa.array(chosen)) for field in _KEY_FIELDS]
         texts.append(taken[1])
         binaries.append(taken[2])
-        fields = pa.StructArray.from_arrays(taken, fields=list(KEY_VALUES_TYPE.value_type))
-        counts = np.bincount(parent[chosen], minlength=rows)
-        values.append(_list_of(fields, counts, _numpy(array.is_valid()), KEY_VALUES_TYPE))
     image, owner, name = map(np.concatenate, (image, owner, name))
     text = _codes(pa.chunked_array(texts, pa.string()))
     binary = _codes(pa.chunked_array(binaries, pa.binary()))
