@@ -1235,6 +1235,197 @@ def test_unusual_columns_decode_the_same_in_both(speedups, column):
     assert_both_agree(speedups, messages)
 
 
+# Value documents read in place: _open_speedups reads the shape TiCDC writes without orjson.
+# Whatever it reads must be what orjson's document decodes to; anything else it declines.
+
+
+def in_place(speedups, document: bytes):
+    """The in-place reader's (op, new image, old image), exact; None where it declines."""
+    read = speedups.row_value(document, 0)
+    return None if read is None else (read[0], exact_image(read[1]), exact_image(read[2]))
+
+
+def through_orjson(document: bytes):
+    op, columns, old_columns = open_protocol.decode_row_value(orjson.loads(document), 0)
+    return op, exact_image(columns), exact_image(old_columns)
+
+
+# (type code, flags, values) of columns whose values the reader converts itself.
+_READ_IN_PLACE = [
+    (8, 11, st.integers(-(2**63), 2**63 - 1)),
+    (8, 129, st.integers(0, 2**64 - 1)),
+    (5, 1, st.floats(allow_nan=False, allow_infinity=False)),
+    (5, 1, st.integers(-(2**53), 2**53)),
+    (15, 0, st.text()),
+    (246, 1, st.text()),
+    (252, 0, st.text().map(lambda text: _b64(text.encode()))),
+    (252, 1, st.binary().map(_b64)),
+    (3, 0, st.none()),
+]
+
+
+_OWN_KEYS = {"u", "p", "d", "t", "h", "f", "v"}
+
+
+@st.composite
+def spelled_json(draw, node) -> str:
+    """``node`` as JSON the way any writer may spell it: spaces between tokens, strings with
+    escapes (short, \\u, surrogate pairs) where plain characters would do, floats with exponents.
+    The document's own keys (``u``, ``t``, ...) stay plain: the reader declines them escaped."""
+
+    def space() -> str:
+        return draw(st.sampled_from(["", "", "", " ", "\n\t ", "\r"]))
+
+    def string(text: str) -> str:
+        out = []
+        for char in text:
+            code = ord(char)
+            plain = char not in '"\\' and code >= 0x20
+            how = draw(st.sampled_from(["plain", "plain", "plain", "u", "short"]))
+            if how == "u" or not plain:
+                if code > 0xFFFF:
+                    high, low = divmod(code - 0x10000, 0x400)
+                    out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04X}")
+                elif how == "short" and char in '"\\/\b\f\n\r\t':
+                    out.append(json.dumps(char)[1:-1] if char != "/" else "\\/")
+                else:
+                    out.append(f"\\u{code:04x}")
+            else:
+                out.append(char)
+        return '"' + "".join(out) + '"'
+
+    if isinstance(node, dict):
+        members = [
+            f"{space()}{json.dumps(key) if key in _OWN_KEYS else string(key)}{space()}:"
+            f"{draw(spelled_json(value))}"
+            for key, value in node.items()
+        ]
+        return space() + "{" + ",".join(members) + space() + "}" + space()
+    if isinstance(node, str):
+        return space() + string(node) + space()
+    if isinstance(node, float):
+        text = draw(st.sampled_from([repr(node), f"{node:.17e}", f"{node:.17E}"]))
+        return space() + text.replace("inf", "1e999") + space()
+    return space() + json.dumps(node) + space()
+
+
+@st.composite
+def value_documents(draw):
+    def image():
+        columns = {}
+        for name in draw(st.lists(st.text(max_size=6), min_size=1, max_size=5)):
+            code, flags, values = draw(st.sampled_from(_READ_IN_PLACE))
+            column = {"t": code, "f": flags, "v": draw(values)}
+            if draw(st.booleans()):
+                column = {"h": True, **column}
+            columns[name] = column
+        return columns
+
+    shape = draw(st.sampled_from(["u", "up", "d"]))
+    return {part: image() for part in shape}
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_value_documents_read_in_place_are_what_orjson_reads(speedups, data):
+    document = data.draw(value_documents())
+    spelled = data.draw(spelled_json(document)).encode()
+    assert orjson.loads(spelled) == document
+    assert in_place(speedups, spelled) == through_orjson(spelled), spelled
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"u":{"a":{"t":8,"f":11,"v":1}},"u":{"a":{"t":8,"f":11,"v":2}}}',  # `u` twice
+        '{"u":{"a":{"t":8,"f":11,"v":1}},"x":1}',  # another key
+        '{"u":{"a":{"t":8,"f":11,"v":1,"x":2}}}',
+        '{"u":{"a":{"t":8,"f":11,"v":18446744073709551616}}}',  # orjson: a float
+        '{"u":{"a":{"t":8,"f":11,"v":-9223372036854775809}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":1e999}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":01}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":1.}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":.5}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":+1}}}',
+        '{"u":{"a":{"t":15,"f":0,"v":"\\ud800"}}}',  # a lone surrogate
+        '{"u":{"a":{"t":15,"f":0,"v":"\\udc00\\ud800"}}}',
+        '{"u":{"a":{"t":15,"f":0,"v":"\\x41"}}}',
+        '{"u":{"a":{"t":15,"f":0,"v":"\\u12"}}}',
+        '{"u":{"a":{"t":15,"f":0,"v":"tab\there"}}}',  # a raw control character
+        '{"u":{"a":{"t":15,"f":0,"v":"\xff"}}}',  # not UTF-8
+        '{"u":{"a":{"t":15,"f":0,"v":"\xed\xa0\x80"}}}',  # a surrogate in UTF-8
+        '{"u":{"a":{"t":15,"f":0,"v":["x"]}}}',
+        '{"u":{"a":{"t":15,"f":0,"v":{}}}}',
+        '{"u":{"a":{"t":15,"v":"x"}}}',  # pre-v4.0.6: no `f`
+        '{"u":{"a":{"t":"15","f":0,"v":"x"}}}',
+        '{"u":{"a":[15,0,"x"]}}',
+        '{"u":{"a":{"t":8,"f":11,"v":1}}',  # cut short
+        '{"u":{"a":{"t":8,"f":11,"v":1}}} x',
+        '{"u":{"a":{"t":8,"f":11,"v":1},}}',
+        '{"u":{"a":{"t":8,"f":11,"v":1}}}\x00',
+        '{"u":{"a":{"t":8,"f":11,"v":nul}}}',
+        '{"u":{"\\u0061":{"t\\u0000":8,"f":11,"v":1}}}',
+        "",
+        "{",
+        "[]",
+    ],
+)
+def test_the_in_place_reader_declines_what_it_does_not_read_as_orjson_does(speedups, document):
+    raw = document.encode("latin-1")
+    assert in_place(speedups, raw) is None
+    assert_both_agree(speedups, [KafkaMessage(*frame([ROW_KEY], [raw]))])
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"u":{"a":{"t":8,"f":11,"v":1},"a":{"t":8,"f":11,"v":2},"b":{"t":3,"f":0,"v":null}}}',
+        '{"u":{"a":{"t":8,"t":3,"f":11,"v":1,"v":2,"h":"x"}}}',
+        ' {"p" :{"b":{"t":3,"f":0,"v":2}} , "u":{"a":{"t":3,"f":0,"v":1}}}\n',
+        '{"u":{},"p":{}}',
+        '{"d":null,"u":{"a":{"t":3,"f":0,"v":-0}}}',
+        '{"d":{"\\u00e9\\/":{"t":15,"f":0,"v":"\\ud83c\\udf89 \\"\\\\"}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":-0.0},"b":{"t":5,"f":1,"v":2.5E-3},"c":{"t":4,"f":1,"v":1e-46}}}',
+        '{"u":{"a":{"t":5,"f":1,"v":0.1e-400},"b":{"t":8,"f":129,"v":18446744073709551615}}}',
+    ],
+)
+def test_the_in_place_reader_reads_these_as_orjson_does(speedups, document):
+    raw = document.encode()
+    read = in_place(speedups, raw)
+    if read is None:  # orjson's document is left to Python too: no `u`, say
+        with pytest.raises(DecodeError):
+            through_orjson(raw)
+    else:
+        assert read == through_orjson(raw)
+    assert_both_agree(speedups, [KafkaMessage(*frame([ROW_KEY], [raw]))])
+
+
+def test_ticdc_documents_are_read_in_place(speedups):
+    """Not a vacuous agreement: what TiCDC writes (our encoder's spelling of it) is read in
+    place, every column type's values included, NULLs too."""
+    rng = random.Random(11)
+    image = {"id": make_column(BY_NAME["c_bigint"], 1, key=True, nullable=False)}
+    for column_type in COLUMN_TYPES:
+        for i in range(8):
+            image[f"{column_type.name}_{i}"] = make_column(
+                column_type, random_value(column_type, rng)
+            )
+        image[f"{column_type.name}_null"] = make_column(column_type, None)
+    old_image = {"id": image["id"], "c_varchar_0": make_column(BY_NAME["c_varchar"], "x")}
+    events = [
+        RowEvent(7, "s", "t", INSERT, image, None, TOPIC, PARTITION, 0),
+        RowEvent(8, "s", "t", UPDATE, image, old_image | image, TOPIC, PARTITION, 0),
+        RowEvent(9, "s", "t", DELETE, None, image, TOPIC, PARTITION, 0),
+    ]
+    read = 0
+    for message in OpenProtocolEncoder().encode(events):
+        for key_json, value_json in split_entries(message.key, message.value):
+            if orjson.loads(key_json)["t"] == 1:
+                assert in_place(speedups, value_json) == through_orjson(value_json)
+                read += 1
+    assert read == len(events)
+
+
 @pytest.mark.parametrize(
     ("key_json", "value_json"),
     [

@@ -511,16 +511,17 @@ same_names(PyObject *a, PyObject *b)
     return 1;
 }
 
-/* open_protocol.decode_row_value: op and images of `{"u"}`, `{"u","p"}` or `{"d"}`.
- * 1 done, 0 leave the message to Python, -1 error. */
+/* Makes an image's Columns from what the value document holds for it (`which`: "u", "p", "d"). */
+typedef PyObject *(*ImageMaker)(PyObject *raw, PyObject *index, PyObject *which);
+
+/* open_protocol.decode_row_value: op and images of `{"u"}`, `{"u","p"}` or `{"d"}`, given the
+ * document's `d`, `u` and `p` (NULL where absent). 1 done, 0 leave the message to Python,
+ * -1 error. */
 static int
-decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **columns,
-                 PyObject **old_columns)
+row_images(PyObject *deleted, PyObject *new, PyObject *previous, ImageMaker make_image,
+           PyObject *index, PyObject **op, PyObject **columns, PyObject **old_columns)
 {
     *columns = *old_columns = NULL;
-    PyObject *parts[B_COUNT];
-    pick(body, body_names, B_COUNT, parts);
-    PyObject *deleted = parts[B_D], *new = parts[B_U], *previous = parts[B_P];
     /* Hold the images: decode_image may run Python code. */
     Py_XINCREF(deleted);
     Py_XINCREF(new);
@@ -531,13 +532,13 @@ decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **colu
             goto done; /* `d` mixed with `u`/`p` */
         *op = op_delete;
         *columns = Py_NewRef(Py_None);
-        *old_columns = decode_image(deleted, index, s_d);
+        *old_columns = make_image(deleted, index, s_d);
         rc = *old_columns ? 1 : -1;
         goto done;
     }
     if (new == NULL || new == Py_None)
         goto done;
-    *columns = decode_image(new, index, s_u);
+    *columns = make_image(new, index, s_u);
     if (*columns == NULL) {
         rc = -1;
         goto done;
@@ -549,7 +550,7 @@ decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **colu
         goto done;
     }
     *op = op_update;
-    *old_columns = decode_image(previous, index, s_p);
+    *old_columns = make_image(previous, index, s_p);
     if (*old_columns == NULL) {
         rc = -1;
         goto done;
@@ -576,6 +577,356 @@ done:
         Py_CLEAR(*old_columns);
     }
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Value documents read in place. orjson makes a dict per column, and its keys, which the image
+ * builder walks once and drops: a quarter of a row event's decode. This reader takes the shape
+ * TiCDC writes, {"u"|"p"|"d": {name: {"t", "h", "f", "v"}}}, straight into Columns. It reads
+ * only JSON it reads as orjson does and declines (0) everything else: another key, a repeated
+ * one at the top, a nested value, a number orjson would make a float of, a malformed escape or
+ * UTF-8. A declined document is read by orjson, as before. */
+
+typedef struct {
+    const unsigned char *at, *end;
+} Text;
+
+static inline void
+skip_space(Text *text)
+{
+    while (text->at < text->end
+           && (*text->at == ' ' || *text->at == '\t' || *text->at == '\n' || *text->at == '\r'))
+        text->at++;
+}
+
+/* 1 and past it when the next byte after spaces is `c`; else 0. */
+static inline int
+take(Text *text, unsigned char c)
+{
+    skip_space(text);
+    if (text->at < text->end && *text->at == c) {
+        text->at++;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 and past it when `word` comes next; else 0. */
+static inline int
+take_word(Text *text, const char *word, Py_ssize_t length)
+{
+    if (text->end - text->at < length || memcmp(text->at, word, (size_t)length) != 0)
+        return 0;
+    text->at += length;
+    return 1;
+}
+
+/* A string next: its bytes between the quotes, escapes as they are; *escaped when it has any.
+ * 0 when no well-formed string comes next (a raw control character is not JSON). */
+static int
+string_span(Text *text, const unsigned char **start, Py_ssize_t *length, int *escaped)
+{
+    if (!take(text, '"'))
+        return 0;
+    *escaped = 0;
+    for (const unsigned char *at = text->at; at < text->end; at++) {
+        if (*at == '"') {
+            *start = text->at;
+            *length = at - text->at;
+            text->at = at + 1;
+            return 1;
+        }
+        if (*at < 0x20)
+            return 0;
+        if (*at == '\\') {
+            if (text->end - at < 2)
+                return 0;
+            *escaped = 1;
+            at++; /* the escaped byte is no terminator */
+        }
+    }
+    return 0;
+}
+
+/* The JSON escapes of s[0..n) decoded into `out`, which has room for n bytes (no escape is
+ * shorter than the UTF-8 it stands for); the output's length, or -1 for a malformed escape or a
+ * lone surrogate, which orjson refuses. */
+static Py_ssize_t
+unescape(const unsigned char *s, Py_ssize_t n, char *out)
+{
+    char *o = out;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (s[i] != '\\') {
+            *o++ = (char)s[i++];
+            continue;
+        }
+        if (n - i < 2)
+            return -1;
+        long code;
+        switch (s[i + 1]) {
+        case '"': *o++ = '"'; i += 2; break;
+        case '\\': *o++ = '\\'; i += 2; break;
+        case '/': *o++ = '/'; i += 2; break;
+        case 'b': *o++ = 0x08; i += 2; break;
+        case 'f': *o++ = 0x0C; i += 2; break;
+        case 'n': *o++ = 0x0A; i += 2; break;
+        case 'r': *o++ = 0x0D; i += 2; break;
+        case 't': *o++ = 0x09; i += 2; break;
+        case 'u':
+            if (n - i < 6 || (code = hex_number(s + i + 2, 4)) < 0 || (code >= 0xDC00 && code <= 0xDFFF))
+                return -1;
+            i += 6;
+            if (code >= 0xD800 && code <= 0xDBFF) { /* a pair's high half: its low half next */
+                long low;
+                if (n - i < 6 || s[i] != '\\' || s[i + 1] != 'u'
+                    || (low = hex_number(s + i + 2, 4)) < 0xDC00 || low > 0xDFFF)
+                    return -1;
+                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                i += 6;
+            }
+            o = put_utf8(o, code);
+            break;
+        default:
+            return -1;
+        }
+    }
+    return o - out;
+}
+
+/* The str of a string's bytes (see string_span); NULL when they are not valid UTF-8. */
+static PyObject *
+string_value(const unsigned char *s, Py_ssize_t n, int escaped)
+{
+    if (!escaped)
+        return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    char stack[STACK_TEXT];
+    char *raw = n <= STACK_TEXT ? stack : PyMem_Malloc((size_t)n);
+    if (raw == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t size = unescape(s, n, raw);
+    PyObject *out = size < 0 ? NULL : PyUnicode_DecodeUTF8(raw, size, NULL);
+    if (raw != stack)
+        PyMem_Free(raw);
+    return out;
+}
+
+static inline const unsigned char *
+skip_digits(const unsigned char *at, const unsigned char *end)
+{
+    while (at < end && *at >= '0' && *at <= '9')
+        at++;
+    return at;
+}
+
+/* A number next, as orjson reads it: an int when it has neither fraction nor exponent (NULL
+ * beyond 64 bits, which orjson makes a float), else the nearest float (NULL when infinite). */
+static PyObject *
+number_value(Text *text)
+{
+    const unsigned char *start = text->at, *end = text->end;
+    const unsigned char *digits = start < end && *start == '-' ? start + 1 : start;
+    const unsigned char *at = skip_digits(digits, end);
+    if (at == digits || (at - digits > 1 && *digits == '0'))
+        return NULL;
+    const unsigned char *integer_end = at;
+    if (at < end && *at == '.') {
+        const unsigned char *fraction = at + 1;
+        if ((at = skip_digits(fraction, end)) == fraction)
+            return NULL;
+    }
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        const unsigned char *exponent = at + 1;
+        if (exponent < end && (*exponent == '+' || *exponent == '-'))
+            exponent++;
+        if ((at = skip_digits(exponent, end)) == exponent)
+            return NULL;
+    }
+    text->at = at;
+    if (at == integer_end) {
+        uint64_t value = 0;
+        for (const unsigned char *d = digits; d < at; d++) {
+            unsigned digit = *d - '0';
+            if (value > (UINT64_MAX - digit) / 10)
+                return NULL;
+            value = value * 10 + digit;
+        }
+        if (digits == start)
+            return PyLong_FromUnsignedLongLong(value);
+        if (value > (uint64_t)INT64_MAX + 1)
+            return NULL;
+        return PyLong_FromLongLong(value == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)value);
+    }
+    char number[64];
+    Py_ssize_t length = at - start;
+    if (length >= (Py_ssize_t)sizeof number)
+        return NULL;
+    memcpy(number, start, (size_t)length);
+    number[length] = '\0';
+    char *stop;
+    double value = PyOS_string_to_double(number, &stop, NULL);
+    if (stop != number + length || (value == -1.0 && PyErr_Occurred()) || !isfinite(value))
+        return NULL;
+    return PyFloat_FromDouble(value);
+}
+
+/* A string, number, true, false or null next; NULL for anything else (an array, an object). */
+static PyObject *
+scalar_value(Text *text)
+{
+    skip_space(text);
+    if (text->at >= text->end)
+        return NULL;
+    unsigned char c = *text->at;
+    if (c == '"') {
+        const unsigned char *start;
+        Py_ssize_t length;
+        int escaped;
+        return string_span(text, &start, &length, &escaped) ? string_value(start, length, escaped)
+                                                            : NULL;
+    }
+    if (c == '-' || (c >= '0' && c <= '9'))
+        return number_value(text);
+    if (take_word(text, "null", 4))
+        return Py_NewRef(Py_None);
+    if (take_word(text, "true", 4))
+        return Py_NewRef(Py_True);
+    if (take_word(text, "false", 5))
+        return Py_NewRef(Py_False);
+    return NULL;
+}
+
+/* A one-byte key and its colon next: the byte, or 0. */
+static int
+short_key(Text *text)
+{
+    const unsigned char *key;
+    Py_ssize_t length;
+    int escaped;
+    if (!string_span(text, &key, &length, &escaped) || escaped || length != 1 || !take(text, ':'))
+        return 0;
+    return *key;
+}
+
+/* A column object next, as a Column (what decode_image makes of it); NULL to decline. */
+static PyObject *
+column_in_place(Text *text)
+{
+    if (!take(text, '{'))
+        return NULL;
+    PyObject *fields[C_COUNT] = {NULL, NULL, NULL}, *column = NULL;
+    if (!take(text, '}')) {
+        do {
+            int key = short_key(text);
+            int field = key == 't' ? C_T : key == 'f' ? C_F : key == 'v' ? C_V : -1;
+            if (field < 0 && key != 'h') /* `h` (handle key) is in the flags too */
+                goto done;
+            PyObject *value = scalar_value(text);
+            if (value == NULL)
+                goto done;
+            if (field < 0)
+                Py_DECREF(value);
+            else
+                Py_XSETREF(fields[field], value); /* a repeated key: the last, as in a dict */
+        } while (take(text, ','));
+        if (!take(text, '}'))
+            goto done;
+    }
+    long code, flags;
+    if (fields[C_T] == NULL || fields[C_F] == NULL || fields[C_V] == NULL
+        || !small_int(fields[C_T], &code) || !small_int(fields[C_F], &flags))
+        goto done;
+    PyObject *converted = column_value(code, flags, fields[C_V]);
+    if (converted != NULL)
+        column = new_column(fields[C_T], fields[C_F], converted, Py_None);
+done:
+    for (int i = 0; i < C_COUNT; i++)
+        Py_XDECREF(fields[i]);
+    return column;
+}
+
+/* An image object next, as decode_image's dict; NULL to decline. A repeated name keeps its
+ * first place and its last column, as orjson's dict does. */
+static PyObject *
+image_in_place(Text *text)
+{
+    if (!take(text, '{'))
+        return NULL;
+    PyObject *image = PyDict_New();
+    if (image == NULL || take(text, '}'))
+        return image;
+    do {
+        const unsigned char *start;
+        Py_ssize_t length;
+        int escaped;
+        if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
+            goto decline;
+        PyObject *name = string_value(start, length, escaped);
+        PyObject *column = name ? column_in_place(text) : NULL;
+        int rc = column ? PyDict_SetItem(image, name, column) : -1;
+        Py_XDECREF(name);
+        Py_XDECREF(column);
+        if (rc < 0)
+            goto decline;
+    } while (take(text, ','));
+    if (take(text, '}'))
+        return image;
+decline:
+    Py_DECREF(image);
+    return NULL;
+}
+
+/* An image made already: row_images' ImageMaker for documents read in place. */
+static PyObject *
+made_already(PyObject *image, PyObject *index, PyObject *which)
+{
+    return Py_NewRef(image);
+}
+
+/* decode_row_value of the value document in buf[0..size), read in place; 0 when the reader
+ * declines it (orjson reads it then) or row_images leaves it to Python. */
+static int
+row_value_in_place(const uint8_t *buf, Py_ssize_t size, PyObject *index, PyObject **op,
+                   PyObject **columns, PyObject **old_columns)
+{
+    Text text = {buf, buf + size};
+    PyObject *parts[B_COUNT] = {NULL, NULL, NULL};
+    int rc = 0;
+    if (!take(&text, '{'))
+        goto done;
+    if (!take(&text, '}')) {
+        do {
+            int key = short_key(&text);
+            int part = key == 'd' ? B_D : key == 'u' ? B_U : key == 'p' ? B_P : -1;
+            if (part < 0 || parts[part] != NULL)
+                goto done;
+            skip_space(&text);
+            parts[part] = take_word(&text, "null", 4) ? Py_NewRef(Py_None) : image_in_place(&text);
+            if (parts[part] == NULL)
+                goto done;
+        } while (take(&text, ','));
+        if (!take(&text, '}'))
+            goto done;
+    }
+    skip_space(&text);
+    if (text.at == text.end)
+        rc = row_images(parts[B_D], parts[B_U], parts[B_P], made_already, index, op, columns,
+                        old_columns);
+done:
+    for (int i = 0; i < B_COUNT; i++)
+        Py_XDECREF(parts[i]);
+    return rc == 0 ? give_up() : rc;
+}
+
+/* decode_row_value of an orjson document. */
+static int
+decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **columns,
+                 PyObject **old_columns)
+{
+    PyObject *parts[B_COUNT];
+    pick(body, body_names, B_COUNT, parts);
+    return row_images(parts[B_D], parts[B_U], parts[B_P], decode_image, index, op, columns,
+                      old_columns);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -666,15 +1017,20 @@ row_event(PyObject *const *fields, const uint8_t *value, Py_ssize_t start, Py_ss
     PyObject *handle_key_only = Py_NewRef(fields[M_OHK] == Py_True ? Py_True : Py_False);
     PyObject *position = NULL, *body = NULL, *op = NULL, *columns = NULL, *old_columns = NULL;
     int rc = -1;
-    body = load_object(value, start, end, decompress);
-    if (body == NULL) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
     position = PyLong_FromSsize_t(index);
     if (position == NULL)
         goto done;
-    rc = decode_row_value(body, position, &op, &columns, &old_columns);
+    rc = decompress == Py_None ? row_value_in_place(value + start, end - start, position, &op,
+                                                    &columns, &old_columns)
+                               : 0;
+    if (rc == 0) { /* declined: orjson reads it */
+        body = load_object(value, start, end, decompress);
+        if (body == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        rc = decode_row_value(body, position, &op, &columns, &old_columns);
+    }
     if (rc <= 0)
         goto done;
     PyObject *event = slot_new(&row_class);
@@ -695,7 +1051,7 @@ row_event(PyObject *const *fields, const uint8_t *value, Py_ssize_t start, Py_ss
     slot_set(event, &row_class, ROW_PARTITION_ID, partition_id);
     slot_set(event, &row_class, ROW_HANDLE_KEY_ONLY, handle_key_only);
     *event_out = event;
-    Py_DECREF(body);
+    Py_XDECREF(body);
     return 1;
 done:
     Py_DECREF(ts);
@@ -818,6 +1174,30 @@ open_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                           args[2], args[3], args[4], args[5]);
 }
 
+/* row_value(value_json, index) -> (op, columns, old_columns) or None: the in-place reader
+ * alone, for tests. */
+static PyObject *
+open_row_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured)
+        return not_configured("_open_speedups");
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "row_value(value_json: bytes, index)");
+        return NULL;
+    }
+    PyObject *op, *columns, *old_columns;
+    int rc = row_value_in_place((const uint8_t *)PyBytes_AS_STRING(args[0]),
+                                PyBytes_GET_SIZE(args[0]), args[1], &op, &columns, &old_columns);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        Py_RETURN_NONE;
+    PyObject *out = PyTuple_Pack(3, op, columns, old_columns);
+    Py_DECREF(columns);
+    Py_DECREF(old_columns);
+    return out;
+}
+
 /* decode_image(raw, index, image) -> dict: the image builder alone, for tests. */
 static PyObject *
 open_decode_image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -886,6 +1266,9 @@ static PyMethodDef open_methods[] = {
      "when the message needs the Python decoder"},
     {"decode_image", (PyCFunction)(void (*)(void))open_decode_image, METH_FASTCALL,
      "decode_image(raw, index, image) -> dict of Columns (open_protocol.decode_image)"},
+    {"row_value", (PyCFunction)(void (*)(void))open_row_value, METH_FASTCALL,
+     "row_value(value_json, index) -> (op, columns, old_columns) read in place, or None when "
+     "the reader declines"},
     EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };
