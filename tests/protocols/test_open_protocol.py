@@ -1462,6 +1462,15 @@ def test_ticdc_documents_are_read_in_place(speedups):
         ("[1]", ""),
         ('{"ts":1,"t":2,"scm":"s"}', '{"q":"DROP TABLE t","t":4}'),
         ('{"ts":1,"t":1,"ccl":5}', '{"u":{}}'),
+        # keys read in place, or declined to orjson: spaces, escapes, repeats, other keys
+        (' {"ts" : 7 , "scm":"s","tbl":"t","t":3,"t":1} ', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"scm":"\\u0073","tbl":"t\\u00e9","t":1}', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"sc\\u006d":"x","tbl":"t","t":1}', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"scm":"s","tbl":"t","t":1,"x":[1]}', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"tbl":"t","t":1,"ptn":5,"ohk":false}', '{"d":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"scm":"s","tbl":["t"],"t":1}', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"scm":"s","tbl":"t","t":1', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
+        ('{"ts":7,"scm":"\xff","tbl":"t","t":1}', '{"u":{"a":{"t":3,"f":0,"v":1}}}'),
     ],
 )
 def test_unusual_entries_decode_the_same_in_both(speedups, key_json, value_json):

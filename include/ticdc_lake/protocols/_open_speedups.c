@@ -1,12 +1,13 @@
 /*
  * Compiled fast path of the Open Protocol decoder (PROTOCOLS.md §2): one call splits a Kafka
- * message into its entries, parses each key and value JSON with orjson, and builds the row
- * events (events.RowEvent with events.Column images) and resolved events.
+ * message into its entries, reads each key and value JSON, and builds the row events
+ * (events.RowEvent with events.Column images) and resolved events.
  *
- * Parsing is orjson's; what costs in Python is building the images: one Column per column, a
- * per-value type check or conversion, the dict. Here Columns are made at C level and the common
- * values (integers, text, DOUBLE, FLOAT rounded to float32, Go-quoted binary strings, base64
- * TEXT/BLOB) are converted in C.
+ * What costs in Python is building the images: one Column per column, a per-value type check
+ * or conversion, the dict. Here Columns are made at C level and the common values (integers,
+ * text, DOUBLE, FLOAT rounded to float32, Go-quoted binary strings, base64 TEXT/BLOB) are
+ * converted in C. The JSON documents of the shape TiCDC writes are read in place, into those
+ * Columns; any other document is parsed by orjson and its dicts read.
  *
  * Correctness rests on never deciding anything the pure-Python decoder would decide otherwise:
  *
@@ -918,6 +919,74 @@ done:
     return rc == 0 ? give_up() : rc;
 }
 
+/* Schema and table names repeat from one event to the next: the last of each is kept and
+ * handed out again while its bytes come again. */
+static PyObject *last_schema, *last_table;
+
+/* A value next, as scalar_value reads it; the last string read here when these are its bytes. */
+static PyObject *
+repeated_value(Text *text, PyObject **last)
+{
+    Text probe = *text;
+    const unsigned char *start;
+    Py_ssize_t length;
+    int escaped;
+    skip_space(&probe);
+    if (*last != NULL && probe.at < probe.end && *probe.at == '"'
+        && string_span(&probe, &start, &length, &escaped) && !escaped
+        && PyUnicode_GET_LENGTH(*last) == length
+        && memcmp(PyUnicode_DATA(*last), start, (size_t)length) == 0) {
+        *text = probe;
+        return Py_NewRef(*last);
+    }
+    PyObject *value = scalar_value(text);
+    if (value != NULL && PyUnicode_CheckExact(value) && PyUnicode_IS_COMPACT_ASCII(value))
+        Py_XSETREF(*last, Py_NewRef(value));
+    return value;
+}
+
+/* The key document in buf[0..size) read in place into `fields` (new references; NULL where
+ * absent), the values pick finds in orjson's dict. 1 read; 0 declined (another key, a
+ * nested value, what the value reader declines), for orjson to read; -1 error. */
+static int
+key_in_place(const uint8_t *buf, Py_ssize_t size, PyObject **fields)
+{
+    Text text = {buf, buf + size};
+    for (int i = 0; i < M_COUNT; i++)
+        fields[i] = NULL;
+    if (!take(&text, '{'))
+        goto decline;
+    if (!take(&text, '}')) {
+        do {
+            const unsigned char *key;
+            Py_ssize_t length;
+            int escaped, field = -1;
+            if (!string_span(&text, &key, &length, &escaped) || escaped || !take(&text, ':'))
+                goto decline;
+            for (int i = 0; i < M_COUNT && field < 0; i++)
+                if (meta_names[i].length == length
+                    && memcmp(meta_names[i].text, key, (size_t)length) == 0)
+                    field = i;
+            PyObject *value = field == M_SCM   ? repeated_value(&text, &last_schema)
+                              : field == M_TBL ? repeated_value(&text, &last_table)
+                              : field >= 0     ? scalar_value(&text)
+                                               : NULL;
+            if (value == NULL)
+                goto decline;
+            Py_XSETREF(fields[field], value); /* a repeated key: the last, as in a dict */
+        } while (take(&text, ','));
+        if (!take(&text, '}'))
+            goto decline;
+    }
+    skip_space(&text);
+    if (text.at == text.end)
+        return 1;
+decline:
+    for (int i = 0; i < M_COUNT; i++)
+        Py_CLEAR(fields[i]);
+    return give_up();
+}
+
 /* decode_row_value of an orjson document. */
 static int
 decode_row_value(PyObject *body, PyObject *index, PyObject **op, PyObject **columns,
@@ -1119,20 +1188,26 @@ decode_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
     for (Py_ssize_t index = 0; index < count; index++) {
         next_entry(&entries, &key_start, &value_start); /* validated above */
         Py_ssize_t key_stop = entries.key_at, value_stop = entries.value_at;
-        PyObject *meta = load_object(key, key_start, key_stop, Py_None);
-        if (meta == NULL)
-            goto python_or_error;
         PyObject *fields[M_COUNT];
-        pick(meta, meta_names, M_COUNT, fields);
-        PyObject *ts = fields[M_TS], *kind = fields[M_T];
-        long kind_number = 0;
-        if (ts == NULL || kind == NULL || !is_uint(ts) || !small_int(kind, &kind_number)) {
-            Py_DECREF(meta);
+        int rc = key_in_place(key + key_start, key_stop - key_start, fields);
+        if (rc < 0)
             goto python_or_error;
+        if (rc == 0) { /* declined: orjson reads it */
+            PyObject *meta = load_object(key, key_start, key_stop, Py_None);
+            if (meta == NULL)
+                goto python_or_error;
+            pick(meta, meta_names, M_COUNT, fields);
+            for (int i = 0; i < M_COUNT; i++)
+                Py_XINCREF(fields[i]);
+            Py_DECREF(meta);
         }
-        PyObject *event = NULL;
-        int rc = 0;
-        if (kind_number == EVENT_ROW) {
+        PyObject *ts = fields[M_TS], *kind = fields[M_T], *event = NULL;
+        long kind_number = 0;
+        rc = 0;
+        if (ts == NULL || kind == NULL || !is_uint(ts) || !small_int(kind, &kind_number)) {
+            /* Python decides */
+        }
+        else if (kind_number == EVENT_ROW) {
             rc = row_event(fields, value, value_start, value_stop, decompress, topic, partition,
                            offset, index, &event);
         }
@@ -1140,7 +1215,8 @@ decode_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
             event = resolved_event(ts, topic, partition, offset, index);
             rc = event ? 1 : -1;
         }
-        Py_DECREF(meta);
+        for (int i = 0; i < M_COUNT; i++)
+            Py_XDECREF(fields[i]);
         if (rc <= 0)
             goto python_or_error;
         PyList_SET_ITEM(events, index, event);
