@@ -154,6 +154,60 @@ def test_numbers_silver_cannot_hold_fail_the_change_not_the_batch(speedups, colu
     assert rows.table().num_rows == 0
 
 
+@dataclasses.dataclass(slots=True)
+class SlotsColumn:
+    type_code: object
+    flags: object
+    value: object
+    mysql_type: object = None
+
+
+@dataclasses.dataclass
+class DictColumn:  # no slots: read by name
+    type_code: object
+    flags: object
+    value: object
+    mysql_type: object = None
+
+
+def _tables(speedups, events):
+    compiled, reference = ChangeRows(speedups), ChangeRows(None)
+    for event in events:
+        compiled.add(event, 7)
+        reference.add(event, 7)
+    return compiled.table(), reference.table()
+
+
+def test_attributes_are_read_as_getattr_reads_them(speedups):
+    """The C loop reads a slots class's attributes from its slots; other columns, and a class
+    changed since (its slot shadowed here by a property), are read by name."""
+
+    def event(make):
+        image = {"a": make(8, FLAG_HANDLE_KEY, 1), "b": make(15, 0, "x", "varchar(4)")}
+        return RowEvent(1, "s", "t", "insert", image, None, "topic", 0, 1)
+
+    events = [event(Column), event(SlotsColumn), event(DictColumn), event(SlotsColumn)]
+    compiled, reference = _tables(speedups, events)
+    assert compiled.equals(reference)
+    patched = type("Patched", (SlotsColumn,), {"__slots__": ()})
+    rows = event(patched)
+    _tables(speedups, [rows])  # learnt
+    patched.value = property(lambda column: "patched")
+    compiled, reference = _tables(speedups, [rows])
+    assert compiled.equals(reference)
+    assert compiled.column("columns").to_pylist()[0][0]["text"] == "patched"
+
+
+def test_an_unset_slot_raises_as_getattr_does(speedups):
+    column = Column.__new__(Column)
+    column.type_code, column.flags, column.mysql_type = 8, 0, None
+    rows = ChangeRows(speedups)
+    with pytest.raises(AttributeError, match="value"):
+        rows.add(RowEvent(1, "s", "t", "insert", {"a": column}, None, "t", 0, 1), 1)
+    rows.truncate(0)
+    assert rows.table().num_rows == 0
+
+
 def test_image_buffers_take_no_arguments(speedups):
     with pytest.raises(TypeError, match="takes no arguments"):
         speedups.ImageBuffers(1)

@@ -15,8 +15,9 @@
  * (text, binary) form as silver.value_fields gives it, and each of the six columns (name,
  * type_code, flags, mysql_type, text, binary: silver.COLUMN_TYPE) gets one entry. `identity` is
  * [[name, text, binary], ...] (what the event id hashes), `handle` the names whose flags have
- * `handle_flag` set (events.RowEvent.handle_key). Attributes are read by name, so any object
- * with RowEvent's or Column's attributes works as it does in Python.
+ * `handle_flag` set (events.RowEvent.handle_key). Attributes are read as getattr reads them
+ * (from the slots of a slots class), so any object with RowEvent's or Column's attributes works
+ * as it does in Python.
  *
  * Why buffers, not lists: converting lists of Python objects to Arrow cost as much as filling
  * them. A value a column cannot hold (a partition beyond 32 bits, a schema that is not a str)
@@ -26,10 +27,87 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *name_type_code, *name_flags, *name_value, *name_mysql_type;
+#ifdef Py_T_OBJECT_EX
+#define SLOT_OBJECT_EX Py_T_OBJECT_EX
+#else
+#define SLOT_OBJECT_EX T_OBJECT_EX
+#endif
+
+
+/* --- attributes read from slots ------------------------------------------------------------ */
+
+/* Events and Columns are slots dataclasses: once a type's slots are known, their attributes
+ * are read straight from the instance (a getattr each cost a tenth of a change row). Any other
+ * object, an unset slot, or a type changed since, is read by name. */
+#define MAX_SLOTS 12
+typedef struct {
+    PyObject *const *names;
+    int count;
+    PyTypeObject *slotted;    /* the type whose offsets these are */
+    unsigned int version;     /* its tp_version_tag then */
+    Py_ssize_t offsets[MAX_SLOTS];
+    PyTypeObject *unslotted; /* the last type found not to be one */
+} SlotReader;
+
+/* Whether `type` reads each name from an object slot, and where: learnt when it does. */
+static int
+learn_slots(SlotReader *reader, PyTypeObject *type)
+{
+    if (type->tp_getattro != PyObject_GenericGetAttr
+        || !PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;
+    Py_ssize_t offsets[MAX_SLOTS];
+    for (int i = 0; i < reader->count; i++) {
+        PyObject *descriptor = _PyType_Lookup(type, reader->names[i]);
+        if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type))
+            return 0;
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type != SLOT_OBJECT_EX)
+            return 0;
+        offsets[i] = member->offset;
+    }
+    memcpy(reader->offsets, offsets, sizeof offsets);
+    reader->version = type->tp_version_tag;
+    Py_XSETREF(reader->slotted, (PyTypeObject *)Py_NewRef(type));
+    return 1;
+}
+
+/* The reader's attributes of `object` into `out` (new references); -1 with the getattr's
+ * exception. */
+static int
+read_attributes(SlotReader *reader, PyObject *object, PyObject **out)
+{
+    PyTypeObject *type = Py_TYPE(object);
+    int slotted = type == reader->slotted && type->tp_version_tag == reader->version
+                  && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG);
+    if (!slotted && type != reader->unslotted) {
+        slotted = learn_slots(reader, type);
+        if (!slotted)
+            Py_XSETREF(reader->unslotted, (PyTypeObject *)Py_NewRef(type));
+    }
+    int i = 0;
+    if (slotted) {
+        for (; i < reader->count; i++) {
+            PyObject *value = *(PyObject **)((char *)object + reader->offsets[i]);
+            if (value == NULL)
+                break; /* unset: getattr raises its AttributeError */
+            out[i] = Py_NewRef(value);
+        }
+    }
+    for (; i < reader->count; i++) {
+        out[i] = PyObject_GetAttr(object, reader->names[i]);
+        if (out[i] == NULL) {
+            while (i-- > 0)
+                Py_CLEAR(out[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 /* --- growable bytes ------------------------------------------------------------------------ */
 
@@ -428,6 +506,20 @@ identity_write(Identity *identity, const char *text, PyObject *value)
     return written < 0 ? -1 : 0;
 }
 
+/* Punctuation (`text`), then `size` bytes of ASCII that JSON needs no escape for (a number's
+ * text) as a JSON string. */
+static int
+identity_write_text(Identity *identity, const char *text, const char *ascii, Py_ssize_t size)
+{
+    if (identity == NULL || identity->left)
+        return 0;
+    Bytes *json = &identity->json;
+    if (bytes_append(json, text, (Py_ssize_t)strlen(text)) < 0 || bytes_append(json, "\"", 1) < 0
+        || bytes_append(json, ascii, size) < 0 || bytes_append(json, "\"", 1) < 0)
+        return -1;
+    return 0;
+}
+
 /* The 32 hex digits of the identity's id, as a str; NULL (nothing set) when it is left. */
 static PyObject *
 identity_id(const Identity *identity)
@@ -521,6 +613,54 @@ has_flag(PyObject *flags, PyObject *flag)
     return result;
 }
 
+/* The events.Column attributes read, by position. */
+enum { C_TYPE_CODE, C_FLAGS, C_VALUE, C_MYSQL_TYPE, COLUMN_ATTRIBUTES };
+static const char *const COLUMN_ATTRIBUTE_NAMES[COLUMN_ATTRIBUTES] = {
+    "type_code", "flags", "value", "mysql_type"};
+static PyObject *column_attribute_names[COLUMN_ATTRIBUTES];
+static SlotReader column_attributes = {column_attribute_names, COLUMN_ATTRIBUTES};
+
+/* The text of an exact int within 64 bits or of an exact float, as str() and repr() write
+ * them, without making the str: in `buffer`, or for a float in a block returned in *allocated
+ * (PyMem_Free it). NULL for any other value (value_fields makes its text). */
+static const char *
+number_text(PyObject *value, char *buffer, Py_ssize_t *size, char **allocated)
+{
+    if (PyFloat_CheckExact(value)) {
+        /* what float.__repr__ writes */
+        *allocated = PyOS_double_to_string(PyFloat_AS_DOUBLE(value), 'r', 0, Py_DTSF_ADD_DOT_0,
+                                           NULL);
+        if (*allocated == NULL)
+            PyErr_Clear(); /* value_fields tries again, and raises what repr() raises */
+        else
+            *size = (Py_ssize_t)strlen(*allocated);
+        return *allocated;
+    }
+    if (!PyLong_CheckExact(value))
+        return NULL;
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    unsigned long long magnitude;
+    if (!overflow) {
+        magnitude = number < 0 ? 0ULL - (unsigned long long)number : (unsigned long long)number;
+    } else {
+        magnitude = PyLong_AsUnsignedLongLong(value);
+        if (magnitude == (unsigned long long)-1 && PyErr_Occurred()) { /* beyond 64 bits */
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    char *end = buffer + 24, *at = end; /* 20 digits and a sign at most */
+    do {
+        *--at = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (!overflow && number < 0)
+        *--at = '-';
+    *size = end - at;
+    return at;
+}
+
 /* Appends one column of an image: to `entries` its identity entry [name, text, binary] and to
  * `identity` its JSON after `opening`, each unless NULL; -1 on failure (the columns may then
  * hold part of it: truncate undoes it). */
@@ -528,36 +668,44 @@ static int
 add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handle,
            PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
 {
-    PyObject *attrs[4] = {NULL, NULL, NULL, NULL};
-    PyObject *const attr_names[4] = {name_type_code, name_flags, name_value, name_mysql_type};
+    PyObject *attrs[COLUMN_ATTRIBUTES] = {NULL};
     PyObject *text = NULL, *binary = NULL, *entry = NULL;
-    Py_ssize_t index = self->entries;
+    Py_ssize_t index = self->entries, number_size = 0;
     Column *columns = self->columns;
     int is_handle, ok = 0;
-    for (int i = 0; i < 4; i++) {
-        attrs[i] = PyObject_GetAttr(column, attr_names[i]);
-        if (attrs[i] == NULL)
-            goto done;
-    }
-    if (value_fields(attrs[2], &text, &binary) < 0)
+    char digits[24], *allocated = NULL;
+    if (read_attributes(&column_attributes, column, attrs) < 0)
+        goto done;
+    /* A number's text is written from C; `entries` (the Python-visible add) takes a str. */
+    const char *number = entries == NULL
+                             ? number_text(attrs[C_VALUE], digits, &number_size, &allocated)
+                             : NULL;
+    if (number == NULL && value_fields(attrs[C_VALUE], &text, &binary) < 0)
         goto done;
     if (column_append_object(&columns[NAME], index, name, "column name", 0) < 0
-        || column_append_integer(&columns[TYPE_CODE], index, attrs[0], "an image's type code") < 0
-        || column_append_integer(&columns[FLAGS], index, attrs[1], "an image's flags") < 0
-        || column_append_object(&columns[MYSQL_TYPE], index, attrs[3], "MySQL type", 0) < 0
-        || column_append_object(&columns[TEXT], index, text, "text", 0) < 0
-        || column_append_object(&columns[BINARY], index, binary, "binary", 1) < 0) {
+        || column_append_integer(&columns[TYPE_CODE], index, attrs[C_TYPE_CODE],
+                                 "an image's type code") < 0
+        || column_append_integer(&columns[FLAGS], index, attrs[C_FLAGS], "an image's flags") < 0
+        || column_append_object(&columns[MYSQL_TYPE], index, attrs[C_MYSQL_TYPE], "MySQL type",
+                                0) < 0
+        || (number ? column_append(&columns[TEXT], index, number, number_size)
+                   : column_append_object(&columns[TEXT], index, text, "text", 0)) < 0
+        || (number ? column_append(&columns[BINARY], index, NULL, 0)
+                   : column_append_object(&columns[BINARY], index, binary, "binary", 1)) < 0) {
         /* Some columns have this entry and some not: none keeps it. */
         for (int i = 0; i < COLUMNS; i++)
             column_truncate(&columns[i], index);
         goto done;
     }
     self->entries++;
-    is_handle = has_flag(attrs[1], handle_flag);
+    is_handle = has_flag(attrs[C_FLAGS], handle_flag);
     if (is_handle < 0 || (is_handle && PyList_Append(handle, name) < 0))
         goto done;
-    if (identity_write(identity, opening, name) < 0 || identity_write(identity, ",", text) < 0
-        || identity_write(identity, ",", binary) < 0 || identity_write(identity, "]", NULL) < 0)
+    if (identity_write(identity, opening, name) < 0
+        || (number ? identity_write_text(identity, ",", number, number_size)
+                   : identity_write(identity, ",", text)) < 0
+        || identity_write(identity, ",", number ? Py_None : binary) < 0
+        || identity_write(identity, "]", NULL) < 0)
         goto done;
     if (entries != NULL) {
         entry = PyList_New(3);
@@ -571,8 +719,9 @@ add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handl
     }
     ok = 1;
 done:
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < COLUMN_ATTRIBUTES; i++)
         Py_XDECREF(attrs[i]);
+    PyMem_Free(allocated);
     Py_XDECREF(text);
     Py_XDECREF(binary);
     Py_XDECREF(entry);
@@ -746,6 +895,7 @@ static const char *const ATTRIBUTE_NAMES[ATTRIBUTES] = {
     "columns", "old_columns", "commit_ts", "schema", "table", "op", "partition_id",
     "handle_key_only", "topic", "partition", "offset", "index"};
 static PyObject *attribute_names[ATTRIBUTES];
+static SlotReader event_attributes = {attribute_names, ATTRIBUTES};
 
 /* A list<...> column: its offsets and validity; the values are another column's entries. */
 typedef struct {
@@ -934,11 +1084,8 @@ ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *id = NULL;
     Identity *identity = &self->identity;
     int ok = 0;
-    for (int i = 0; i < ATTRIBUTES; i++) {
-        attrs[i] = PyObject_GetAttr(event, attribute_names[i]);
-        if (attrs[i] == NULL)
-            goto done;
-    }
+    if (read_attributes(&event_attributes, event, attrs) < 0)
+        goto done;
     identity->json.size = 0;
     identity->left = 0;
     if (identity_write(identity, "[\"row\",", attrs[A_COMMIT_TS]) < 0
@@ -1040,12 +1187,11 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__silver_speedups(void)
 {
-    name_type_code = PyUnicode_InternFromString("type_code");
-    name_flags = PyUnicode_InternFromString("flags");
-    name_value = PyUnicode_InternFromString("value");
-    name_mysql_type = PyUnicode_InternFromString("mysql_type");
-    if (!name_type_code || !name_flags || !name_value || !name_mysql_type)
-        return NULL;
+    for (int i = 0; i < COLUMN_ATTRIBUTES; i++) {
+        column_attribute_names[i] = PyUnicode_InternFromString(COLUMN_ATTRIBUTE_NAMES[i]);
+        if (column_attribute_names[i] == NULL)
+            return NULL;
+    }
     for (int i = 0; i < ATTRIBUTES; i++) {
         attribute_names[i] = PyUnicode_InternFromString(ATTRIBUTE_NAMES[i]);
         if (attribute_names[i] == NULL)
