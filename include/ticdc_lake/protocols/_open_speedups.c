@@ -712,6 +712,31 @@ string_value(const unsigned char *s, Py_ssize_t n, int escaped)
     return out;
 }
 
+/* Names (of schemas, tables, columns) repeat from one row to the next: a small table of the
+ * names read lately hands out the same str again, its hash computed already, while its bytes
+ * come again. Only ASCII names are kept, so a name's bytes are its characters. */
+#define RECENT_SLOTS 512
+#define RECENT_LONGEST 64
+static PyObject *recent_strings[RECENT_SLOTS];
+
+static PyObject *
+recent_string(const unsigned char *s, Py_ssize_t n, int escaped)
+{
+    if (escaped || n > RECENT_LONGEST)
+        return string_value(s, n, escaped);
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        hash = (hash ^ s[i]) * 16777619u;
+    PyObject **slot = &recent_strings[hash % RECENT_SLOTS];
+    if (*slot != NULL && PyUnicode_GET_LENGTH(*slot) == n
+        && memcmp(PyUnicode_DATA(*slot), s, (size_t)n) == 0)
+        return Py_NewRef(*slot);
+    PyObject *name = string_value(s, n, 0);
+    if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name))
+        Py_XSETREF(*slot, Py_NewRef(name));
+    return name;
+}
+
 static inline const unsigned char *
 skip_digits(const unsigned char *at, const unsigned char *end)
 {
@@ -862,7 +887,7 @@ image_in_place(Text *text)
         int escaped;
         if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
             goto decline;
-        PyObject *name = string_value(start, length, escaped);
+        PyObject *name = recent_string(start, length, escaped);
         PyObject *column = name ? column_in_place(text) : NULL;
         int rc = column ? PyDict_SetItem(image, name, column) : -1;
         Py_XDECREF(name);
@@ -919,30 +944,18 @@ done:
     return rc == 0 ? give_up() : rc;
 }
 
-/* Schema and table names repeat from one event to the next: the last of each is kept and
- * handed out again while its bytes come again. */
-static PyObject *last_schema, *last_table;
-
-/* A value next, as scalar_value reads it; the last string read here when these are its bytes. */
+/* The value next, as scalar_value reads it; a string by recent_string. */
 static PyObject *
-repeated_value(Text *text, PyObject **last)
+name_or_value(Text *text)
 {
-    Text probe = *text;
     const unsigned char *start;
     Py_ssize_t length;
     int escaped;
-    skip_space(&probe);
-    if (*last != NULL && probe.at < probe.end && *probe.at == '"'
-        && string_span(&probe, &start, &length, &escaped) && !escaped
-        && PyUnicode_GET_LENGTH(*last) == length
-        && memcmp(PyUnicode_DATA(*last), start, (size_t)length) == 0) {
-        *text = probe;
-        return Py_NewRef(*last);
-    }
-    PyObject *value = scalar_value(text);
-    if (value != NULL && PyUnicode_CheckExact(value) && PyUnicode_IS_COMPACT_ASCII(value))
-        Py_XSETREF(*last, Py_NewRef(value));
-    return value;
+    skip_space(text);
+    if (text->at < text->end && *text->at == '"')
+        return string_span(text, &start, &length, &escaped) ? recent_string(start, length, escaped)
+                                                            : NULL;
+    return scalar_value(text);
 }
 
 /* The key document in buf[0..size) read in place into `fields` (new references; NULL where
@@ -967,10 +980,9 @@ key_in_place(const uint8_t *buf, Py_ssize_t size, PyObject **fields)
                 if (meta_names[i].length == length
                     && memcmp(meta_names[i].text, key, (size_t)length) == 0)
                     field = i;
-            PyObject *value = field == M_SCM   ? repeated_value(&text, &last_schema)
-                              : field == M_TBL ? repeated_value(&text, &last_table)
-                              : field >= 0     ? scalar_value(&text)
-                                               : NULL;
+            PyObject *value = field == M_SCM || field == M_TBL ? name_or_value(&text)
+                              : field >= 0                     ? scalar_value(&text)
+                                                               : NULL;
             if (value == NULL)
                 goto decline;
             Py_XSETREF(fields[field], value); /* a repeated key: the last, as in a dict */
