@@ -37,7 +37,6 @@
 #define SLOT_OBJECT_EX T_OBJECT_EX
 #endif
 
-
 /* --- attributes read from slots ------------------------------------------------------------ */
 
 /* Events and Columns are slots dataclasses: once a type's slots are known, their attributes
@@ -53,27 +52,33 @@ typedef struct {
     PyTypeObject *unslotted; /* the last type found not to be one */
 } SlotReader;
 
-/* Whether `type` reads each name from an object slot, and where: learnt when it does. */
+/* Whether `type` reads each name from an object slot, and where: 1, learnt; 0 when it does
+ * not (remembered, so it is not looked at again); -1 when it cannot tell its changes apart
+ * (no version tag: read by name this time). */
 static int
 learn_slots(SlotReader *reader, PyTypeObject *type)
 {
-    if (type->tp_getattro != PyObject_GenericGetAttr
-        || !PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
-        return 0;
     Py_ssize_t offsets[MAX_SLOTS];
+    if (type->tp_getattro != PyObject_GenericGetAttr)
+        goto not_slotted;
     for (int i = 0; i < reader->count; i++) {
-        PyObject *descriptor = _PyType_Lookup(type, reader->names[i]);
+        PyObject *descriptor = _PyType_Lookup(type, reader->names[i]); /* tags the type */
         if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type))
-            return 0;
+            goto not_slotted;
         PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
         if (member->type != SLOT_OBJECT_EX)
-            return 0;
+            goto not_slotted;
         offsets[i] = member->offset;
     }
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
+        return -1;
     memcpy(reader->offsets, offsets, sizeof offsets);
     reader->version = type->tp_version_tag;
     Py_XSETREF(reader->slotted, (PyTypeObject *)Py_NewRef(type));
     return 1;
+not_slotted:
+    Py_XSETREF(reader->unslotted, (PyTypeObject *)Py_NewRef(type));
+    return 0;
 }
 
 /* The reader's attributes of `object` into `out` (new references); -1 with the getattr's
@@ -84,11 +89,8 @@ read_attributes(SlotReader *reader, PyObject *object, PyObject **out)
     PyTypeObject *type = Py_TYPE(object);
     int slotted = type == reader->slotted && type->tp_version_tag == reader->version
                   && PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG);
-    if (!slotted && type != reader->unslotted) {
-        slotted = learn_slots(reader, type);
-        if (!slotted)
-            Py_XSETREF(reader->unslotted, (PyTypeObject *)Py_NewRef(type));
-    }
+    if (!slotted && type != reader->unslotted)
+        slotted = learn_slots(reader, type) == 1;
     int i = 0;
     if (slotted) {
         for (; i < reader->count; i++) {
@@ -623,8 +625,9 @@ static SlotReader column_attributes = {column_attribute_names, COLUMN_ATTRIBUTES
 /* The text of an exact int within 64 bits or of an exact float, as str() and repr() write
  * them, without making the str: in `buffer`, or for a float in a block returned in *allocated
  * (PyMem_Free it). NULL for any other value (value_fields makes its text). */
+#define NUMBER_TEXT 24 /* 20 digits and a sign at most */
 static const char *
-number_text(PyObject *value, char *buffer, Py_ssize_t *size, char **allocated)
+number_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size, char **allocated)
 {
     if (PyFloat_CheckExact(value)) {
         /* what float.__repr__ writes */
@@ -650,7 +653,7 @@ number_text(PyObject *value, char *buffer, Py_ssize_t *size, char **allocated)
             return NULL;
         }
     }
-    char *end = buffer + 24, *at = end; /* 20 digits and a sign at most */
+    char *end = buffer + NUMBER_TEXT, *at = end;
     do {
         *--at = (char)('0' + magnitude % 10);
         magnitude /= 10;
@@ -673,7 +676,7 @@ add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handl
     Py_ssize_t index = self->entries, number_size = 0;
     Column *columns = self->columns;
     int is_handle, ok = 0;
-    char digits[24], *allocated = NULL;
+    char digits[NUMBER_TEXT], *allocated = NULL;
     if (read_attributes(&column_attributes, column, attrs) < 0)
         goto done;
     /* A number's text is written from C; `entries` (the Python-visible add) takes a str. */
