@@ -1250,7 +1250,7 @@ def through_orjson(document: bytes):
     return op, exact_image(columns), exact_image(old_columns)
 
 
-# (type code, flags, values) of columns whose values the reader converts itself.
+# (type code, flags, values) of the column kinds a value document holds, read in place.
 _READ_IN_PLACE = [
     (8, 11, st.integers(-(2**63), 2**63 - 1)),
     (8, 129, st.integers(0, 2**64 - 1)),
@@ -1304,8 +1304,9 @@ def spelled_json(draw, node) -> str:
     if isinstance(node, str):
         return space() + string(node) + space()
     if isinstance(node, float):
-        text = draw(st.sampled_from([repr(node), f"{node:.17e}", f"{node:.17E}"]))
-        return space() + text.replace("inf", "1e999") + space()
+        return (
+            space() + draw(st.sampled_from([repr(node), f"{node:.17e}", f"{node:.17E}"])) + space()
+        )
     return space() + json.dumps(node) + space()
 
 
@@ -1391,12 +1392,7 @@ def test_the_in_place_reader_declines_what_it_does_not_read_as_orjson_does(speed
 )
 def test_the_in_place_reader_reads_these_as_orjson_does(speedups, document):
     raw = document.encode()
-    read = in_place(speedups, raw)
-    if read is None:  # orjson's document is left to Python too: no `u`, say
-        with pytest.raises(DecodeError):
-            through_orjson(raw)
-    else:
-        assert read == through_orjson(raw)
+    assert in_place(speedups, raw) == through_orjson(raw)
     assert_both_agree(speedups, [KafkaMessage(*frame([ROW_KEY], [raw]))])
 
 
