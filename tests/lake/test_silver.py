@@ -190,10 +190,10 @@ def test_attributes_are_read_as_getattr_reads_them(speedups):
     compiled, reference = _tables(speedups, events)
     assert compiled.equals(reference)
     patched = type("Patched", (SlotsColumn,), {"__slots__": ()})
-    rows = event(patched)
-    _tables(speedups, [rows])  # learnt
+    patched_event = event(patched)
+    _tables(speedups, [patched_event])  # its slots learnt
     patched.value = property(lambda column: "patched")
-    compiled, reference = _tables(speedups, [rows])
+    compiled, reference = _tables(speedups, [patched_event])
     assert compiled.equals(reference)
     assert compiled.column("columns").to_pylist()[0][0]["text"] == "patched"
 

@@ -898,6 +898,7 @@ static const char *const ATTRIBUTE_NAMES[ATTRIBUTES] = {
     "columns", "old_columns", "commit_ts", "schema", "table", "op", "partition_id",
     "handle_key_only", "topic", "partition", "offset", "index"};
 static PyObject *attribute_names[ATTRIBUTES];
+_Static_assert(ATTRIBUTES <= MAX_SLOTS, "a SlotReader holds MAX_SLOTS offsets");
 static SlotReader event_attributes = {attribute_names, ATTRIBUTES};
 
 /* A list<...> column: its offsets and validity; the values are another column's entries. */
