@@ -170,14 +170,6 @@ class DictColumn:  # no slots: read by name
     mysql_type: object = None
 
 
-def _tables(speedups, events):
-    compiled, reference = ChangeRows(speedups), ChangeRows(None)
-    for event in events:
-        compiled.add(event, 7)
-        reference.add(event, 7)
-    return compiled.table(), reference.table()
-
-
 def test_attributes_are_read_as_getattr_reads_them(speedups):
     """The C loop reads a slots class's attributes from its slots; other columns, and a class
     changed since (its slot shadowed here by a property), are read by name."""
@@ -187,13 +179,13 @@ def test_attributes_are_read_as_getattr_reads_them(speedups):
         return RowEvent(1, "s", "t", "insert", image, None, "topic", 0, 1)
 
     events = [event(Column), event(SlotsColumn), event(DictColumn), event(SlotsColumn)]
-    compiled, reference = _tables(speedups, events)
+    compiled, reference = _both(speedups, events)
     assert compiled.equals(reference)
     patched = type("Patched", (SlotsColumn,), {"__slots__": ()})
     patched_event = event(patched)
-    _tables(speedups, [patched_event])  # its slots learnt
+    _both(speedups, [patched_event])  # its slots learnt
     patched.value = property(lambda column: "patched")
-    compiled, reference = _tables(speedups, [patched_event])
+    compiled, reference = _both(speedups, [patched_event])
     assert compiled.equals(reference)
     assert compiled.column("columns").to_pylist()[0][0]["text"] == "patched"
 

@@ -391,15 +391,10 @@ json_escape_width(unsigned char byte)
     return byte == '\b' || byte == '\t' || byte == '\n' || byte == '\f' || byte == '\r' ? 1 : 5;
 }
 
+/* UTF-8 `text` as the JSON string orjson writes. */
 static int
-json_string(Bytes *out, PyObject *value)
+json_text(Bytes *out, const char *text, Py_ssize_t size)
 {
-    Py_ssize_t size;
-    const char *text = PyUnicode_AsUTF8AndSize(value, &size);
-    if (text == NULL) { /* surrogates: orjson's error to raise, not ours */
-        PyErr_Clear();
-        return JSON_LEFT;
-    }
     /* Reserved exactly (a value may be megabytes): its length once escaped, counted first. */
     Py_ssize_t escaped = size + 2;
     for (Py_ssize_t i = 0; i < size; i++)
@@ -438,23 +433,54 @@ json_string(Bytes *out, PyObject *value)
 }
 
 static int
-json_integer(Bytes *out, PyObject *value)
+json_string(Bytes *out, PyObject *value)
 {
-    char text[24];
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(value, &size);
+    if (text == NULL) { /* surrogates: orjson's error to raise, not ours */
+        PyErr_Clear();
+        return JSON_LEFT;
+    }
+    return json_text(out, text, size);
+}
+
+#define NUMBER_TEXT 24 /* 20 digits and a sign at most */
+
+/* The decimal text of an exact int within 64 bits (signed or unsigned), as str() writes it:
+ * written at the end of `buffer`, its start returned; NULL beyond 64 bits. */
+static const char *
+integer_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size)
+{
     int overflow;
     long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    int length;
+    unsigned long long magnitude;
     if (!overflow) {
-        length = snprintf(text, sizeof text, "%lld", number);
+        magnitude = number < 0 ? 0ULL - (unsigned long long)number : (unsigned long long)number;
     } else {
-        unsigned long long large = PyLong_AsUnsignedLongLong(value);
-        if (large == (unsigned long long)-1 && PyErr_Occurred()) { /* beyond 64 bits */
+        magnitude = PyLong_AsUnsignedLongLong(value);
+        if (magnitude == (unsigned long long)-1 && PyErr_Occurred()) { /* beyond 64 bits */
             PyErr_Clear();
-            return JSON_LEFT;
+            return NULL;
         }
-        length = snprintf(text, sizeof text, "%llu", large);
     }
-    return bytes_append(out, text, length);
+    char *end = buffer + NUMBER_TEXT, *at = end;
+    do {
+        *--at = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (!overflow && number < 0)
+        *--at = '-';
+    *size = end - at;
+    return at;
+}
+
+static int
+json_integer(Bytes *out, PyObject *value)
+{
+    char buffer[NUMBER_TEXT];
+    Py_ssize_t size;
+    const char *text = integer_text(value, buffer, &size);
+    return text == NULL ? JSON_LEFT : bytes_append(out, text, size);
 }
 
 /* `value` (None, str, int, bytes as hex) appended as orjson writes it: 0, JSON_LEFT for a value
@@ -508,18 +534,15 @@ identity_write(Identity *identity, const char *text, PyObject *value)
     return written < 0 ? -1 : 0;
 }
 
-/* Punctuation (`text`), then `size` bytes of ASCII that JSON needs no escape for (a number's
- * text) as a JSON string. */
+/* Punctuation (`text`), then UTF-8 `string` as a JSON string (a number's text, say). */
 static int
-identity_write_text(Identity *identity, const char *text, const char *ascii, Py_ssize_t size)
+identity_write_text(Identity *identity, const char *text, const char *string, Py_ssize_t size)
 {
     if (identity == NULL || identity->left)
         return 0;
-    Bytes *json = &identity->json;
-    if (bytes_append(json, text, (Py_ssize_t)strlen(text)) < 0 || bytes_append(json, "\"", 1) < 0
-        || bytes_append(json, ascii, size) < 0 || bytes_append(json, "\"", 1) < 0)
+    if (bytes_append(&identity->json, text, (Py_ssize_t)strlen(text)) < 0)
         return -1;
-    return 0;
+    return json_text(&identity->json, string, size);
 }
 
 /* The 32 hex digits of the identity's id, as a str; NULL (nothing set) when it is left. */
@@ -625,7 +648,6 @@ static SlotReader column_attributes = {column_attribute_names, COLUMN_ATTRIBUTES
 /* The text of an exact int within 64 bits or of an exact float, as str() and repr() write
  * them, without making the str: in `buffer`, or for a float in a block returned in *allocated
  * (PyMem_Free it). NULL for any other value (value_fields makes its text). */
-#define NUMBER_TEXT 24 /* 20 digits and a sign at most */
 static const char *
 number_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size, char **allocated)
 {
@@ -639,29 +661,7 @@ number_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size, char **
             *size = (Py_ssize_t)strlen(*allocated);
         return *allocated;
     }
-    if (!PyLong_CheckExact(value))
-        return NULL;
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    unsigned long long magnitude;
-    if (!overflow) {
-        magnitude = number < 0 ? 0ULL - (unsigned long long)number : (unsigned long long)number;
-    } else {
-        magnitude = PyLong_AsUnsignedLongLong(value);
-        if (magnitude == (unsigned long long)-1 && PyErr_Occurred()) { /* beyond 64 bits */
-            PyErr_Clear();
-            return NULL;
-        }
-    }
-    char *end = buffer + NUMBER_TEXT, *at = end;
-    do {
-        *--at = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
-    if (!overflow && number < 0)
-        *--at = '-';
-    *size = end - at;
-    return at;
+    return PyLong_CheckExact(value) ? integer_text(value, buffer, size) : NULL;
 }
 
 /* Appends one column of an image: to `entries` its identity entry [name, text, binary] and to

@@ -1215,17 +1215,16 @@ decode_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
         }
         PyObject *ts = fields[M_TS], *kind = fields[M_T], *event = NULL;
         long kind_number = 0;
-        rc = 0;
-        if (ts == NULL || kind == NULL || !is_uint(ts) || !small_int(kind, &kind_number)) {
-            /* Python decides */
-        }
-        else if (kind_number == EVENT_ROW) {
-            rc = row_event(fields, value, value_start, value_stop, decompress, topic, partition,
-                           offset, index, &event);
-        }
-        else if (kind_number == EVENT_RESOLVED && value_start == value_stop) {
-            event = resolved_event(ts, topic, partition, offset, index);
-            rc = event ? 1 : -1;
+        rc = 0; /* unless a row or resolved event is made below, Python decides */
+        if (ts != NULL && kind != NULL && is_uint(ts) && small_int(kind, &kind_number)) {
+            if (kind_number == EVENT_ROW) {
+                rc = row_event(fields, value, value_start, value_stop, decompress, topic,
+                               partition, offset, index, &event);
+            }
+            else if (kind_number == EVENT_RESOLVED && value_start == value_stop) {
+                event = resolved_event(ts, topic, partition, offset, index);
+                rc = event ? 1 : -1;
+            }
         }
         for (int i = 0; i < M_COUNT; i++)
             Py_XDECREF(fields[i]);
