@@ -6,9 +6,11 @@ compared with Spark's in tests/stages/test_compact_fold.py."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,3 +189,33 @@ def test_changes_without_a_commit_ts_are_left_to_spark(tmp_path):
         lacks_ts=False, mode_reason=None, rebuild=False, generation=0, low_ts=-1, low_batch=-1,
     )  # fmt: skip
     assert changes.reduce_on_driver(layout, plan, {}, {}, {}) is None
+
+
+def test_chunks_reduced_two_at_a_time_come_back_in_order_and_stop_when_told():
+    started = []
+
+    def work(number, delay):
+        started.append(number)
+        time.sleep(delay)
+        return number
+
+    # The first chunk is the slowest: its result still comes first.
+    delays = [(number, 0.05 if number == 0 else 0) for number in range(6)]
+    assert list(changes._in_parallel(work, iter(delays))) == list(range(6))
+    started.clear()
+    for found in changes._in_parallel(work, iter(delays)):
+        if found == 1:
+            break  # as reduce_on_driver stops at a chunk only Spark can reduce
+    assert sorted(started) == list(range(len(started))) and len(started) <= 3
+
+
+def test_a_failing_chunk_fails_the_reduce():
+    def work(number):
+        if number == 2:
+            raise ValueError("chunk 2")
+        return number
+
+    found = changes._in_parallel(work, iter([(n,) for n in range(5)]))
+    assert next(found) == 0 and next(found) == 1
+    with pytest.raises(ValueError, match="chunk 2"):
+        next(found)
