@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -124,10 +125,12 @@ class LazySession:
     def __init__(self, build: Callable[[], SparkSession]):
         self._build = build
         self._session: SparkSession | None = None
+        self._building = threading.Lock()  # compaction applies tables from several threads
 
     def __getattr__(self, name: str) -> Any:
-        if self._session is None:
-            self._session = self._build()
+        with self._building:
+            if self._session is None:
+                self._session = self._build()
         return getattr(self._session, name)
 
 

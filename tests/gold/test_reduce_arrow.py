@@ -153,7 +153,9 @@ def test_dropping_copies_row_by_row_then_reducing_drops_what_the_replays_rule_dr
         )
         rows.append((*row[:2], segment, key, row[4], row[5], sub, *row[7:11], deleted))
     expected = {row[10] for row in last._expected(rows)}
-    kept = [rows[n] for n in reduce_arrow.first_copies(_actions(rows).changes)]
+    changes = _actions(rows).changes
+    event = reduce_arrow.event_codes(changes.column("event_id"))
+    kept = [rows[n] for n in reduce_arrow.first_copies(changes, event)]
     found = reduce_arrow.winners(_actions(kept), replays=False)
     assert {kept[n][10] for n in found} == expected
 
@@ -201,9 +203,9 @@ def test_chunks_reduced_two_at_a_time_come_back_in_order_and_stop_when_told():
 
     # The first chunk is the slowest: its result still comes first.
     delays = [(number, 0.05 if number == 0 else 0) for number in range(6)]
-    assert list(changes._in_parallel(work, iter(delays))) == list(range(6))
+    assert list(changes.in_parallel(work, iter(delays))) == list(range(6))
     started.clear()
-    for found in changes._in_parallel(work, iter(delays)):
+    for found in changes.in_parallel(work, iter(delays)):
         if found == 1:
             break  # as reduce_on_driver stops at a chunk only Spark can reduce
     assert sorted(started) == list(range(len(started))) and len(started) <= 3
@@ -215,7 +217,7 @@ def test_a_failing_chunk_fails_the_reduce():
             raise ValueError("chunk 2")
         return number
 
-    found = changes._in_parallel(work, iter([(n,) for n in range(5)]))
+    found = changes.in_parallel(work, iter([(n,) for n in range(5)]))
     assert next(found) == 0 and next(found) == 1
     with pytest.raises(ValueError, match="chunk 2"):
         next(found)

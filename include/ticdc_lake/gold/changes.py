@@ -264,13 +264,16 @@ def reduce_on_driver(
     narrow = groups.read_all(MARKED_COLUMNS)
     kept = _unsettled(groups, narrow, quarantined_table(layout))
     marked = marked_on_driver(narrow.take(pa.array(kept)), plan)
-    counts, batches = counts_of(marked)
-    chosen = kept[marked.filter(marked.column("read")).column("row").to_numpy()]
+    read = marked.filter(marked.column("read"))
+    # Counting copies of an event and dropping them both group by its id: encoded once.
+    events = reduce_arrow.event_codes(read.column("event_id"))
+    counts, batches = counts_of(marked, events)
+    chosen = kept[read.column("row").to_numpy()]
     picked = narrow.take(pa.array(chosen))
     if picked.column("commit_ts").null_count:
         return None  # ordered by the TSs around them: Spark's with_order_ts
     if any(count.duplicates for count in counts.values()):
-        firsts = reduce_arrow.first_copies(picked)
+        firsts = reduce_arrow.first_copies(picked, events)
         chosen, picked = chosen[firsts], picked.take(pa.array(firsts))
     # A folded TRUNCATE discards what came before it: those images need not be read.
     discarded = reduce_arrow.reset_discards(picked, splits, points)
@@ -288,14 +291,14 @@ def reduce_on_driver(
         rows = rows.filter(pa.array(selected))
         return reduce_arrow.reduce_chunk(rows, splits, points, handles, replays=False)
 
-    for found in _in_parallel(reduce_chunk, _chunks(groups, wanted)):
+    for found in in_parallel(reduce_chunk, _chunks(groups, wanted)):
         if found is None or not winners.add(found):
             return None
     segments = winners.segments()
     return None if segments is None else (Reduced.of_segments(segments), counts, batches)
 
 
-def _in_parallel(work, arguments: Iterator[tuple]) -> Iterator:
+def in_parallel(work, arguments: Iterator[tuple]) -> Iterator:
     """``work(*a)`` of each of ``arguments``, in their order, DRIVER_THREADS at once: pyarrow
     and numpy let go of the GIL while they work. Stopping early drops the rest."""
     with ThreadPoolExecutor(DRIVER_THREADS) as pool:
@@ -576,8 +579,11 @@ def marked_on_driver(rows: pa.Table, plan: FeedPlan) -> pa.Table:
     return _marked(numbered.join(_applied(plan), ["schema", "table"], join_type="left outer"), plan)
 
 
-def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
-    """``count_in_spark``'s counts of the marked changes (``marked_on_driver``)."""
+def counts_of(
+    marked: pa.Table, events: np.ndarray | None = None
+) -> tuple[dict[TableName, TableCounts], Batches]:
+    """``count_in_spark``'s counts of the marked changes (``marked_on_driver``); ``events``:
+    the read ones' ``event_codes``, if known."""
     per_table = (
         marked.group_by(["schema", "table"], use_threads=False)
         .aggregate(
@@ -585,7 +591,10 @@ def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
         )
         .to_pylist()
     )
-    copies = _copies(marked.filter(marked.column("read")))
+    read = marked.filter(marked.column("read"))
+    if events is None:
+        events = reduce_arrow.event_codes(read.column("event_id"))
+    copies = _copies(read, events)
     counts = {
         TableName(row["schema"], row["table"]): TableCounts(
             read=row["read_sum"] or 0,
@@ -604,13 +613,12 @@ def counts_of(marked: pa.Table) -> tuple[dict[TableName, TableCounts], Batches]:
     return counts, batches
 
 
-def _copies(read: pa.Table) -> dict[tuple[str, str], int]:
-    """Per table, how many of the changes ``read`` (marked) are a copy of an event (same
-    event_id and order TS) beyond its first. Only changes whose id is not unique can be, so
-    they alone are grouped: grouping all by id took seconds for a few million."""
-    copied = read.take(
-        pa.array(reduce_arrow.repeated(reduce_arrow.event_codes(read.column("event_id"))))
-    )
+def _copies(read: pa.Table, events: np.ndarray) -> dict[tuple[str, str], int]:
+    """Per table, how many of the changes ``read`` (marked; ``events`` their event ids'
+    codes) are a copy of an event (same event_id and order TS) beyond its first. Only changes
+    whose id is not unique can be, so they alone are grouped: grouping all by id took seconds
+    for a few million."""
+    copied = read.take(pa.array(reduce_arrow.repeated(events)))
     tables = ["schema", "table"]
     rows = copied.group_by(tables, use_threads=False).aggregate([([], "count_all")])
     events = copied.group_by([*tables, "event_id", "event_ts"], use_threads=False).aggregate([])

@@ -229,12 +229,12 @@ def winners(actions: Actions, *, replays: bool) -> np.ndarray:
     return _last_of(key, (order_ts, *position, actions.sub), keep)
 
 
-def first_copies(changes: pa.Table) -> np.ndarray:
-    """The numbers of the ``changes`` (silver's rows) that are not a copy of an event beyond
-    its first (same table, event id and commit TS; later in Kafka): ``winners``' replays rule
-    row by row, before the run's chunks are reduced without it. An event's id hashes its table,
-    commit TS and images, so its copies' actions are the same actions."""
-    event = event_codes(changes.column("event_id"))
+def first_copies(changes: pa.Table, event: np.ndarray) -> np.ndarray:
+    """The numbers of the ``changes`` (silver's rows; ``event``: their ``event_codes``) that
+    are not a copy of an event beyond its first (same table, event id and commit TS; later in
+    Kafka): ``winners``' replays rule row by row, before the run's chunks are reduced without
+    it. An event's id hashes its table, commit TS and images, so its copies' actions are the
+    same actions."""
     copied = repeated(event)
     everyone = np.arange(changes.num_rows)
     if not len(copied):

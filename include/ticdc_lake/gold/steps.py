@@ -9,7 +9,7 @@ each step done.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -30,7 +30,7 @@ from ticdc_lake.gold.catalog import (
     TableName,
     Truncate,
 )
-from ticdc_lake.gold.changes import Batches, Reduced, SegmentKey
+from ticdc_lake.gold.changes import Batches, Reduced, SegmentKey, in_parallel
 from ticdc_lake.gold.exceptions import GoldError
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import Barrier, ColumnTrail, Segment, Timeline
@@ -94,11 +94,17 @@ class Steps:
             ts = barrier.ts if barrier.ts is not None else _INFINITY
             steps.append(((ts, 1, position), barrier))
         steps.sort(key=lambda step: step[0])
-        for number, (_, step) in enumerate(steps):
-            if isinstance(step, SegmentStep):
-                self._segment(step, reduced, versions, number)
-            else:
-                self._ddl(timeline, step, work, versions, number)
+        for batch in _batches([step for _, step in steps]):
+            if isinstance(batch[0][1], Barrier):
+                ((number, barrier),) = batch
+                self._ddl(timeline, barrier, work, versions, number)
+                continue
+            # Each on its own table (and Delta table): a few at once, as pyarrow and delta-rs
+            # let go of the GIL.
+            for _ in in_parallel(
+                lambda number, step: self._segment(step, reduced, versions, number), batch
+            ):
+                pass
 
     def _segment(
         self, step: SegmentStep, reduced: Reduced, versions: Versions, number: int
@@ -436,6 +442,24 @@ class Versions:
         if numbered:
             return (self.base or 0) + step * EFFECTS_PER_DDL + sub
         return ts * EFFECTS_PER_DDL + sub
+
+
+def _batches(
+    steps: list[SegmentStep | Barrier],
+) -> Iterator[list[tuple[int, SegmentStep | Barrier]]]:
+    """The ``steps`` (in commit order), numbered, in batches that may run at once: each barrier
+    alone, and the segments between two barriers, split where a table comes again."""
+    batch: list[tuple[int, SegmentStep | Barrier]] = []
+    for number, step in enumerate(steps):
+        alone = isinstance(step, Barrier) or any(
+            isinstance(other, Barrier) or other.item is step.item for _, other in batch
+        )
+        if batch and alone:
+            yield batch
+            batch = []
+        batch.append((number, step))
+    if batch:
+        yield batch
 
 
 def versions_of(plan: FeedPlan, batches: Batches) -> Versions:
