@@ -482,13 +482,14 @@ class _FoldRules:
         counts = np.where(valid & (fold >= 0), self.added_count[fold], 0)
         if kept.all() and (renamed == codes).all() and not counts.any():
             return images
-        mask = pa.array(kept)
-        name = pc.take(names.dictionary, pa.array(renamed[kept]))
-        fields = [
-            name if field.name == "name" else pc.struct_field(elements, field.name).filter(mask)
-            for field in COLUMN_TYPE
-        ]
-        values = pa.StructArray.from_arrays(fields, fields=list(COLUMN_TYPE))
+        # Folds that only add columns (the common ALTER TABLE) copy no element's fields here.
+        fields = {field.name: pc.struct_field(elements, field.name) for field in COLUMN_TYPE}
+        if not kept.all():
+            mask = pa.array(kept)
+            fields = {name: values.filter(mask) for name, values in fields.items()}
+        if (renamed != codes).any():
+            fields["name"] = pc.take(names.dictionary, pa.array(renamed[kept]))
+        values = pa.StructArray.from_arrays(list(fields.values()), fields=list(COLUMN_TYPE))
         kept_counts = np.bincount(parent[kept], minlength=len(images))
         if counts.any():
             values = self._with_added(values, parent[kept], kept_counts, fold, counts)
