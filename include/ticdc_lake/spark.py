@@ -51,6 +51,16 @@ DAEMON_MODULE = "spark.python.daemon.module"
 WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
 
 
+# How many pieces, at least, Spark's file scans cut their files into.
+MIN_SPLITS = "spark.sql.files.minPartitionNum"
+
+
+def min_splits(spark: SparkSession, splits: int) -> dict[str, str]:
+    """``job_settings`` for scans cut into ``splits`` pieces at least, unless the session
+    says how many already (a cluster's own choice)."""
+    return {} if spark.conf.get(MIN_SPLITS, None) is not None else {MIN_SPLITS: str(splits)}
+
+
 @contextlib.contextmanager
 def job_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     """``settings`` for the jobs Spark plans inside the block; each setting is as it was

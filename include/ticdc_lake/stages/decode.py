@@ -83,7 +83,7 @@ from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
-from ticdc_lake.spark import job_settings
+from ticdc_lake.spark import job_settings, min_splits
 
 APP_PREFIX = "decode-"
 PARTITION_BY = ("bronze_batch",)
@@ -411,7 +411,6 @@ class DecodedRun:
 # a task's start costs more than the balance gains.
 SPLITS_PER_CORE = 4
 SPLIT_FLOOR_BYTES = 32 * MIB
-_MIN_SPLITS = "spark.sql.files.minPartitionNum"
 
 
 @dataclass(frozen=True)
@@ -431,11 +430,9 @@ class BronzeBatches:
 
     def split_settings(self, spark: SparkSession) -> dict[str, str]:
         """How Spark splits these files for decoding (nothing if the session says already)."""
-        if spark.conf.get(_MIN_SPLITS, None) is not None:
-            return {}
         cores = spark.sparkContext.defaultParallelism
         splits = max(cores, min(SPLITS_PER_CORE * cores, self.size // SPLIT_FLOOR_BYTES))
-        return {_MIN_SPLITS: str(splits)}
+        return min_splits(spark, splits)
 
 
 def decode_batches(
