@@ -615,12 +615,12 @@ def counts_of(
     return counts, batches
 
 
-def _copies(read: pa.Table, events: np.ndarray) -> dict[tuple[str, str], int]:
-    """Per table, how many of the changes ``read`` (marked; ``events`` their event ids'
-    codes) are a copy of an event (same event_id and order TS) beyond its first. Only changes
-    whose id is not unique can be, so they alone are grouped: grouping all by id took seconds
-    for a few million."""
-    copied = read.take(pa.array(reduce_arrow.repeated(events)))
+def _copies(read: pa.Table, codes: np.ndarray) -> dict[tuple[str, str], int]:
+    """Per table, how many of the changes ``read`` (marked; ``codes``: their event ids'
+    ``event_codes``) are a copy of an event (same event_id and order TS) beyond its first.
+    Only changes whose id is not unique can be, so they alone are grouped: grouping all by id
+    took seconds for a few million."""
+    copied = read.take(pa.array(reduce_arrow.repeated(codes)))
     tables = ["schema", "table"]
     rows = copied.group_by(tables, use_threads=False).aggregate([([], "count_all")])
     events = copied.group_by([*tables, "event_id", "event_ts"], use_threads=False).aggregate([])

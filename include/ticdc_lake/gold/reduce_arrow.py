@@ -486,7 +486,7 @@ class _FoldRules:
         fields = {field.name: pc.struct_field(elements, field.name) for field in COLUMN_TYPE}
         if not kept.all():
             mask = pa.array(kept)
-            fields = {name: values.filter(mask) for name, values in fields.items()}
+            fields = {name: array.filter(mask) for name, array in fields.items()}
         if (renamed != codes).any():
             fields["name"] = pc.take(names.dictionary, pa.array(renamed[kept]))
         values = pa.StructArray.from_arrays(list(fields.values()), fields=list(COLUMN_TYPE))
