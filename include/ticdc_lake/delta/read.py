@@ -236,7 +236,8 @@ def _one_piece_each(rows: pa.Table) -> pa.Table:
     rows and one column more, not twice the rows."""
     joined = {}
     for name in rows.column_names:
-        joined[name] = rows.column(name).combine_chunks()
+        column = rows.column(name)
+        joined[name] = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         rows = rows.drop_columns([name])
     return pa.table(joined)
 
