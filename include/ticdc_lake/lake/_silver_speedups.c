@@ -1188,20 +1188,23 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_silver_speedups", "Silver image columns built in C.", -1, NULL,
 };
 
+static int
+intern_names(const char *const *texts, PyObject **names, int count)
+{
+    for (int i = 0; i < count; i++) {
+        names[i] = PyUnicode_InternFromString(texts[i]);
+        if (names[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC
 PyInit__silver_speedups(void)
 {
-    for (int i = 0; i < COLUMN_ATTRIBUTES; i++) {
-        column_attribute_names[i] = PyUnicode_InternFromString(COLUMN_ATTRIBUTE_NAMES[i]);
-        if (column_attribute_names[i] == NULL)
-            return NULL;
-    }
-    for (int i = 0; i < ATTRIBUTES; i++) {
-        attribute_names[i] = PyUnicode_InternFromString(ATTRIBUTE_NAMES[i]);
-        if (attribute_names[i] == NULL)
-            return NULL;
-    }
-    if (PyType_Ready(&ImageBuffersType) < 0
+    if (intern_names(COLUMN_ATTRIBUTE_NAMES, column_attribute_names, COLUMN_ATTRIBUTES) < 0
+        || intern_names(ATTRIBUTE_NAMES, attribute_names, ATTRIBUTES) < 0
+        || PyType_Ready(&ImageBuffersType) < 0
         || PyType_Ready(&ChangeBuffersType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);

@@ -796,9 +796,12 @@ number_value(Text *text)
     return PyFloat_FromDouble(value);
 }
 
-/* A string, number, true, false or null next; NULL for anything else (an array, an object). */
+typedef PyObject *(*StringReader)(const unsigned char *s, Py_ssize_t n, int escaped);
+
+/* A string (made by `read_string`), number, true, false or null next; NULL for anything else
+ * (an array, an object). */
 static PyObject *
-scalar_value(Text *text)
+scalar_value(Text *text, StringReader read_string)
 {
     skip_space(text);
     if (text->at >= text->end)
@@ -808,7 +811,7 @@ scalar_value(Text *text)
         const unsigned char *start;
         Py_ssize_t length;
         int escaped;
-        return string_span(text, &start, &length, &escaped) ? string_value(start, length, escaped)
+        return string_span(text, &start, &length, &escaped) ? read_string(start, length, escaped)
                                                             : NULL;
     }
     if (c == '-' || (c >= '0' && c <= '9'))
@@ -847,7 +850,7 @@ column_in_place(Text *text)
             int field = key == 't' ? C_T : key == 'f' ? C_F : key == 'v' ? C_V : -1;
             if (field < 0 && key != 'h') /* `h` (handle key) is in the flags too */
                 goto done;
-            PyObject *value = scalar_value(text);
+            PyObject *value = scalar_value(text, string_value);
             if (value == NULL)
                 goto done;
             if (field < 0)
@@ -944,20 +947,6 @@ done:
     return rc == 0 ? give_up() : rc;
 }
 
-/* The value next, as scalar_value reads it; a string by recent_string. */
-static PyObject *
-name_or_value(Text *text)
-{
-    const unsigned char *start;
-    Py_ssize_t length;
-    int escaped;
-    skip_space(text);
-    if (text->at < text->end && *text->at == '"')
-        return string_span(text, &start, &length, &escaped) ? recent_string(start, length, escaped)
-                                                            : NULL;
-    return scalar_value(text);
-}
-
 /* The key document in buf[0..size) read in place into `fields` (new references; NULL where
  * absent), the values pick finds in orjson's dict. 1 read; 0 declined (another key, a
  * nested value, what the value reader declines), for orjson to read; -1 error. */
@@ -980,9 +969,10 @@ key_in_place(const uint8_t *buf, Py_ssize_t size, PyObject **fields)
                 if (meta_names[i].length == length
                     && memcmp(meta_names[i].text, key, (size_t)length) == 0)
                     field = i;
-            PyObject *value = field == M_SCM || field == M_TBL ? name_or_value(&text)
-                              : field >= 0                     ? scalar_value(&text)
-                                                               : NULL;
+            /* schema and table names repeat: read as recent strings */
+            int named = field == M_SCM || field == M_TBL;
+            PyObject *value =
+                field >= 0 ? scalar_value(&text, named ? recent_string : string_value) : NULL;
             if (value == NULL)
                 goto decline;
             Py_XSETREF(fields[field], value); /* a repeated key: the last, as in a dict */
