@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
 from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.lake.silver import ChangeRows
 from ticdc_lake.limits import Limits
 from ticdc_lake.protocols import (
     CodecSettings,
@@ -52,6 +54,7 @@ from tests.strategies import partition_streams, row_events, without_coordinates
 
 TOPIC, PARTITION = "tidb-cdc", 3
 U64 = struct.Struct(">Q")
+BRONZE_BATCH = 5
 
 
 def record(key: bytes | None, value: bytes | None, offset: int = 42) -> KafkaRecord:
@@ -876,7 +879,7 @@ def test_fuzz_mutated_messages_raise_only_decode_errors_and_both_decoders_agree(
     rng = random.Random(20260611)
     corpus = fuzz_corpus()
     decoders = {}
-    outcomes = {"events": 0, "errors": 0, "decoded in C": 0}
+    outcomes = {"events": 0, "errors": 0, "decoded in C": 0, "into silver": 0}
     for offset in range(12_000):
         settings, message = rng.choice(corpus)
         key, value = message.key, message.value
@@ -896,6 +899,7 @@ def test_fuzz_mutated_messages_raise_only_decode_errors_and_both_decoders_agree(
         expected = outcome(python, fuzzed)  # anything but DecodeError fails the test here
         if compiled is not None:
             outcomes["decoded in C"] += agrees(compiled, settings, fuzzed, expected) == "decoded"
+            outcomes["into silver"] += written_into(compiled, settings, fuzzed, expected)
         if expected[0] == "error":
             _, _, reason, (protocol, *coordinates, _), _ = expected
             assert protocol == "open-protocol" and reason
@@ -905,6 +909,8 @@ def test_fuzz_mutated_messages_raise_only_decode_errors_and_both_decoders_agree(
             outcomes["events"] += 1
     assert outcomes["errors"] > 5_000 and outcomes["events"] > 100
     assert compiled is None or outcomes["decoded in C"] > 100
+    if compiled is not None and ChangeRows().compiled_buffers() is not None:
+        assert outcomes["into silver"] > 50
 
 
 # ----------------------------------------------------------------------------------------------
@@ -985,7 +991,38 @@ def test_speedups_are_used_when_built():
 
 
 def agrees(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> str:
-    """Check the compiled path against the reference outcome `expected`; say what it did.
+    """Check both compiled paths, to events and straight to silver rows (`written_into`),
+    against the reference outcome `expected`; say what the events path did."""
+    written_into(speedups, settings, fuzzed, expected)
+    return agrees_on_events(speedups, settings, fuzzed, expected)
+
+
+def silver_rows(events: list) -> pa.Table:
+    rows = ChangeRows()
+    for event in events:
+        rows.add(event, BRONZE_BATCH)
+    return rows.table()
+
+
+def written_into(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> bool:
+    """decode_into (the decode stage's path) against the reference: when it takes a record,
+    the rows it wrote are the silver rows of the reference's events, all of them row events;
+    when it does not, it wrote nothing (the events path then decides)."""
+    rows = ChangeRows()
+    taken = OpenProtocolDecoder(settings, speedups=speedups).decode_into(fuzzed, rows, BRONZE_BATCH)
+    if not taken:
+        assert len(rows) == 0, (fuzzed.key, fuzzed.value)
+        return False
+    assert expected[0] == "events", (fuzzed.key, fuzzed.value)
+    events = OpenProtocolDecoder(settings, speedups=None).decode(fuzzed)
+    assert all(isinstance(event, RowEvent) for event in events)
+    assert rows.table().equals(silver_rows(events)), (fuzzed.key, fuzzed.value)
+    return True
+
+
+def agrees_on_events(speedups, settings: CodecSettings, fuzzed: KafkaRecord, expected) -> str:
+    """Check the compiled path to events against the reference outcome `expected`; say what it
+    did.
 
     The decoder returns the extension's events when it gives any; when it declines (None) or
     raises, the reference decoder decides. So besides the decoder's outcome, the extension's own
@@ -1030,10 +1067,57 @@ def test_round_trip_corpus_decodes_the_same_in_both(speedups, events, codec, bat
     settings = CodecSettings(compression=codec, max_batch_size=batch_size)
     messages = OpenProtocolEncoder(settings).encode(events)
     handled = assert_both_agree(speedups, messages, settings)
+    python = OpenProtocolDecoder(settings, speedups=None)
     for message, how in zip(messages, handled, strict=True):
         # not a vacuous agreement: the extension decodes rows and watermarks itself
-        (first_key, _), *_ = split_entries(message.key, message.value)
-        assert how == ("declined" if orjson.loads(first_key)["t"] == 2 else "decoded")
+        entries = split_entries(message.key, message.value)
+        kinds = {orjson.loads(key)["t"] for key, _ in entries}
+        assert how == ("declined" if kinds == {2} else "decoded")
+        # and writes messages of rows straight into silver's buffers
+        fuzzed = record(message.key, message.value)
+        taken = written_into(speedups, settings, fuzzed, outcome(python, fuzzed))
+        assert taken == (kinds == {1})
+
+
+ROW_KEY_AT = '{"ts":%d,"scm":"s","tbl":"t","t":1}'
+ROW_VALUE_OF = '{"u":{"id":{"t":3,"h":true,"f":11,"v":%d}}}'
+
+
+def test_decode_into_appends_a_message_of_rows_after_the_rows_before(speedups):
+    rows = ChangeRows()
+    if rows.compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    rows.add(simple_row(0), BRONZE_BATCH)
+    fuzzed = record(*frame([ROW_KEY_AT % 1, ROW_KEY_AT % 2], [ROW_VALUE_OF % 1, ROW_VALUE_OF % 2]))
+    assert OpenProtocolDecoder(speedups=speedups).decode_into(fuzzed, rows, BRONZE_BATCH)
+    events = OpenProtocolDecoder(speedups=None).decode(fuzzed)
+    assert rows.table().equals(silver_rows([simple_row(0), *events]))
+
+
+@pytest.mark.parametrize(
+    ("keys", "values"),
+    [
+        # a TS beyond silver's BIGINT, after a row that fits: decode_record names it
+        ([ROW_KEY_AT % 1, ROW_KEY_AT % 2**63], [ROW_VALUE_OF % 1, ROW_VALUE_OF % 2]),
+        # a row and a watermark: the events path writes both
+        ([ROW_KEY_AT % 1, '{"ts":5,"t":3}'], [ROW_VALUE_OF % 1, ""]),
+        # a value beyond its column's type (INT): the events path names it
+        ([ROW_KEY_AT % 1, ROW_KEY_AT % 2], [ROW_VALUE_OF % 1, ROW_VALUE_OF % 2**31]),
+        # an update that sent only its changed columns: completed by the events path
+        ([ROW_KEY_AT % 1], ['{"u":{"id":{"t":3,"f":11,"v":1},"a":{"t":3,"f":0,"v":2}},'
+                         '"p":{"a":{"t":3,"f":0,"v":1}}}']),
+    ],
+)  # fmt: skip
+def test_decode_into_leaves_a_message_it_cannot_take_whole_to_the_events_path(
+    speedups, keys, values
+):
+    rows = ChangeRows()
+    if rows.compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    rows.add(simple_row(0), BRONZE_BATCH)  # what the batch held before is kept
+    fuzzed = record(*frame(keys, values))
+    assert not OpenProtocolDecoder(speedups=speedups).decode_into(fuzzed, rows, BRONZE_BATCH)
+    assert rows.table().equals(silver_rows([simple_row(0)]))
 
 
 @given(st.lists(row_events(ops=(UPDATE,)), min_size=1, max_size=6))

@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_silver_speedups.h"
+
 #ifdef Py_T_OBJECT_EX
 #define SLOT_OBJECT_EX Py_T_OBJECT_EX
 #else
@@ -664,21 +666,18 @@ number_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size, char **
     return PyLong_CheckExact(value) ? integer_text(value, buffer, size) : NULL;
 }
 
-/* Appends one column of an image: to `entries` its identity entry [name, text, binary] and to
- * `identity` its JSON after `opening`, each unless NULL; -1 on failure (the columns may then
- * hold part of it: truncate undoes it). */
+/* Appends one column of an image, its attributes (borrowed) in `attrs`: to `entries` its
+ * identity entry [name, text, binary] and to `identity` its JSON after `opening`, each unless
+ * NULL; -1 on failure (the columns may then hold part of it: truncate undoes it). */
 static int
-add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handle,
+add_fields(ImageBuffers *self, PyObject *name, PyObject *const *attrs, PyObject *handle,
            PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
 {
-    PyObject *attrs[COLUMN_ATTRIBUTES] = {NULL};
     PyObject *text = NULL, *binary = NULL, *entry = NULL;
     Py_ssize_t index = self->entries, number_size = 0;
     Column *columns = self->columns;
     int is_handle, ok = 0;
     char digits[NUMBER_TEXT], *allocated = NULL;
-    if (read_attributes(&column_attributes, column, attrs) < 0)
-        goto done;
     /* A number's text is written from C; `entries` (the Python-visible add) takes a str. */
     const char *number = entries == NULL
                              ? number_text(attrs[C_VALUE], digits, &number_size, &allocated)
@@ -722,13 +721,25 @@ add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handl
     }
     ok = 1;
 done:
-    for (int i = 0; i < COLUMN_ATTRIBUTES; i++)
-        Py_XDECREF(attrs[i]);
     PyMem_Free(allocated);
     Py_XDECREF(text);
     Py_XDECREF(binary);
     Py_XDECREF(entry);
     return ok ? 0 : -1;
+}
+
+/* add_fields of an events.Column. */
+static int
+add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handle,
+           PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
+{
+    PyObject *attrs[COLUMN_ATTRIBUTES] = {NULL};
+    int rc = read_attributes(&column_attributes, column, attrs) < 0
+                 ? -1
+                 : add_fields(self, name, attrs, handle, handle_flag, identity, opening, entries);
+    for (int i = 0; i < COLUMN_ATTRIBUTES; i++)
+        Py_XDECREF(attrs[i]);
+    return rc;
 }
 
 /* One image appended (its identity to `identity` and `entries`, as add_column); its handle
@@ -759,6 +770,33 @@ image_add(ImageBuffers *self, PyObject *image, PyObject *handle_flag, Identity *
         if (added < 0)
             goto fail;
         opening = ",[";
+    }
+    if (identity_write(identity, "]", NULL) < 0)
+        goto fail;
+    return handle;
+fail:
+    Py_XDECREF(handle);
+    return NULL;
+}
+
+/* image_add of a decoder's columns (silver_sink.h). */
+static PyObject *
+sink_image_add(ImageBuffers *self, const SinkColumn *columns, Py_ssize_t count,
+               PyObject *handle_flag, Identity *identity)
+{
+    PyObject *handle = PyList_New(0);
+    if (handle == NULL || identity_write(identity, "[", NULL) < 0)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const SinkColumn *column = &columns[i];
+        PyObject *attrs[COLUMN_ATTRIBUTES];
+        attrs[C_TYPE_CODE] = column->type_code;
+        attrs[C_FLAGS] = column->flags;
+        attrs[C_VALUE] = column->value;
+        attrs[C_MYSQL_TYPE] = Py_None;
+        if (add_fields(self, column->name, attrs, handle, handle_flag, identity,
+                       i ? ",[" : "[", NULL) < 0)
+            goto fail;
     }
     if (identity_write(identity, "]", NULL) < 0)
         goto fail;
@@ -900,6 +938,13 @@ static const char *const ATTRIBUTE_NAMES[ATTRIBUTES] = {
 static PyObject *attribute_names[ATTRIBUTES];
 _Static_assert(ATTRIBUTES <= MAX_SLOTS, "a SlotReader holds MAX_SLOTS offsets");
 static SlotReader event_attributes = {attribute_names, ATTRIBUTES};
+/* The sink's fields (_silver_speedups.h) are these attributes after the images, in order. */
+#define SINK_AT(field) (A_##field == A_COMMIT_TS + SINK_##field)
+_Static_assert(SINK_AT(COMMIT_TS) && SINK_AT(SCHEMA) && SINK_AT(TABLE) && SINK_AT(OP)
+                   && SINK_AT(PARTITION_ID) && SINK_AT(HANDLE_KEY_ONLY) && SINK_AT(TOPIC)
+                   && SINK_AT(PARTITION) && SINK_AT(OFFSET) && SINK_AT(INDEX)
+                   && A_COMMIT_TS + SINK_FIELDS == ATTRIBUTES,
+               "the sink's fields are RowEvent's attributes after the images, in order");
 
 /* A list<...> column: its offsets and validity; the values are another column's entries. */
 typedef struct {
@@ -1018,20 +1063,31 @@ change_truncate(ChangeBuffers *self, Py_ssize_t rows)
     self->rows = rows;
 }
 
+/* An image of a row: an event's (`dict`: a dict of Columns, or None) or a decoder's
+ * (`columns`, when `dict` is NULL; NULL too for None). */
+typedef struct {
+    PyObject *dict;
+    const SinkColumn *columns;
+    Py_ssize_t count;
+} ImageSource;
+
 /* One image (or None) appended, and written to the row's identity; its handle names, a new
  * reference in *handle; -1 on failure. */
 static int
-change_image(ChangeBuffers *self, int which, PyObject *image, PyObject *handle_flag,
+change_image(ChangeBuffers *self, int which, const ImageSource *image, PyObject *handle_flag,
              PyObject **handle)
 {
     ImageBuffers *images = self->images[which];
-    if (image == Py_None) {
+    int absent = image->dict == Py_None || (image->dict == NULL && image->columns == NULL);
+    if (absent)
         *handle = identity_write(&self->identity, "null", NULL) < 0 ? NULL : PyList_New(0);
-    } else {
-        *handle = image_add(images, image, handle_flag, &self->identity, NULL);
-    }
-    if (*handle == NULL || list_append(&self->image_lists[which], self->rows, images->entries,
-                                       image != Py_None) < 0) {
+    else if (image->dict != NULL)
+        *handle = image_add(images, image->dict, handle_flag, &self->identity, NULL);
+    else
+        *handle = sink_image_add(images, image->columns, image->count, handle_flag,
+                                 &self->identity);
+    if (*handle == NULL
+        || list_append(&self->image_lists[which], self->rows, images->entries, !absent) < 0) {
         Py_CLEAR(*handle);
         return -1;
     }
@@ -1072,24 +1128,18 @@ change_handle(ChangeBuffers *self, PyObject *names)
     return list_append(&self->handle_key, self->rows, self->handle_names_count, 1);
 }
 
-/* add(event, bronze_batch, handle_flag, event_id): one RowEvent's row. Its id is hashed here,
- * or given by event_id(event) when its identity holds a value this leaves to Python. */
-static PyObject *
-ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
+/* One row: its attributes in `attrs` (A_COLUMNS and A_OLD_COLUMNS unused), its images in
+ * `images`. 1 added; 0 when its identity holds a value this leaves to Python (JSON_LEFT) and
+ * `event_id` is NULL (nothing added); -1 on failure (nothing added). With `event_id`, the id of
+ * such a row is event_id(event). */
+static int
+change_add(ChangeBuffers *self, PyObject *const *attrs, const ImageSource *images,
+           PyObject *bronze_batch, PyObject *handle_flag, PyObject *event_id, PyObject *event)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "add takes 4 arguments (event, bronze_batch, handle_flag, "
-                     "event_id), got %zd", nargs);
-        return NULL;
-    }
-    PyObject *event = args[0], *bronze_batch = args[1], *handle_flag = args[2];
-    PyObject *attrs[ATTRIBUTES] = {NULL};
     PyObject *handles[2] = {NULL, NULL};
     PyObject *id = NULL;
     Identity *identity = &self->identity;
-    int ok = 0;
-    if (read_attributes(&event_attributes, event, attrs) < 0)
-        goto done;
+    int rc = -1;
     identity->json.size = 0;
     identity->left = 0;
     if (identity_write(identity, "[\"row\",", attrs[A_COMMIT_TS]) < 0
@@ -1100,30 +1150,83 @@ ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     for (int i = 0; i < 2; i++) {
         if (identity_write(identity, ",", NULL) < 0
-            || change_image(self, i, attrs[A_COLUMNS + i], handle_flag, &handles[i]) < 0)
+            || change_image(self, i, &images[i], handle_flag, &handles[i]) < 0)
             goto done;
     }
     if (identity_write(identity, "]", NULL) < 0)
         goto done;
-    id = identity->left ? PyObject_CallOneArg(args[3], event) : identity_id(identity);
+    if (identity->left && event_id == NULL) {
+        rc = 0;
+        goto done;
+    }
+    id = identity->left ? PyObject_CallOneArg(event_id, event) : identity_id(identity);
     if (id == NULL || change_scalars(self, attrs, id, bronze_batch) < 0)
         goto done;
     /* RowEvent.handle_key: the new image's when there is one. */
-    if (change_handle(self, handles[attrs[A_COLUMNS] == Py_None ? 1 : 0]) < 0)
+    int new_absent = images[0].dict == Py_None
+                     || (images[0].dict == NULL && images[0].columns == NULL);
+    if (change_handle(self, handles[new_absent ? 1 : 0]) < 0)
         goto done;
     self->rows++;
-    ok = 1;
+    rc = 1;
 done:
-    if (!ok)
+    if (rc != 1)
         change_truncate(self, self->rows);
-    for (int i = 0; i < ATTRIBUTES; i++)
-        Py_XDECREF(attrs[i]);
     for (int i = 0; i < 2; i++)
         Py_XDECREF(handles[i]);
     Py_XDECREF(id);
-    if (!ok)
+    return rc;
+}
+
+/* add(event, bronze_batch, handle_flag, event_id): one RowEvent's row. Its id is hashed here,
+ * or given by event_id(event) when its identity holds a value this leaves to Python. */
+static PyObject *
+ChangeBuffers_add(ChangeBuffers *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "add takes 4 arguments (event, bronze_batch, handle_flag, "
+                     "event_id), got %zd", nargs);
+        return NULL;
+    }
+    PyObject *attrs[ATTRIBUTES] = {NULL};
+    int rc = -1;
+    if (read_attributes(&event_attributes, args[0], attrs) == 0) {
+        ImageSource images[2] = {{attrs[A_COLUMNS], NULL, 0}, {attrs[A_OLD_COLUMNS], NULL, 0}};
+        rc = change_add(self, attrs, images, args[1], args[2], args[3], args[0]);
+    }
+    for (int i = 0; i < ATTRIBUTES; i++)
+        Py_XDECREF(attrs[i]);
+    if (rc < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* --- the sink: rows from compiled decoders (_silver_speedups.h) ---------------------------- */
+
+static int
+sink_add_row(PyObject *buffers, const SinkRow *row, PyObject *bronze_batch,
+             PyObject *handle_flag)
+{
+    PyObject *attrs[ATTRIBUTES] = {NULL, NULL};
+    for (int i = 0; i < SINK_FIELDS; i++)
+        attrs[A_COMMIT_TS + i] = row->fields[i];
+    ImageSource images[2];
+    for (int i = 0; i < 2; i++)
+        images[i] = (ImageSource){NULL, row->images[i], row->counts[i]};
+    return change_add((ChangeBuffers *)buffers, attrs, images, bronze_batch, handle_flag, NULL,
+                      NULL);
+}
+
+static Py_ssize_t
+sink_rows(PyObject *buffers)
+{
+    return ((ChangeBuffers *)buffers)->rows;
+}
+
+static void
+sink_truncate(PyObject *buffers, Py_ssize_t rows)
+{
+    change_truncate((ChangeBuffers *)buffers, rows);
 }
 
 static PyObject *
@@ -1210,6 +1313,14 @@ PyInit__silver_speedups(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
+    static SilverSink sink = {SILVER_SINK_VERSION, &ChangeBuffersType, sink_add_row, sink_rows,
+                              sink_truncate};
+    PyObject *capsule = PyCapsule_New(&sink, SILVER_SINK_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "sink", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(module);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(module, "ImageBuffers", (PyObject *)&ImageBuffersType) < 0
         || PyModule_AddObjectRef(module, "ChangeBuffers", (PyObject *)&ChangeBuffersType) < 0) {
         Py_DECREF(module);

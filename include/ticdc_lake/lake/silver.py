@@ -266,6 +266,11 @@ class ChangeRows:
             return len(self.buffers)
         return len(self.scalars["event_id"])
 
+    def compiled_buffers(self) -> Any:
+        """The compiled ``ChangeBuffers`` a decoder may write rows into itself (decode_into), or
+        None on Python lists."""
+        return self.buffers if self.speedups is not None else None
+
     def add(self, event: RowEvent, bronze_batch: int) -> None:
         if self.speedups is not None:
             self.buffers.add(event, bronze_batch, FLAG_HANDLE_KEY, event_id)

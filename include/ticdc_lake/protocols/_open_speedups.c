@@ -30,6 +30,7 @@
  * directly instead of running the dataclass __init__ (as _craft_speedups.c does).
  */
 #include "_speedups.h"
+#include "../lake/_silver_speedups.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -837,13 +838,15 @@ short_key(Text *text)
     return *key;
 }
 
-/* A column object next, as a Column (what decode_image makes of it); NULL to decline. */
-static PyObject *
-column_in_place(Text *text)
+/* A column object next: its `t` and `f` and the event model's value (new references in
+ * `out`, indexed C_T, C_F, C_V), as decode_image makes a Column of it; 0 to decline. */
+static int
+column_fields_in_place(Text *text, PyObject **out)
 {
     if (!take(text, '{'))
-        return NULL;
-    PyObject *fields[C_COUNT] = {NULL, NULL, NULL}, *column = NULL;
+        return 0;
+    PyObject *fields[C_COUNT] = {NULL, NULL, NULL};
+    int found = 0;
     if (!take(text, '}')) {
         do {
             int key = short_key(text);
@@ -866,11 +869,28 @@ column_in_place(Text *text)
         || !small_int(fields[C_T], &code) || !small_int(fields[C_F], &flags))
         goto done;
     PyObject *converted = column_value(code, flags, fields[C_V]);
-    if (converted != NULL)
-        column = new_column(fields[C_T], fields[C_F], converted, Py_None);
+    if (converted != NULL) {
+        out[C_T] = Py_NewRef(fields[C_T]);
+        out[C_F] = Py_NewRef(fields[C_F]);
+        out[C_V] = converted;
+        found = 1;
+    }
 done:
     for (int i = 0; i < C_COUNT; i++)
         Py_XDECREF(fields[i]);
+    return found;
+}
+
+/* A column object next, as a Column (what decode_image makes of it); NULL to decline. */
+static PyObject *
+column_in_place(Text *text)
+{
+    PyObject *fields[C_COUNT];
+    if (!column_fields_in_place(text, fields))
+        return NULL;
+    PyObject *column = new_column(fields[C_T], fields[C_F], fields[C_V], Py_None);
+    Py_DECREF(fields[C_T]);
+    Py_DECREF(fields[C_F]);
     return column;
 }
 
@@ -1230,6 +1250,340 @@ python_or_error:
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Straight to silver: a message's row events written into silver's ChangeBuffers through the
+ * sink (lake/_silver_speedups.h), with no Column, image dict or RowEvent made. It takes what the
+ * events path above reads in place and declines the rest, leaving the buffers as they were. */
+
+static const SilverSink *silver_sink; /* set by configure_sink */
+
+#define SINK_STACK_COLUMNS 32
+
+/* One image's columns as read: new references, in the order sent. */
+typedef struct {
+    SinkColumn *columns;
+    Py_ssize_t count, capacity;
+    SinkColumn stack[SINK_STACK_COLUMNS];
+} SinkImage;
+
+static void
+sink_image_init(SinkImage *image)
+{
+    image->columns = image->stack;
+    image->count = 0;
+    image->capacity = SINK_STACK_COLUMNS;
+}
+
+static void
+sink_image_clear(SinkImage *image)
+{
+    for (Py_ssize_t i = 0; i < image->count; i++) {
+        Py_DECREF(image->columns[i].name);
+        Py_DECREF(image->columns[i].type_code);
+        Py_DECREF(image->columns[i].flags);
+        Py_DECREF(image->columns[i].value);
+    }
+    if (image->columns != image->stack)
+        PyMem_Free(image->columns);
+    sink_image_init(image);
+}
+
+/* The index of an earlier column named `name`, or -1. */
+static Py_ssize_t
+sink_image_find(const SinkImage *image, PyObject *name)
+{
+    for (Py_ssize_t i = 0; i < image->count; i++) {
+        PyObject *other = image->columns[i].name;
+        if (other == name
+            || (PyUnicode_GET_LENGTH(other) == PyUnicode_GET_LENGTH(name)
+                && PyUnicode_Compare(other, name) == 0))
+            return i;
+    }
+    return -1;
+}
+
+/* An image object next, read into `image` as image_in_place reads it (a repeated name keeps
+ * its first place and its last column), every value checked to fit its type; 0 to decline. */
+static int
+sink_image_in_place(Text *text, SinkImage *image)
+{
+    if (!take(text, '{'))
+        return 0;
+    if (take(text, '}'))
+        return 1;
+    do {
+        const unsigned char *start;
+        Py_ssize_t length;
+        int escaped;
+        PyObject *fields[C_COUNT];
+        if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
+            return 0;
+        PyObject *name = recent_string(start, length, escaped);
+        if (name == NULL)
+            return 0;
+        if (!column_fields_in_place(text, fields)) {
+            Py_DECREF(name);
+            return 0;
+        }
+        SinkColumn column = {name, fields[C_T], fields[C_F], fields[C_V]};
+        Py_ssize_t earlier = sink_image_find(image, name);
+        if (!fields_fit(column.type_code, column.flags, column.value, Py_None)) {
+            earlier = -2; /* declined below, once the column is in the image to be released */
+        }
+        if (earlier >= 0) {
+            SinkColumn *kept = &image->columns[earlier];
+            Py_DECREF(name);
+            Py_SETREF(kept->type_code, column.type_code);
+            Py_SETREF(kept->flags, column.flags);
+            Py_SETREF(kept->value, column.value);
+            continue;
+        }
+        if (image->count == image->capacity) {
+            Py_ssize_t capacity = image->capacity * 2;
+            SinkColumn *grown = PyMem_Malloc((size_t)capacity * sizeof *grown);
+            if (grown == NULL) {
+                Py_DECREF(name);
+                Py_DECREF(column.type_code);
+                Py_DECREF(column.flags);
+                Py_DECREF(column.value);
+                return 0;
+            }
+            memcpy(grown, image->columns, (size_t)image->count * sizeof *grown);
+            if (image->columns != image->stack)
+                PyMem_Free(image->columns);
+            image->columns = grown;
+            image->capacity = capacity;
+        }
+        image->columns[image->count++] = column;
+        if (earlier == -2)
+            return 0;
+    } while (take(text, ','));
+    return take(text, '}');
+}
+
+/* Do two images hold the same names? (Each is free of repeats.) */
+static int
+sink_same_names(const SinkImage *a, const SinkImage *b)
+{
+    if (a->count != b->count)
+        return 0;
+    for (Py_ssize_t i = 0; i < b->count; i++)
+        if (sink_image_find(a, b->columns[i].name) < 0)
+            return 0;
+    return 1;
+}
+
+/* A value document read in place: its images (`d`, `u`, `p`; `present` says which came, null
+ * counting as absent) and the op they make, as row_images decides it; 0 to decline (an update
+ * that sent only its changed columns among them). */
+typedef struct {
+    SinkImage parts[B_COUNT];
+    int present[B_COUNT];
+    PyObject *op;
+    SinkImage *new, *old; /* NULL: None */
+} SinkValue;
+
+static int
+sink_value_in_place(const uint8_t *buf, Py_ssize_t size, SinkValue *value)
+{
+    Text text = {buf, buf + size};
+    int seen[B_COUNT] = {0, 0, 0};
+    if (!take(&text, '{'))
+        return 0;
+    if (!take(&text, '}')) {
+        do {
+            int key = short_key(&text);
+            int part = key == 'd' ? B_D : key == 'u' ? B_U : key == 'p' ? B_P : -1;
+            if (part < 0 || seen[part])
+                return 0;
+            seen[part] = 1;
+            skip_space(&text);
+            if (take_word(&text, "null", 4))
+                continue;
+            if (!sink_image_in_place(&text, &value->parts[part]))
+                return 0;
+            value->present[part] = 1;
+        } while (take(&text, ','));
+        if (!take(&text, '}'))
+            return 0;
+    }
+    skip_space(&text);
+    if (text.at != text.end)
+        return 0;
+    if (value->present[B_D]) {
+        if (seen[B_U] || seen[B_P]) /* `d` mixed with `u`/`p` */
+            return 0;
+        value->op = op_delete;
+        value->new = NULL;
+        value->old = &value->parts[B_D];
+        return 1;
+    }
+    if (!value->present[B_U])
+        return 0;
+    value->new = &value->parts[B_U];
+    if (!value->present[B_P]) {
+        value->op = op_insert;
+        value->old = NULL;
+        return 1;
+    }
+    value->op = op_update;
+    value->old = &value->parts[B_P];
+    return sink_same_names(value->old, value->new);
+}
+
+/* A TS silver holds (decode_record refuses larger ones, naming them). */
+static int
+fits_int64(PyObject *number)
+{
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
+    return overflow == 0 && value >= 0;
+}
+
+/* One row entry written through the sink: 1, or 0 to decline (the caller truncates). */
+static int
+sink_row_entry(PyObject *const *fields, const uint8_t *value, Py_ssize_t start,
+               Py_ssize_t end, PyObject *decompress, PyObject *const *where, Py_ssize_t index,
+               PyObject *buffers, PyObject *bronze_batch, PyObject *handle_flag)
+{
+    PyObject *schema = fields[M_SCM] ? fields[M_SCM] : s_empty;
+    PyObject *table = fields[M_TBL] ? fields[M_TBL] : s_empty;
+    PyObject *partition_id = fields[M_PTN] ? fields[M_PTN] : Py_None;
+    if (fields[M_CCL] != NULL || !fits_int64(fields[M_TS]) || !PyUnicode_CheckExact(schema)
+        || !PyUnicode_CheckExact(table)
+        || (partition_id != Py_None && !PyLong_CheckExact(partition_id)) || start == end)
+        return 0;
+    PyObject *data = NULL, *position = NULL;
+    const uint8_t *document = value + start;
+    Py_ssize_t size = end - start;
+    if (decompress != Py_None) {
+        data = PyBytes_FromStringAndSize((const char *)document, size);
+        if (data != NULL)
+            Py_SETREF(data, PyObject_CallOneArg(decompress, data));
+        if (data == NULL || !PyBytes_CheckExact(data)) {
+            Py_XDECREF(data);
+            return 0;
+        }
+        document = (const uint8_t *)PyBytes_AS_STRING(data);
+        size = PyBytes_GET_SIZE(data);
+    }
+    SinkValue parts = {.present = {0, 0, 0}};
+    for (int i = 0; i < B_COUNT; i++)
+        sink_image_init(&parts.parts[i]);
+    int rc = 0;
+    if (sink_value_in_place(document, size, &parts)
+        && (position = PyLong_FromSsize_t(index)) != NULL) {
+        SinkRow row;
+        row.fields[SINK_COMMIT_TS] = fields[M_TS];
+        row.fields[SINK_SCHEMA] = schema;
+        row.fields[SINK_TABLE] = table;
+        row.fields[SINK_OP] = parts.op;
+        row.fields[SINK_PARTITION_ID] = partition_id;
+        row.fields[SINK_HANDLE_KEY_ONLY] = fields[M_OHK] == Py_True ? Py_True : Py_False;
+        row.fields[SINK_TOPIC] = where[0];
+        row.fields[SINK_PARTITION] = where[1];
+        row.fields[SINK_OFFSET] = where[2];
+        row.fields[SINK_INDEX] = position;
+        SinkImage *images[2] = {parts.new, parts.old};
+        for (int i = 0; i < 2; i++) {
+            row.images[i] = images[i] ? images[i]->columns : NULL;
+            row.counts[i] = images[i] ? images[i]->count : 0;
+        }
+        rc = silver_sink->add_row(buffers, &row, bronze_batch, handle_flag) == 1;
+    }
+    for (int i = 0; i < B_COUNT; i++)
+        sink_image_clear(&parts.parts[i]);
+    Py_XDECREF(position);
+    Py_XDECREF(data);
+    return rc;
+}
+
+/* The rows of a message of row events written through the sink: 1; 0 when it holds anything
+ * else or anything the events path would not take in place (the buffers as they were). */
+static int
+sink_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
+             Py_ssize_t value_size, PyObject *decompress, PyObject *const *where,
+             PyObject *buffers, PyObject *bronze_batch, PyObject *handle_flag)
+{
+    if (key_size < 8 || read_u64(key) != BATCH_VERSION)
+        return 0;
+    Entries walk = {key, value, key_size, value_size, 8, 0};
+    Py_ssize_t key_start, value_start;
+    int more;
+    while ((more = next_entry(&walk, &key_start, &value_start)) == 1)
+        ;
+    if (more < 0 || walk.value_at != value_size)
+        return 0;
+    Entries entries = {key, value, key_size, value_size, 8, 0};
+    for (Py_ssize_t index = 0; next_entry(&entries, &key_start, &value_start) == 1; index++) {
+        PyObject *fields[M_COUNT];
+        if (key_in_place(key + key_start, entries.key_at - key_start, fields) != 1)
+            return 0;
+        long kind = 0;
+        int written = fields[M_TS] != NULL && fields[M_T] != NULL && is_uint(fields[M_TS])
+                      && small_int(fields[M_T], &kind) && kind == EVENT_ROW
+                      && sink_row_entry(fields, value, value_start, entries.value_at,
+                                        decompress, where, index, buffers, bronze_batch,
+                                        handle_flag);
+        for (int i = 0; i < M_COUNT; i++)
+            Py_XDECREF(fields[i]);
+        if (!written)
+            return 0;
+    }
+    return 1;
+}
+
+/* decode_into(key, value, decompress, topic, partition, offset, buffers, bronze_batch,
+ * handle_flag) -> bool */
+static PyObject *
+open_decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured)
+        return not_configured("_open_speedups");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "decode_into(key, value, decompress, topic, partition, "
+                                         "offset, buffers, bronze_batch, handle_flag)");
+        return NULL;
+    }
+    PyObject *buffers = args[6];
+    if (silver_sink == NULL) /* silver's buffers are not built: the events path decodes */
+        Py_RETURN_FALSE;
+    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[1])
+        || !Py_IS_TYPE(buffers, silver_sink->buffers_type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_into: key and value must be bytes and buffers a ChangeBuffers");
+        return NULL;
+    }
+    Py_ssize_t rows = silver_sink->rows(buffers);
+    int written = sink_message((const uint8_t *)PyBytes_AS_STRING(args[0]),
+                               PyBytes_GET_SIZE(args[0]),
+                               (const uint8_t *)PyBytes_AS_STRING(args[1]),
+                               PyBytes_GET_SIZE(args[1]), args[2], args + 3, buffers, args[7],
+                               args[8]);
+    if (written)
+        Py_RETURN_TRUE;
+    /* Whatever stopped it, the events path decides, and names any problem. */
+    PyErr_Clear();
+    silver_sink->truncate(buffers, rows);
+    Py_RETURN_FALSE;
+}
+
+/* configure_sink(): bind silver's sink (lake/_silver_speedups.h) for decode_into. */
+static PyObject *
+open_configure_sink(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    const SilverSink *sink = PyCapsule_Import(SILVER_SINK_CAPSULE, 0);
+    if (sink == NULL)
+        return NULL;
+    if (sink->version != SILVER_SINK_VERSION) {
+        PyErr_Format(PyExc_ImportError, "silver sink version %d, expected %d", sink->version,
+                     SILVER_SINK_VERSION);
+        return NULL;
+    }
+    silver_sink = sink;
+    Py_RETURN_NONE;
+}
+
 /* decode(key, value, decompress, topic, partition, offset) -> list of events, or None */
 static PyObject *
 open_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1346,6 +1700,12 @@ static PyMethodDef open_methods[] = {
     {"row_value", (PyCFunction)(void (*)(void))open_row_value, METH_FASTCALL,
      "row_value(value_json, index) -> (op, columns, old_columns) read in place, or None when "
      "the reader declines"},
+    {"decode_into", (PyCFunction)(void (*)(void))open_decode_into, METH_FASTCALL,
+     "decode_into(key, value, decompress, topic, partition, offset, buffers, bronze_batch, "
+     "handle_flag) -> True when the message's row events were written into silver's "
+     "ChangeBuffers; False (nothing written) leaves it to decode"},
+    {"configure_sink", open_configure_sink, METH_NOARGS,
+     "configure_sink(): bind silver's compiled buffers for decode_into"},
     EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };

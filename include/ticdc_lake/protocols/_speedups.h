@@ -300,11 +300,10 @@ json_parses(PyObject *text)
     return 1;
 }
 
+/* Does a column's value surely fit its type (values.py's checks)? 0: Python decides. */
 static inline int
-value_fits(PyObject *column)
+fields_fit(PyObject *code_object, PyObject *flags, PyObject *value, PyObject *mysql_type)
 {
-    PyObject *value = slot_get(column, &column_class, COLUMN_VALUE);
-    PyObject *code_object = slot_get(column, &column_class, COLUMN_TYPE_CODE);
     if (value == NULL || code_object == NULL) /* a slot never set: Python reports it */
         return 0;
     if (value == Py_None || code_object == Py_None)
@@ -321,10 +320,8 @@ value_fits(PyObject *column)
     case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: {
         if (!PyLong_CheckExact(value))
             return 0;
-        if ((code == 246 || code == 247 || code == 248)
-            && slot_get(column, &column_class, COLUMN_MYSQL_TYPE) != Py_None)
+        if ((code == 246 || code == 247 || code == 248) && mysql_type != Py_None)
             return 0;
-        PyObject *flags = slot_get(column, &column_class, COLUMN_FLAGS);
         if (flags == NULL || !PyLong_CheckExact(flags))
             return 0;
         long flag_bits = PyLong_AsLongAndOverflow(flags, &overflow);
@@ -366,8 +363,7 @@ value_fits(PyObject *column)
         const char *text = (const char *)PyUnicode_DATA(value);
         Py_ssize_t length = PyUnicode_GET_LENGTH(value);
         if (code == 0 || code == 246)
-            return slot_get(column, &column_class, COLUMN_MYSQL_TYPE) == Py_None
-                   && check_decimal(text, length);
+            return mysql_type == Py_None && check_decimal(text, length);
         return check_temporal((int)code, text, length);
     }
     case 245: /* JSON text that orjson parses */
@@ -375,6 +371,15 @@ value_fits(PyObject *column)
     default: /* strings, blobs and types without a check */
         return 1;
     }
+}
+
+static inline int
+value_fits(PyObject *column)
+{
+    return fields_fit(slot_get(column, &column_class, COLUMN_TYPE_CODE),
+                      slot_get(column, &column_class, COLUMN_FLAGS),
+                      slot_get(column, &column_class, COLUMN_VALUE),
+                      slot_get(column, &column_class, COLUMN_MYSQL_TYPE));
 }
 
 static inline int

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
@@ -14,6 +14,9 @@ from ticdc_lake.events import Event
 from ticdc_lake.limits import Limits, check_limit
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.values import check_events, events_problem
+
+if TYPE_CHECKING:
+    from ticdc_lake.lake.silver import ChangeRows
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,13 @@ class Decoder(ABC):
                 offset=record.offset,
             ) from exc
 
+    def decode_into(self, record: KafkaRecord, changes: ChangeRows, bronze_batch: int) -> bool:
+        """Write the record's row events straight into ``changes`` as silver rows, when compiled
+        code takes every one of them as ``decode`` would decode it: True. False (the default)
+        writes nothing and leaves the record to ``decode``, which decides, and names any
+        problem."""
+        return False
+
     def _fast_events(self, record: KafkaRecord) -> list[Event] | None:
         """`_decode_fast`'s events, or None for `_decode` to decide. An exception there can
         only come from a Python function the compiled code calls back, on input the reference
@@ -115,6 +125,12 @@ def check_record_size(record: KafkaRecord, limits: Limits) -> None:
     for part, raw in (("key", record.key), ("value", record.value)):
         if raw is not None:
             check_limit(f"Kafka record {part}", limits, "max_message_bytes", len(raw))
+
+
+def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:
+    """Whether ``check_record_size`` lets the record through."""
+    limit = limits.max_message_bytes
+    return all(raw is None or len(raw) <= limit for raw in (record.key, record.value))
 
 
 class Encoder(ABC):

@@ -18,7 +18,9 @@ sample data): see `_old_format_column`.
 The decoder below is the pure-Python reference. When the compiled `_open_speedups` extension is
 importable, it decodes row and resolved entries in C (Column objects built at C level, common
 values converted there) and defers to these functions for everything else, so both paths give
-the same events and the same DecodeError; the tests hold them to that.
+the same events and the same DecodeError; the tests hold them to that. `decode_into` goes one
+step further for the decode stage: messages of row events the C reader takes whole go straight
+into silver's buffers, with no event objects at all.
 
 Encoder options (`CodecSettings.options`):
 
@@ -36,13 +38,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import math
 import struct
 import warnings
 from collections.abc import Sequence
 from decimal import ROUND_FLOOR, Decimal, localcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -80,9 +83,18 @@ from ticdc_lake.mysql import (
     TYPE_VECTOR_FLOAT32,
     TYPE_YEAR,
 )
-from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
+from ticdc_lake.protocols.base import (
+    CodecSettings,
+    Decoder,
+    Encoder,
+    KafkaMessage,
+    fits_record_size,
+)
 from ticdc_lake.protocols.go_quote import go_quote, go_unquote
 from ticdc_lake.records import KafkaRecord
+
+if TYPE_CHECKING:
+    from ticdc_lake.lake.silver import ChangeRows
 
 BATCH_VERSION = 1
 EVENT_ROW = 1
@@ -168,6 +180,22 @@ class OpenProtocolDecoder(Decoder):
         return speedups.decode(
             key, value, self._decompress, record.topic, record.partition, record.offset
         )
+
+    def decode_into(self, record: KafkaRecord, changes: ChangeRows, bronze_batch: int) -> bool:
+        speedups, buffers = self.speedups, changes.compiled_buffers()
+        key, value = record.key, record.value or b""
+        if (
+            speedups is None
+            or buffers is None
+            or type(key) is not bytes
+            or type(value) is not bytes
+            or not fits_record_size(record, self.settings.limits)
+        ):
+            return False
+        return speedups.decode_into(
+            key, value, self._decompress, record.topic, record.partition, record.offset,
+            buffers, bronze_batch, FLAG_HANDLE_KEY,
+        )  # fmt: skip
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
@@ -613,6 +641,8 @@ def configure_speedups(module):
         # The event model changed shape under the extension: decoding stays correct in Python.
         warnings.warn(f"open-protocol speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
         return None
+    with contextlib.suppress(ImportError):  # silver's buffers not built: decode_into declines
+        module.configure_sink()
     return module
 
 
