@@ -406,6 +406,13 @@ json_text(Bytes *out, const char *text, Py_ssize_t size)
     static const char digits[] = "0123456789abcdef";
     char *at = out->data + out->size;
     *at++ = '"';
+    if (escaped == size + 2) { /* nothing to escape, as in most values */
+        memcpy(at, text, (size_t)size);
+        at += size;
+        *at++ = '"';
+        out->size = at - out->data;
+        return 0;
+    }
     for (Py_ssize_t i = 0; i < size; i++) {
         unsigned char byte = (unsigned char)text[i];
         if (byte == '"' || byte == '\\') {
