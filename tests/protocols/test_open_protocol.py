@@ -12,6 +12,8 @@ import dataclasses
 import json
 import random
 import struct
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -1073,10 +1075,11 @@ def test_round_trip_corpus_decodes_the_same_in_both(speedups, events, codec, bat
         entries = split_entries(message.key, message.value)
         kinds = {orjson.loads(key)["t"] for key, _ in entries}
         assert how == ("declined" if kinds == {2} else "decoded")
-        # and writes messages of rows straight into silver's buffers
+        # and writes messages of rows it reads in place straight into silver's buffers
         fuzzed = record(message.key, message.value)
         taken = written_into(speedups, settings, fuzzed, outcome(python, fuzzed))
-        assert taken == (kinds == {1})
+        rows = kinds == {1}
+        assert taken == (rows and all(reads_in_place(speedups, v, codec) for _, v in entries))
 
 
 ROW_KEY_AT = '{"ts":%d,"scm":"s","tbl":"t","t":1}'
@@ -1118,6 +1121,30 @@ def test_decode_into_leaves_a_message_it_cannot_take_whole_to_the_events_path(
     fuzzed = record(*frame(keys, values))
     assert not OpenProtocolDecoder(speedups=speedups).decode_into(fuzzed, rows, BRONZE_BATCH)
     assert rows.table().equals(silver_rows([simple_row(0)]))
+
+
+def test_decode_into_binds_silver_however_the_modules_are_imported(speedups):
+    if ChangeRows().compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    # A fresh interpreter importing the decoder before anything of ticdc_lake.lake, as Spark's
+    # Python workers do when they unpickle the decode function.
+    script = (
+        "from ticdc_lake.protocols.open_protocol import OpenProtocolDecoder\n"
+        "from ticdc_lake.lake.silver import ChangeRows\n"
+        "from ticdc_lake.records import KafkaRecord\n"
+        f"key, value = {frame([ROW_KEY_AT % 1], [ROW_VALUE_OF % 1])!r}\n"
+        "rows = ChangeRows()\n"
+        "assert OpenProtocolDecoder().decode_into(KafkaRecord('t', 0, 0, key, value), rows, 5)\n"
+        "assert len(rows) == 1\n"
+    )
+    subprocess.run([sys.executable, "-W", "error", "-c", script], check=True)
+
+
+def reads_in_place(speedups, value_json: bytes, codec: str) -> bool:
+    """Whether the in-place reader takes this value document (else orjson reads it)."""
+    if codec != "none":
+        value_json = decompress(codec, value_json, Limits())
+    return speedups.row_value(value_json, 0) is not None
 
 
 @given(st.lists(row_events(ops=(UPDATE,)), min_size=1, max_size=6))

@@ -1568,15 +1568,16 @@ open_decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_FALSE;
 }
 
-/* configure_sink(): bind silver's sink (lake/_silver_speedups.h) for decode_into. */
+/* configure_sink(sink): bind silver's sink (lake/_silver_speedups.h, its module's `sink`) for
+ * decode_into. */
 static PyObject *
-open_configure_sink(PyObject *module, PyObject *Py_UNUSED(ignored))
+open_configure_sink(PyObject *module, PyObject *capsule)
 {
-    const SilverSink *sink = PyCapsule_Import(SILVER_SINK_CAPSULE, 0);
+    const SilverSink *sink = PyCapsule_GetPointer(capsule, SILVER_SINK_CAPSULE);
     if (sink == NULL)
         return NULL;
     if (sink->version != SILVER_SINK_VERSION) {
-        PyErr_Format(PyExc_ImportError, "silver sink version %d, expected %d", sink->version,
+        PyErr_Format(PyExc_ValueError, "silver sink version %d, expected %d", sink->version,
                      SILVER_SINK_VERSION);
         return NULL;
     }
@@ -1704,8 +1705,9 @@ static PyMethodDef open_methods[] = {
      "decode_into(key, value, decompress, topic, partition, offset, buffers, bronze_batch, "
      "handle_flag) -> True when the message's row events were written into silver's "
      "ChangeBuffers; False (nothing written) leaves it to decode"},
-    {"configure_sink", open_configure_sink, METH_NOARGS,
-     "configure_sink(): bind silver's compiled buffers for decode_into"},
+    {"configure_sink", open_configure_sink, METH_O,
+     "configure_sink(sink): bind silver's compiled buffers (_silver_speedups.sink) for "
+     "decode_into"},
     EVENTS_FIT_METHOD,
     {NULL, NULL, 0, NULL},
 };

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import functools
 import math
 import struct
@@ -641,8 +640,15 @@ def configure_speedups(module):
         # The event model changed shape under the extension: decoding stays correct in Python.
         warnings.warn(f"open-protocol speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
         return None
-    with contextlib.suppress(ImportError):  # silver's buffers not built: decode_into declines
-        module.configure_sink()
+    try:
+        from ticdc_lake.lake import _silver_speedups
+    except ImportError:  # silver's buffers are not built: decode_into declines every record
+        return module
+    try:
+        module.configure_sink(_silver_speedups.sink)
+    except (AttributeError, TypeError, ValueError) as exc:
+        warnings.warn(f"open-protocol rows not written into silver's buffers: {exc}",
+                      RuntimeWarning, stacklevel=2)  # fmt: skip
     return module
 
 
