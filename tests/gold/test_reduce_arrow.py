@@ -221,3 +221,53 @@ def test_a_failing_chunk_fails_the_reduce():
     assert next(found) == 0 and next(found) == 1
     with pytest.raises(ValueError, match="chunk 2"):
         next(found)
+
+
+@given(
+    st.integers(1, 4).flatmap(
+        lambda width: st.lists(
+            st.lists(st.integers(0, 2**62), min_size=width, max_size=width)
+            | st.lists(st.integers(0, 3), min_size=width, max_size=width),
+            max_size=40,
+        ).map(lambda rows: np.array(rows, np.int64).reshape(-1, width))
+    )
+)
+def test_row_codes_are_numpys_unique_rows(matrix):
+    # Small values take the one-number path, values near 2^62 the sorting one.
+    expected = np.unique(matrix, axis=0, return_inverse=True)[1].reshape(-1)
+    assert reduce_arrow._row_codes(matrix).tolist() == expected.tolist()
+
+
+def same_grouping(codes: np.ndarray, ids: list) -> bool:
+    """Equal codes exactly where the ids are equal."""
+    return (
+        len(set(zip(codes.tolist(), ids, strict=True))) == len(set(codes.tolist())) == len(set(ids))
+    )
+
+
+event_ids = st.lists(
+    st.sampled_from([f"{n:032x}" for n in (0, 1, 2**64, 2**64 + 1, 2**127)]) | st.none(),
+    max_size=30,
+)
+
+
+@given(event_ids, st.booleans())
+def test_event_codes_group_equal_ids(ids, hashes_collide):
+    # Ids sharing their first 16 digits, nulls (code 0) and, when `hashes_collide`, every id
+    # hashed alike: the whole ids still decide.
+    array = pa.array(ids, pa.string())
+    if hashes_collide:
+        real = reduce_arrow._id_hashes
+        reduce_arrow._id_hashes = lambda ids: None if real(ids) is None else np.zeros(len(ids))
+    try:
+        codes = reduce_arrow.event_codes(array)
+    finally:
+        if hashes_collide:
+            reduce_arrow._id_hashes = real
+    assert same_grouping(codes, ids)
+    assert all((code == 0) == (id_ is None) for code, id_ in zip(codes, ids, strict=True))
+
+
+def test_event_codes_of_ids_silver_does_not_write_are_still_grouped():
+    ids = ["a" * 32, "short", "a" * 32, "short", None]
+    assert same_grouping(reduce_arrow.event_codes(pa.array(ids)), ids)
