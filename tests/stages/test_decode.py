@@ -24,6 +24,7 @@ from ticdc_lake import exports
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
+from ticdc_lake.delta.read import DataFile
 from ticdc_lake.errors import DecodeError
 from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.lake import silver
@@ -467,19 +468,18 @@ def test_unreachable_registry_fails_the_stage(spark, generated, tmp_path):
 
 def test_bronze_is_split_for_every_core_to_stay_busy(spark):
     """Up to four splits per core, none much under 32 MiB; a session's own choice stands."""
-    frame = spark.range(0)
     cores = spark.sparkContext.defaultParallelism
     mib = 1024 * 1024
 
-    def splits(size: int) -> dict[str, str]:
-        return stage.BronzeBatches(frame, size).split_settings(spark)
+    def splits(size: int) -> int:
+        return stage.BronzeBatches((DataFile("bronze.parquet", size),)).split_count(spark)
 
-    assert splits(448 * mib) == {"spark.sql.files.minPartitionNum": str(4 * cores)}
-    assert splits(3 * 32 * mib) == {"spark.sql.files.minPartitionNum": str(max(cores, 3))}
-    assert splits(5 * mib) == {"spark.sql.files.minPartitionNum": str(cores)}
+    assert splits(448 * mib) == 4 * cores
+    assert splits(3 * 32 * mib) == max(cores, 3)
+    assert splits(5 * mib) == cores
     spark.conf.set("spark.sql.files.minPartitionNum", "5")
     try:
-        assert splits(448 * mib) == {}
+        assert splits(448 * mib) == 5
     finally:
         spark.conf.unset("spark.sql.files.minPartitionNum")
 
@@ -497,7 +497,7 @@ def test_a_crash_between_the_writes_then_a_rerun_recovers(spark, generated, tmp_
     land(spark, config, {20: batches[20]})
     snapshot = DeltaTable(str(layout.bronze))
     bronze_version = snapshot.version()
-    bronze = stage.BronzeBatches.read(spark, snapshot, [20])
+    bronze = stage.BronzeBatches.read(snapshot, [20])
     expected_counts = {20: len(batches[20])}
     plans = stage.silver_plans(layout, version=20)
     run = stage.decode_batches(

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -93,6 +94,7 @@ def snapshot_files(table: DeltaTable) -> list[str]:
 class DataFile:
     path: str  # local
     size: int  # bytes
+    partition: tuple[tuple[str, Any], ...] = ()  # (column, value) of a partitioned table's file
 
 
 # (column, low, high): the rows a reader wants have low <= column <= high.
@@ -117,12 +119,17 @@ def data_files(table: DeltaTable, within: ValueRange | None = None) -> list[Data
     actions = pa.table(table.get_add_actions(flatten=True))
     kept = _may_hold(actions, within) if within else [True] * actions.num_rows
     paths, sizes = actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()
+    prefix = "partition."
+    columns = [name for name in actions.column_names if name.startswith(prefix)]
+    values = [actions.column(name).to_pylist() for name in columns]
+    names = [name.removeprefix(prefix) for name in columns]
     return [
         DataFile(
             table_path(unquote(path)) if "://" in path else os.path.join(location, unquote(path)),
             size,
+            tuple(zip(names, [column[row] for column in values], strict=True)),
         )
-        for path, size, keep in zip(paths, sizes, kept, strict=True)
+        for row, (path, size, keep) in enumerate(zip(paths, sizes, kept, strict=True))
         if keep
     ]
 

@@ -5,12 +5,13 @@ quarantine, plus a decode log that reconciles the counts of every bronze batch.
     redecode(spark, config, batches=[...])         # re-derive silver for these bronze batches
     redecode(spark, config, start_ts=S, end_ts=E)  # ... for the batches touching a TS range
 
-Decoding runs on the executors, in one pass over bronze: ``mapInArrow`` hands each task Arrow
-batches of bronze records; the task decodes them with the topic's protocol and settings from the
-pipeline config (``codecs.topic_decoder``, the CLI's factory too; each topic's decoder built once
-per Python worker) and writes the rows, already in the silver formats (lake/silver.py), to
-Parquet files of each table itself (``SilverFiles``): Spark never converts them to rows. The
-tasks report their files and counts; the driver reconciles the counts and commits the files to:
+Decoding runs on the executors, in one pass over bronze: each ``mapInArrow`` task reads a split
+of bronze's records from the files itself (stages/bronze_splits.py), decodes them with the
+topic's protocol and settings from the pipeline config (``codecs.topic_decoder``, the CLI's
+factory too; each topic's decoder built once per Python worker) and writes the rows, already in
+the silver formats (lake/silver.py), to Parquet files of each table itself (``SilverFiles``):
+Spark never converts them to rows. The tasks report their files and counts; the driver
+reconciles the counts and commits the files to:
 
 - ``layout.changes`` (silver.CHANGES_SCHEMA) and ``layout.ddl`` (silver.DDL_SCHEMA);
 - ``layout.resolved``: every resolved event (topic, partition, ts, offset, index, bronze_batch);
@@ -69,7 +70,13 @@ from ticdc_lake.delta import (
     write_delta,
 )
 from ticdc_lake.delta.files import TaskFiles, WritePlan, commit_files, delete_files, delete_write
-from ticdc_lake.delta.read import data_files, table_path
+from ticdc_lake.delta.read import (
+    DataFile,
+    check_files_present,
+    check_plain_files,
+    data_files,
+    table_path,
+)
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.write import plan_write
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
@@ -83,7 +90,8 @@ from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import redact_text
 from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
-from ticdc_lake.spark import job_settings, min_splits
+from ticdc_lake.spark import MIN_SPLITS
+from ticdc_lake.stages.bronze_splits import SplitReader, even_splits
 
 APP_PREFIX = "decode-"
 PARTITION_BY = ("bronze_batch",)
@@ -221,7 +229,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     expected = {batch: counts[batch] for batch in pending}
     version = max(pending)
     plans = silver_plans(layout, version=version)
-    records = BronzeBatches.read(spark, snapshot, pending)
+    records = BronzeBatches.read(snapshot, pending)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="decode")
     try:
         for name in SILVER_TABLES:
@@ -404,35 +412,40 @@ class DecodedRun:
         )
 
 
-# Decoding is CPU-bound and bronze's parts cost unevenly: a few large splits leave a core idle
-# while the last one finishes (ddl-heavy 1M, the stage alone: 4 splits on 2 cores took 42.8 s,
-# 8 splits 39.1-39.6 s).
-# So up to this many splits per core, but none much under SPLIT_FLOOR_BYTES of bronze, where
-# a task's start costs more than the balance gains.
+# Decoding is CPU-bound and bronze's records cost unevenly: a few large splits leave a core
+# idle while the last one finishes (ddl-heavy 1M, the stage alone: 4 splits on 2 cores took
+# 42.8 s, 8 splits 39.1-39.6 s). So up to this many splits per core, but none much under
+# SPLIT_FLOOR_BYTES of bronze, where a task's start costs more than the balance gains.
 SPLITS_PER_CORE = 4
 SPLIT_FLOOR_BYTES = 32 * MIB
 
 
 @dataclass(frozen=True)
 class BronzeBatches:
-    """The bronze files that can hold some batches (by their batch_id statistics), read."""
+    """The bronze files that can hold some batches (by their batch_id statistics)."""
 
-    frame: DataFrame  # their rows: those of other batches too, which decode_batches filters
-    size: int  # their bytes
+    files: tuple[DataFile, ...]
 
     @classmethod
-    def read(
-        cls, spark: SparkSession, snapshot: DeltaTable, batches: Sequence[int]
-    ) -> BronzeBatches:
+    def read(cls, snapshot: DeltaTable, batches: Sequence[int]) -> BronzeBatches:
         within = spanning("batch_id", batches)
-        frame = read_table(spark, snapshot, within=within)
-        return cls(frame, sum(file.size for file in data_files(snapshot, within)))
+        check_plain_files(snapshot)
+        check_files_present(snapshot, within)
+        return cls(tuple(data_files(snapshot, within)))
 
-    def split_settings(self, spark: SparkSession) -> dict[str, str]:
-        """How Spark splits these files for decoding (nothing if the session says already)."""
+    @property
+    def size(self) -> int:
+        return sum(file.size for file in self.files)
+
+    def split_count(self, spark: SparkSession) -> int:
+        """How many splits the records are cut into for decoding: the session's own
+        ``spark.sql.files.minPartitionNum`` if it sets one (a cluster's choice), else by
+        SPLITS_PER_CORE and SPLIT_FLOOR_BYTES."""
+        chosen = spark.conf.get(MIN_SPLITS, None)
+        if chosen is not None:
+            return int(chosen)
         cores = spark.sparkContext.defaultParallelism
-        splits = max(cores, min(SPLITS_PER_CORE * cores, self.size // SPLIT_FLOOR_BYTES))
-        return min_splits(spark, splits)
+        return max(cores, min(SPLITS_PER_CORE * cores, self.size // SPLIT_FLOOR_BYTES))
 
 
 def decode_batches(
@@ -453,11 +466,12 @@ def decode_batches(
     """
     started_at = dt.datetime.now(dt.UTC)
     batches = tuple(sorted(expected))
-    writer = SilverFiles(PartitionDecoder.for_config(config), plans, started_at)
+    splits = even_splits(bronze.files, bronze.split_count(spark))
+    reader = SplitReader(tuple(splits), BRONZE_COLUMNS, batches)
+    task = DecodeTask(reader, SilverFiles(PartitionDecoder.for_config(config), plans, started_at))
     try:
-        with job_settings(spark, bronze.split_settings(spark)):
-            records = decode_input(bronze.frame.where(F.col("batch_id").isin(list(batches))))
-            rows = records.mapInArrow(writer, from_arrow_schema(REPORT_SCHEMA)).collect()
+        numbers = spark.range(len(splits), numPartitions=max(1, len(splits)))
+        rows = numbers.mapInArrow(task, from_arrow_schema(REPORT_SCHEMA)).collect()
     except BaseException:
         for plan in plans.values():  # tasks killed by a failing one leave their files
             delete_write(plan.path, plan.write_id)
@@ -548,18 +562,6 @@ def _reconcile(summary: list[dict[str, Any]], expected: dict[int, int]) -> None:
 
 
 # --- transforms ------------------------------------------------------------------------------
-
-
-def decode_input(bronze: DataFrame) -> DataFrame:
-    """The columns of bronze records the decoders read, over every core."""
-    spark = bronze.sparkSession
-    parallelism = spark.sparkContext.defaultParallelism
-    records = bronze.select(*BRONZE_COLUMNS)
-    # A small bronze table is one file, hence one task: spread it over the cores (decoding
-    # is CPU-bound; the shuffle moves raw bytes, which costs far less).
-    if records.rdd.getNumPartitions() < parallelism:
-        records = records.repartition(parallelism)
-    return records
 
 
 # --- executors: decoding records -------------------------------------------------------------
@@ -782,10 +784,22 @@ class PartitionDecoder:
         return None
 
 
+@dataclass(frozen=True)
+class DecodeTask:
+    """The ``mapInArrow`` function of a run: the task reads the bronze splits it is given
+    (``SplitReader``) and decodes them into silver files (``SilverFiles``)."""
+
+    reader: SplitReader
+    writer: SilverFiles
+
+    def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.writer(self.reader(numbers))
+
+
 @dataclass
 class SilverFiles:
-    """The ``mapInArrow`` function of a run: the task decodes its records (``PartitionDecoder``)
-    and writes the silver rows to Parquet files of each planned table itself, so Spark never
+    """What a task does with its records: it decodes them (``PartitionDecoder``) and writes
+    the silver rows to Parquet files of each planned table itself, so Spark never
     turns them into rows; it then emits one report: its files' add actions and its counts per
     bronze batch. A failing task deletes its files."""
 
@@ -960,7 +974,7 @@ def redecode(
             f"(version {bronze_version})"
         )
     plans = silver_plans(layout, replace=chosen)
-    records = BronzeBatches.read(spark, snapshot, chosen)
+    records = BronzeBatches.read(snapshot, chosen)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="redecode")
     try:
         for name in SILVER_TABLES:

@@ -1,0 +1,58 @@
+"""Bronze cut into even splits that decode's tasks read themselves (stages/bronze_splits.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ticdc_lake.delta.read import DataFile
+from ticdc_lake.stages.bronze_splits import SplitReader, even_splits
+
+COLUMNS = ("topic", "offset", "batch_id")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Three files of 23, 0 and 41 rows, in row groups of up to 10 rows; topic is a partition
+    value, kept in the log, not in the files."""
+    written, offset = [], 0
+    for number, (rows, topic) in enumerate([(23, "a"), (0, "a"), (41, "b")]):
+        path = tmp_path / f"part-{number}.parquet"
+        table = pa.table(
+            {
+                "offset": pa.array(range(offset, offset + rows), pa.int64()),
+                "batch_id": pa.array([1 + i % 2 for i in range(rows)], pa.int64()),
+            }
+        )
+        pq.write_table(table, path, row_group_size=10)
+        written.append(DataFile(str(path), path.stat().st_size, (("topic", topic),)))
+        offset += rows
+    return written
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7, 64, 200])
+def test_splits_hold_every_row_once_in_order_and_as_many_each(files, count):
+    splits = even_splits(files, count)
+    sizes = [sum(piece.stop - piece.start for piece in split) for split in splits]
+    assert sum(sizes) == 64 and len(splits) == min(count, 64)
+    assert max(sizes) - min(sizes[:-1] or sizes) == 0 and sizes[-1] <= sizes[0]
+    reader = SplitReader(tuple(splits), COLUMNS, (1, 2))
+    offsets = [
+        row["offset"]
+        for split in splits
+        for piece in split
+        for row in reader.read(piece).to_pylist()
+    ]
+    assert offsets == list(range(64))
+
+
+def test_the_reader_adds_partition_values_and_keeps_the_wanted_batches(files):
+    splits = tuple(even_splits(files, 3))
+    reader = SplitReader(splits, COLUMNS, (2,))
+    numbers = pa.record_batch({"id": pa.array([2, 0], pa.int64())})
+    rows = pa.Table.from_batches(list(reader(iter([numbers])))).to_pylist()
+    assert {row["batch_id"] for row in rows} == {2}
+    expected = [r for n in (2, 0) for p in splits[n] for r in reader.read(p).to_pylist()]
+    assert rows == [row for row in expected if row["batch_id"] == 2]
+    assert {row["topic"] for row in rows} == {"a", "b"}
+    assert all(row["topic"] == ("a" if row["offset"] < 23 else "b") for row in rows)
