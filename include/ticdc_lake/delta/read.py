@@ -18,13 +18,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
@@ -37,6 +36,9 @@ from ticdc_lake.delta.exceptions import (
     UnsupportedTableError,
 )
 from ticdc_lake.delta.schema import TableSchema
+
+if TYPE_CHECKING:  # the driver's reads import it; the tasks importing this module need not
+    import pyarrow.dataset as ds
 
 
 def table_path(path: str | os.PathLike) -> str:
@@ -223,8 +225,10 @@ class RowGroups:
         over a chunked nested column joins its pieces first, each time)."""
         # One dataset of the row groups: pyarrow reads them on all cores, where reading them
         # one by one took half as long again.
+        from pyarrow.dataset import FileSystemDataset
+
         dataset = self.dataset
-        chosen = ds.FileSystemDataset(
+        chosen = FileSystemDataset(
             list(groups), dataset.schema, dataset.format, dataset.filesystem
         )
         return _one_piece_each(chosen.to_table(columns=columns))
