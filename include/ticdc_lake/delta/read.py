@@ -228,9 +228,7 @@ class RowGroups:
         from pyarrow.dataset import FileSystemDataset
 
         dataset = self.dataset
-        chosen = FileSystemDataset(
-            list(groups), dataset.schema, dataset.format, dataset.filesystem
-        )
+        chosen = FileSystemDataset(list(groups), dataset.schema, dataset.format, dataset.filesystem)
         return _one_piece_each(chosen.to_table(columns=columns))
 
     def read_all(self, columns: list[str]) -> pa.Table:

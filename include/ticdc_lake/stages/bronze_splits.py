@@ -80,20 +80,33 @@ class SplitReader:
         wanted = pa.array(self.batches, pa.int64())
         for numbered in numbers:
             for number in numbered.column(0).to_pylist():
-                for rows in map(self.read, self.splits[number]):
-                    rows = rows.filter(pc.is_in(rows.column("batch_id"), wanted))
-                    yield from rows.to_batches(max_chunksize=BATCH_RECORDS)
+                for piece in self.splits[number]:
+                    for records in self.read(piece):
+                        keep = pc.is_in(records.column("batch_id"), wanted)
+                        yield records if pc.all(keep).as_py() else records.filter(keep)
 
-    def read(self, piece: RowRange) -> pa.Table:
+    def read(self, piece: RowRange) -> Iterator[pa.RecordBatch]:
+        """The rows of ``piece``, a batch of up to BATCH_RECORDS at a time (the row group is
+        never held whole)."""
         partition = dict(piece.partition)
         stored = [name for name in self.columns if name not in partition]
-        rows = pq.ParquetFile(piece.path).read_row_group(piece.row_group, columns=stored)
-        rows = rows.slice(piece.start, piece.stop - piece.start)
-        return pa.table(
-            {
-                name: pa.array([partition[name]] * rows.num_rows)
-                if name in partition
-                else rows.column(name)
-                for name in self.columns
-            }
+        batches = pq.ParquetFile(piece.path).iter_batches(
+            batch_size=BATCH_RECORDS, row_groups=[piece.row_group], columns=stored
         )
+        at = 0  # the row group's row the next batch starts at
+        for batch in batches:
+            start, stop = max(piece.start - at, 0), min(piece.stop - at, batch.num_rows)
+            at += batch.num_rows
+            if start < stop:
+                rows = batch.slice(start, stop - start)
+                yield pa.record_batch(
+                    [
+                        pa.array([partition[name]] * rows.num_rows)
+                        if name in partition
+                        else rows.column(name)
+                        for name in self.columns
+                    ],
+                    names=list(self.columns),
+                )
+            if at >= piece.stop:
+                return
