@@ -10,6 +10,9 @@
  *     write as orjson does.
  * ImageBuffers().add(image, handle_flag) -> (identity, handle)
  *     one image's columns (ChangeBuffers keeps two of these, for the new and the old image).
+ * sink
+ *     a capsule through which a compiled decoder adds rows from its own values, with no
+ *     RowEvent or Column in between (_silver_speedups.h; _open_speedups.decode_into).
  *
  * `image` is a dict of column name -> events.Column. Each column's value becomes its
  * (text, binary) form as silver.value_fields gives it, and each of the six columns (name,
@@ -749,63 +752,69 @@ add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handl
     return rc;
 }
 
+/* An image of a row: an event's (`dict`: a dict of Columns, or None) or a decoder's
+ * (`columns`, when `dict` is NULL; NULL too for None). */
+typedef struct {
+    PyObject *dict;
+    const SinkColumn *columns;
+    Py_ssize_t count;
+} ImageSource;
+
+static int
+image_absent(const ImageSource *image)
+{
+    return image->dict == Py_None || (image->dict == NULL && image->columns == NULL);
+}
+
+/* The image's next column, from `*at` on, appended as add_column appends it: 1; 0 when there
+ * is none; -1 on failure. */
+static int
+image_next(ImageBuffers *self, const ImageSource *image, Py_ssize_t *at, PyObject *handle,
+           PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
+{
+    if (image->dict == NULL) {
+        if (*at >= image->count)
+            return 0;
+        const SinkColumn *column = &image->columns[(*at)++];
+        PyObject *attrs[COLUMN_ATTRIBUTES] = {column->type_code, column->flags, column->value,
+                                              Py_None};
+        return add_fields(self, column->name, attrs, handle, handle_flag, identity, opening,
+                          entries) < 0 ? -1 : 1;
+    }
+    PyObject *name, *column;
+    if (!PyDict_Next(image->dict, at, &name, &column))
+        return 0;
+    /* Held: str() of a value may run Python code (the dict is not changed by the decoders). */
+    Py_INCREF(name);
+    Py_INCREF(column);
+    int added = add_column(self, name, column, handle, handle_flag, identity, opening, entries);
+    Py_DECREF(name);
+    Py_DECREF(column);
+    return added < 0 ? -1 : 1;
+}
+
 /* One image appended (its identity to `identity` and `entries`, as add_column); its handle
  * names, a new reference, or NULL on failure, the columns left as they were after the image's
  * earlier columns (the caller truncates). */
 static PyObject *
-image_add(ImageBuffers *self, PyObject *image, PyObject *handle_flag, Identity *identity,
-          PyObject *entries)
+image_add(ImageBuffers *self, const ImageSource *image, PyObject *handle_flag,
+          Identity *identity, PyObject *entries)
 {
-    if (!PyDict_Check(image)) {
-        PyErr_Format(PyExc_TypeError, "image must be a dict, not %.100s", Py_TYPE(image)->tp_name);
+    if (image->dict != NULL && !PyDict_Check(image->dict)) {
+        PyErr_Format(PyExc_TypeError, "image must be a dict, not %.100s",
+                     Py_TYPE(image->dict)->tp_name);
         return NULL;
     }
     PyObject *handle = PyList_New(0);
     if (handle == NULL || identity_write(identity, "[", NULL) < 0)
         goto fail;
-    Py_ssize_t position = 0;
-    PyObject *name, *column;
+    Py_ssize_t at = 0;
     const char *opening = "[";
-    while (PyDict_Next(image, &position, &name, &column)) {
-        /* Held: str() of a value may run Python code (the dict is not changed by the decoders). */
-        Py_INCREF(name);
-        Py_INCREF(column);
-        int added = add_column(self, name, column, handle, handle_flag, identity, opening,
-                               entries);
-        Py_DECREF(name);
-        Py_DECREF(column);
-        if (added < 0)
-            goto fail;
+    int next;
+    while ((next = image_next(self, image, &at, handle, handle_flag, identity, opening,
+                              entries)) == 1)
         opening = ",[";
-    }
-    if (identity_write(identity, "]", NULL) < 0)
-        goto fail;
-    return handle;
-fail:
-    Py_XDECREF(handle);
-    return NULL;
-}
-
-/* image_add of a decoder's columns (silver_sink.h). */
-static PyObject *
-sink_image_add(ImageBuffers *self, const SinkColumn *columns, Py_ssize_t count,
-               PyObject *handle_flag, Identity *identity)
-{
-    PyObject *handle = PyList_New(0);
-    if (handle == NULL || identity_write(identity, "[", NULL) < 0)
-        goto fail;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const SinkColumn *column = &columns[i];
-        PyObject *attrs[COLUMN_ATTRIBUTES];
-        attrs[C_TYPE_CODE] = column->type_code;
-        attrs[C_FLAGS] = column->flags;
-        attrs[C_VALUE] = column->value;
-        attrs[C_MYSQL_TYPE] = Py_None;
-        if (add_fields(self, column->name, attrs, handle, handle_flag, identity,
-                       i ? ",[" : "[", NULL) < 0)
-            goto fail;
-    }
-    if (identity_write(identity, "]", NULL) < 0)
+    if (next < 0 || identity_write(identity, "]", NULL) < 0)
         goto fail;
     return handle;
 fail:
@@ -832,7 +841,8 @@ ImageBuffers_add(ImageBuffers *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *identity = PyList_New(0);
     if (identity == NULL)
         return NULL;
-    PyObject *handle = image_add(self, args[0], args[1], NULL, identity);
+    ImageSource image = {args[0], NULL, 0};
+    PyObject *handle = image_add(self, &image, args[1], NULL, identity);
     PyObject *result = handle == NULL ? NULL : PyTuple_Pack(2, identity, handle);
     Py_DECREF(identity);
     Py_XDECREF(handle);
@@ -1070,14 +1080,6 @@ change_truncate(ChangeBuffers *self, Py_ssize_t rows)
     self->rows = rows;
 }
 
-/* An image of a row: an event's (`dict`: a dict of Columns, or None) or a decoder's
- * (`columns`, when `dict` is NULL; NULL too for None). */
-typedef struct {
-    PyObject *dict;
-    const SinkColumn *columns;
-    Py_ssize_t count;
-} ImageSource;
-
 /* One image (or None) appended, and written to the row's identity; its handle names, a new
  * reference in *handle; -1 on failure. */
 static int
@@ -1085,14 +1087,11 @@ change_image(ChangeBuffers *self, int which, const ImageSource *image, PyObject 
              PyObject **handle)
 {
     ImageBuffers *images = self->images[which];
-    int absent = image->dict == Py_None || (image->dict == NULL && image->columns == NULL);
+    int absent = image_absent(image);
     if (absent)
         *handle = identity_write(&self->identity, "null", NULL) < 0 ? NULL : PyList_New(0);
-    else if (image->dict != NULL)
-        *handle = image_add(images, image->dict, handle_flag, &self->identity, NULL);
     else
-        *handle = sink_image_add(images, image->columns, image->count, handle_flag,
-                                 &self->identity);
+        *handle = image_add(images, image, handle_flag, &self->identity, NULL);
     if (*handle == NULL
         || list_append(&self->image_lists[which], self->rows, images->entries, !absent) < 0) {
         Py_CLEAR(*handle);
@@ -1170,9 +1169,7 @@ change_add(ChangeBuffers *self, PyObject *const *attrs, const ImageSource *image
     if (id == NULL || change_scalars(self, attrs, id, bronze_batch) < 0)
         goto done;
     /* RowEvent.handle_key: the new image's when there is one. */
-    int new_absent = images[0].dict == Py_None
-                     || (images[0].dict == NULL && images[0].columns == NULL);
-    if (change_handle(self, handles[new_absent ? 1 : 0]) < 0)
+    if (change_handle(self, handles[image_absent(&images[0]) ? 1 : 0]) < 0)
         goto done;
     self->rows++;
     rc = 1;
