@@ -1492,6 +1492,8 @@ def test_the_in_place_reader_declines_what_it_does_not_read_as_orjson_does(speed
     "document",
     [
         '{"u":{"a":{"t":8,"f":11,"v":1},"a":{"t":8,"f":11,"v":2},"b":{"t":3,"f":0,"v":null}}}',
+        # the same name spelled two ways: two str objects, one column
+        '{"u":{"\\u00e9a":{"t":8,"f":11,"v":1},"b":{"t":3,"f":0,"v":2},"\u00e9a":{"t":8,"f":11,"v":3}}}',
         '{"u":{"a":{"t":8,"t":3,"f":11,"v":1,"v":2,"h":"x"}}}',
         ' {"p" :{"b":{"t":3,"f":0,"v":2}} , "u":{"a":{"t":3,"f":0,"v":1}}}\n',
         '{"u":{},"p":{}}',

@@ -1288,17 +1288,25 @@ sink_image_clear(SinkImage *image)
     sink_image_init(image);
 }
 
+/* Are two names (exact, ready str) equal? As str's own equality: the same kind and code units. */
+static inline int
+same_name(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b)
+           && memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * kind) == 0;
+}
+
 /* The index of an earlier column named `name`, or -1. */
 static Py_ssize_t
 sink_image_find(const SinkImage *image, PyObject *name)
 {
-    for (Py_ssize_t i = 0; i < image->count; i++) {
-        PyObject *other = image->columns[i].name;
-        if (other == name
-            || (PyUnicode_GET_LENGTH(other) == PyUnicode_GET_LENGTH(name)
-                && PyUnicode_Compare(other, name) == 0))
+    for (Py_ssize_t i = 0; i < image->count; i++)
+        if (same_name(image->columns[i].name, name))
             return i;
-    }
     return -1;
 }
 
