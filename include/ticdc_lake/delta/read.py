@@ -160,8 +160,13 @@ def missing_files(table: DeltaTable) -> list[str]:
 def check_files_present(table: DeltaTable, within: ValueRange | None = None) -> list[str]:
     """The snapshot's local file paths (those of ``within``, see ``data_files``);
     TableFileMissingError when some are not on disk."""
-    files = [file.path for file in data_files(table, within)]
-    missing = [path for path in files if not os.path.isfile(path)]
+    return [file.path for file in present_files(table, within)]
+
+
+def present_files(table: DeltaTable, within: ValueRange | None = None) -> list[DataFile]:
+    """``data_files``, after checking they are all on disk (TableFileMissingError)."""
+    files = data_files(table, within)
+    missing = [file.path for file in files if not os.path.isfile(file.path)]
     if missing:
         raise TableFileMissingError(table_path(unquote(table.table_uri)), missing, table.version())
     return files

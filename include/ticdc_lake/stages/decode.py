@@ -72,9 +72,8 @@ from ticdc_lake.delta import (
 from ticdc_lake.delta.files import TaskFiles, WritePlan, commit_files, delete_files, delete_write
 from ticdc_lake.delta.read import (
     DataFile,
-    check_files_present,
     check_plain_files,
-    data_files,
+    present_files,
     table_path,
 )
 from ticdc_lake.delta.schema import TableSchema
@@ -430,8 +429,7 @@ class BronzeBatches:
     def read(cls, snapshot: DeltaTable, batches: Sequence[int]) -> BronzeBatches:
         within = spanning("batch_id", batches)
         check_plain_files(snapshot)
-        check_files_present(snapshot, within)
-        return cls(tuple(data_files(snapshot, within)))
+        return cls(tuple(present_files(snapshot, within)))
 
     @property
     def size(self) -> int:
