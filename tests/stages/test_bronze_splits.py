@@ -65,3 +65,10 @@ def test_a_row_group_is_read_a_few_records_at_a_time(files, count, monkeypatch):
     batches = [batch for split in reader.splits for p in split for batch in reader.read(p)]
     assert max(batch.num_rows for batch in batches) == 3
     assert [row["offset"] for b in batches for row in b.to_pylist()] == list(range(64))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_a_split_reads_each_file_it_touches_in_one_piece(files, count):
+    for split in even_splits(files, count):
+        paths = [piece.path for piece in split]
+        assert len(paths) == len(set(paths))

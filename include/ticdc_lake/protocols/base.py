@@ -118,19 +118,21 @@ class Decoder(ABC):
         return speedups is not None and speedups.events_fit(events)
 
 
+def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:
+    """Whether the record's key and value are each within ``limits.max_message_bytes``."""
+    limit = limits.max_message_bytes
+    return all(raw is None or len(raw) <= limit for raw in (record.key, record.value))
+
+
 def check_record_size(record: KafkaRecord, limits: Limits) -> None:
     """A key or value larger than ``limits.max_message_bytes`` is refused before it is parsed:
     TiCDC sends no message above its max-message-bytes, and parsing one costs many times its
     size in memory."""
+    if fits_record_size(record, limits):
+        return
     for part, raw in (("key", record.key), ("value", record.value)):
         if raw is not None:
             check_limit(f"Kafka record {part}", limits, "max_message_bytes", len(raw))
-
-
-def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:
-    """Whether ``check_record_size`` lets the record through."""
-    limit = limits.max_message_bytes
-    return all(raw is None or len(raw) <= limit for raw in (record.key, record.value))
 
 
 class Encoder(ABC):

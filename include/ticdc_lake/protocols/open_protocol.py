@@ -168,31 +168,35 @@ class OpenProtocolDecoder(Decoder):
             else functools.partial(decompress, codec, limits=self.settings.limits)
         )
 
-    def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
-        speedups = self.speedups
+    def _compiled_input(self, record: KafkaRecord) -> tuple[bytes, bytes] | None:
+        """The key and value the compiled decoder reads, or None when it is absent or they are
+        not exact bytes (the reference decoder then decides)."""
         key, value = record.key, record.value or b""
-        if speedups is None or type(key) is not bytes or type(value) is not bytes:
+        if self.speedups is None or type(key) is not bytes or type(value) is not bytes:
+            return None
+        return key, value
+
+    def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
+        compiled_input = self._compiled_input(record)
+        if compiled_input is None:
             return None
         # None: the message holds something the extension leaves to Python (a DDL, a claim-check
         # key, an error to name), and the reference decoder decides. So it does for a value
         # that does not fit its type: it raises that error with the coordinates.
-        return speedups.decode(
-            key, value, self._decompress, record.topic, record.partition, record.offset
+        return self.speedups.decode(
+            *compiled_input, self._decompress, record.topic, record.partition, record.offset
         )
 
     def decode_into(self, record: KafkaRecord, changes: ChangeRows, bronze_batch: int) -> bool:
-        speedups, buffers = self.speedups, changes.compiled_buffers()
-        key, value = record.key, record.value or b""
+        compiled_input, buffers = self._compiled_input(record), changes.compiled_buffers()
         if (
-            speedups is None
+            compiled_input is None
             or buffers is None
-            or type(key) is not bytes
-            or type(value) is not bytes
             or not fits_record_size(record, self.settings.limits)
         ):
             return False
-        return speedups.decode_into(
-            key, value, self._decompress, record.topic, record.partition, record.offset,
+        return self.speedups.decode_into(
+            *compiled_input, self._decompress, record.topic, record.partition, record.offset,
             buffers, bronze_batch, FLAG_HANDLE_KEY,
         )  # fmt: skip
 

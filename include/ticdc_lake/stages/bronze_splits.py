@@ -23,11 +23,12 @@ BATCH_RECORDS = 10_000
 
 @dataclass(frozen=True)
 class RowRange:
-    """Rows [start, stop) of one row group of a bronze file, with the file's partition values
-    (which Delta keeps in its log, not in the file)."""
+    """Rows [start, stop) of row groups of one bronze file read one after another, counted from
+    the first, with the file's partition values (which Delta keeps in its log, not in the
+    file)."""
 
     path: str
-    row_group: int
+    row_groups: tuple[int, ...]
     start: int
     stop: int
     partition: tuple[tuple[str, object], ...] = ()
@@ -35,7 +36,7 @@ class RowRange:
 
 def even_splits(files: Sequence[DataFile], count: int) -> list[tuple[RowRange, ...]]:
     """The rows of ``files``, in order, cut into ``count`` splits of about as many rows (fewer
-    splits when there are fewer rows)."""
+    splits when there are fewer rows); a split reads each file it touches in one piece."""
     groups = [
         (file, number, rows)
         for file in files
@@ -50,7 +51,16 @@ def even_splits(files: Sequence[DataFile], count: int) -> list[tuple[RowRange, .
         start = 0
         while start < rows:
             stop = min(rows, start + room)
-            current.append(RowRange(file.path, number, start, stop, file.partition))
+            piece = RowRange(file.path, (number,), start, stop, file.partition)
+            last = current[-1] if current else None
+            # The split's previous piece ends where this group starts: one piece for both.
+            if last is not None and last.path == file.path and start == 0:
+                piece = RowRange(
+                    file.path, (*last.row_groups, number), last.start, last.stop + stop,
+                    file.partition,
+                )  # fmt: skip
+                current.pop()
+            current.append(piece)
             room -= stop - start
             start = stop
             if not room:
@@ -86,14 +96,14 @@ class SplitReader:
                         yield records if pc.all(keep).as_py() else records.filter(keep)
 
     def read(self, piece: RowRange) -> Iterator[pa.RecordBatch]:
-        """The rows of ``piece``, a batch of up to BATCH_RECORDS at a time (the row group is
+        """The rows of ``piece``, a batch of up to BATCH_RECORDS at a time (a row group is
         never held whole)."""
         partition = dict(piece.partition)
         stored = [name for name in self.columns if name not in partition]
         batches = pq.ParquetFile(piece.path).iter_batches(
-            batch_size=BATCH_RECORDS, row_groups=[piece.row_group], columns=stored
+            batch_size=BATCH_RECORDS, row_groups=list(piece.row_groups), columns=stored
         )
-        at = 0  # the row group's row the next batch starts at
+        at = 0  # the row, counted from the piece's first row group, the next batch starts at
         for batch in batches:
             start, stop = max(piece.start - at, 0), min(piece.stop - at, batch.num_rows)
             at += batch.num_rows

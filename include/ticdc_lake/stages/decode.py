@@ -49,7 +49,7 @@ import json
 import pickle
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -582,6 +582,14 @@ class DecoderSettings:
         return hashlib.sha256(pickle.dumps(self)).hexdigest()
 
 
+class TopicDecoder(NamedTuple):
+    """A topic's decoder and protocol, or why the topic has none (not in the config)."""
+
+    decoder: Decoder | None
+    protocol: str | None
+    problem: str | None
+
+
 class TopicDecoders:
     """Each topic's decoder, built on first use by the codecs factory; topics naming the same
     schema source share it (one registry client and cache per worker)."""
@@ -589,23 +597,22 @@ class TopicDecoders:
     def __init__(self, settings: DecoderSettings):
         self.settings = settings
         self._schema_sources: dict = {}
-        self._decoders: dict[str, tuple[Decoder | None, str | None, str | None]] = {}
+        self._decoders: dict[str, TopicDecoder] = {}
 
     def build_all(self) -> None:
         for topic in self.settings.topics:
             self.get(topic)
 
-    def get(self, topic: str) -> tuple[Decoder | None, str | None, str | None]:
-        """(decoder, protocol, None), or (None, None, why) for a topic the config lacks."""
+    def get(self, topic: str) -> TopicDecoder:
         entry = self._decoders.get(topic)
         if entry is None:
             configured = self.settings.topics.get(topic)
             if configured is not None:
                 decoder = topic_decoder(configured, self.settings.limits, self._schema_sources)
-                entry = (decoder, configured.protocol, None)
+                entry = TopicDecoder(decoder, configured.protocol, None)
             else:
                 known = ", ".join(sorted(self.settings.topics))
-                entry = (
+                entry = TopicDecoder(
                     None,
                     None,
                     f"topic {topic!r} is not in the pipeline config {self.settings.source} "
@@ -760,18 +767,19 @@ class PartitionDecoder:
             tally = tallies.setdefault(batch_id, [0, 0, 0])
             tally[0] += 1
             record = KafkaRecord(topic, partition, offset, key, value)
-            decoder = decoders.get(topic)[0]
+            topic_decoder = decoders.get(topic)
+            decoder = topic_decoder.decoder
             # Most records: their rows go straight into the silver buffers, no events made.
             if decoder is not None and decoder.decode_into(record, out.changes, batch_id):
                 tally[1] += 1
                 continue
             try:
-                events = decode_record(decoders, record, source_file)
+                events = decode_record(topic_decoder, record, source_file)
                 out.add_events(events, batch_id)
             except DecodeError as error:
                 tally[2] += 1
                 error.located(
-                    protocol=decoders.get(topic)[1], topic=topic, partition=partition,
+                    protocol=topic_decoder.protocol, topic=topic, partition=partition,
                     offset=offset, source_file=source_file,
                 )  # fmt: skip
                 out.add(QUARANTINE, batch_id, _quarantine_row(record, source_file, batch_id, error))
@@ -876,7 +884,9 @@ def _count(out: pa.RecordBatch, counts: dict[int, dict[str, Any]]) -> None:
                 counted[name] += number
 
 
-def decode_record(decoders: TopicDecoders, record: KafkaRecord, source_file: str) -> list[Event]:
+def decode_record(
+    topic_decoder: TopicDecoder, record: KafkaRecord, source_file: str
+) -> list[Event]:
     """The record's events, or DecodeError naming the file and coordinates: undecodable bytes,
     a topic the config does not name, or a TS silver cannot hold. A registry that cannot be
     asked raises SchemaRegistryUnavailableError (or ConfigError for refused credentials)."""
@@ -886,7 +896,7 @@ def decode_record(decoders: TopicDecoders, record: KafkaRecord, source_file: str
         "offset": record.offset,
         "source_file": source_file,
     }
-    decoder, protocol, problem = decoders.get(record.topic)
+    decoder, protocol, problem = topic_decoder
     if decoder is None:
         raise DecodeError(problem, **where)
     try:
