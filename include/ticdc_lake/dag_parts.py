@@ -4,13 +4,14 @@ spark-submit task running one of the spark_jobs/ entry points.
 Imported at parse time: Airflow and the standard library only (no pyspark, no Delta, no config
 read). What the Spark jobs need comes from the environment, read here by name only:
 
-| variable                 | default                                  |
-|--------------------------|------------------------------------------|
-| TICDC_LAKE_SCHEDULE      | ``@hourly``: the pipeline's schedule (cron or preset) |
-| TICDC_LAKE_SPARK_JOBS    | ``spark_jobs/`` beside ``dags/``          |
-| TICDC_LAKE_PYTHON        | the Python running Airflow (the venv's): driver and executors |
-| TICDC_LAKE_SPARK_SUBMIT  | ``spark-submit`` beside that Python (pyspark's) |
-| TICDC_LAKE_RUN_DIR       | ``$AIRFLOW_HOME/ticdc_lake_runs``: each job's JSON result |
+| variable                       | default                                                 |
+|--------------------------------|---------------------------------------------------------|
+| TICDC_LAKE_SCHEDULE            | ``@hourly``: the pipeline's schedule (cron or preset)   |
+| TICDC_LAKE_SPARK_JOBS          | ``spark_jobs/`` beside ``dags/``                        |
+| TICDC_LAKE_PYTHON              | the Python running Airflow (the venv's): driver, executors |
+| TICDC_LAKE_SPARK_SUBMIT        | ``spark-submit`` beside that Python (pyspark's)         |
+| TICDC_LAKE_RUN_DIR             | ``$AIRFLOW_HOME/ticdc_lake_runs``: each job's JSON result |
+| TICDC_LAKE_DRIVER_JAVA_OPTIONS | ``orchestration.DRIVER_JAVA_OPTIONS``; empty: none given |
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from pathlib import Path
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, get_current_context, task
 
-from ticdc_lake.orchestration import POOL, PipelineSource, run_dir, spark_jobs_dir
+from ticdc_lake.orchestration import (
+    POOL,
+    PipelineSource,
+    driver_java_options,
+    run_dir,
+    spark_jobs_dir,
+)
 
 OWNER = "data-platform"
 START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -116,12 +123,20 @@ def spark_job(
         conn_id="spark_default",
         spark_binary=binary,
         name=f"ticdc-lake-{job}",
-        conf={"spark.pyspark.python": python, "spark.pyspark.driver.python": python},
+        conf=_submit_conf(python, environ),
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
         pool=POOL,
         outlets=list(outlets),
         **task_args,
     )
+
+
+def _submit_conf(python: str, environ: Mapping[str, str]) -> dict[str, str]:
+    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+    java_options = driver_java_options(environ)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+    return conf
 
 
 def summary_task(source: PipelineSource, jobs: Sequence[str], **event_extra):

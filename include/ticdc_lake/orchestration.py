@@ -23,6 +23,17 @@ from pathlib import Path
 # In pipeline order (the same as ticdc_lake.pipeline.STAGES; a test keeps them in step).
 STAGES = ("land", "decode", "watermark", "compact")
 
+# The driver JVM options each stage's spark-submit is given (ticdc_lake.spark says why; a test
+# keeps the two in step). TICDC_LAKE_DRIVER_JAVA_OPTIONS replaces them; empty gives none, and
+# spark-defaults.conf decides.
+DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS_ENV = "TICDC_LAKE_DRIVER_JAVA_OPTIONS"
+
+
+def driver_java_options(environ: Mapping[str, str]) -> str:
+    return environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JAVA_OPTIONS).strip()
+
+
 # The data-quality checks that follow a stage (stage -> the checks' stage), run before the next
 # stage starts so that data failing a `fail` check stops the run before it spreads.
 QUALITY_AFTER = {"land": "bronze", "decode": "silver", "compact": "gold"}

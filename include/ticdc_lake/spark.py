@@ -16,6 +16,15 @@ from typing import Any
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+# The driver JVM's options:
+# - The stages are batch jobs: throughput counts, not pause times. With the parallel
+#   collector a cold compaction of the realistic 1M run took 36.5 s against G1's 38.2.
+# - Their heavy work runs in Python and Arrow; the JVM's is short. Its optimizing compiler
+#   (C2) spent more CPU compiling than its code saved, on the cores the tasks need: stopping
+#   at C1, the first land of a session took 8.7-9.5 s against 11.3 s, and the realistic
+#   benchmark (one session) 29.2-31.6 s against 34.5-34.9 s, at 4M 121 against 138 s.
+DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
 DEFAULT_CONF: dict[str, str] = {
     # Timestamps are instants: Spark must neither shift them by the machine's zone when it
@@ -37,10 +46,9 @@ DEFAULT_CONF: dict[str, str] = {
     # read_delta hands Spark the snapshot's file list; above this many paths Spark starts a
     # whole job just to stat them, which costs more than it saves on a local file system.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
-    # The stages are batch jobs: throughput counts, not pause times. With the parallel
-    # collector a cold compaction of the realistic 1M run took 36.5 s against G1's 38.2.
-    # (Only when Python starts the JVM; spark-submit has started it already.)
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Only when Python starts the JVM; spark-submit has started it already (the DAGs give
+    # it the same options: orchestration.DRIVER_JAVA_OPTIONS).
+    "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
 }
 
 

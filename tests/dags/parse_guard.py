@@ -88,6 +88,7 @@ def describe(dag: DAG, file: str) -> dict:
                 "upstream": sorted(task.upstream_task_ids),
                 "outlets": [getattr(o, "name", str(o)) for o in task.outlets],
                 "arguments": [str(a) for a in getattr(task, "application_args", None) or []],
+                "conf": dict(getattr(task, "conf", None) or {}),
             }
             for task in dag.tasks
         },

@@ -73,6 +73,21 @@ def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
     assert tasks["summary"]["outlets"] == ["ticdc_lake.gold"]  # the alias of each changefeed's
 
 
+def test_spark_jobs_get_the_sessions_driver_java_options(demo_report, tmp_path):
+    from ticdc_lake.spark import DRIVER_JAVA_OPTIONS
+
+    tasks = demo_report["dags"]["ticdc_lake"]["tasks"]
+    for stage in ("land", "decode", "watermark", "compact", "quality_gold"):
+        assert tasks[stage]["conf"]["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
+    replaced = parse_dags(tmp_path / "replaced", TICDC_LAKE_DRIVER_JAVA_OPTIONS="-Xss4m")
+    none = parse_dags(tmp_path / "none", TICDC_LAKE_DRIVER_JAVA_OPTIONS=" ")
+    for report, expected in ((replaced, "-Xss4m"), (none, None)):
+        for dag in report["dags"].values():
+            for task in dag["tasks"].values():
+                if task["operator"] == "SparkSubmitOperator":
+                    assert task["conf"].get("spark.driver.extraJavaOptions") == expected
+
+
 def test_backfill_checks_before_spark_and_shares_the_pool(demo_report):
     dag = demo_report["dags"]["ticdc_lake_backfill"]
     assert dag["timetable"] == "CronDataIntervalTimetable"
