@@ -266,6 +266,20 @@ def test_a_value_range_reads_only_the_files_that_can_hold_it(spark, tmp_path):
     assert values(plain, None) == [10, 11, 20, 21, 30, 31]
 
 
+def test_parquet_statistics_only_for_columns_a_reader_prunes_by(spark, tmp_path):
+    rows = [(1, "a", b"payload", [("x", "1")]), (2, "b", None, None)]
+    schema = "id long, name string, value binary, image array<struct<name: string, text: string>>"
+    write_delta(spark.createDataFrame(rows, schema).coalesce(1), tmp_path / "t")
+    (path,) = DeltaTable(str(tmp_path / "t")).file_uris()
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    with_stats = {
+        group.column(i).path_in_schema
+        for i in range(group.num_columns)
+        if group.column(i).is_stats_set
+    }
+    assert with_stats == {"id", "name"}
+
+
 def test_row_groups_read_on_the_driver_number_rows_alike_whatever_the_columns(tmp_path):
     """RowGroups prunes partitions and row groups by ``where``, reads the rest whole, in the
     same order each time: a narrow read's row numbers pick rows from a wide read of just the

@@ -93,6 +93,21 @@ def resolve_target(current: TableSchema, plan: WritePlan) -> TableSchema:
 # --- executor side ----------------------------------------------------------------------------
 
 
+def pruned_by(schema: pa.Schema) -> list[str]:
+    """The columns whose Parquet statistics are written: those a reader may prune row groups
+    by. Min and max of nested images and binary payloads serve no filter, and cost 7-11% of
+    writing silver's changes."""
+    return [
+        field.name
+        for field in schema
+        if not (
+            pa.types.is_nested(field.type)
+            or pa.types.is_binary(field.type)
+            or pa.types.is_large_binary(field.type)
+        )
+    ]
+
+
 class _DataFile:
     """One Parquet file being written, with its statistics."""
 
@@ -108,7 +123,9 @@ class _DataFile:
         self.bytes = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = self._pending_bytes = 0
-        self._writer = pq.ParquetWriter(self.absolute, schema, compression="zstd")
+        self._writer = pq.ParquetWriter(
+            self.absolute, schema, compression="zstd", write_statistics=pruned_by(schema)
+        )
 
     def append(self, data: pa.Table) -> None:
         self.stats.update(data)
