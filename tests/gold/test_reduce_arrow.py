@@ -271,3 +271,12 @@ def test_event_codes_group_equal_ids(ids, hashes_collide):
 def test_event_codes_of_ids_silver_does_not_write_are_still_grouped():
     ids = ["a" * 32, "short", "a" * 32, "short", None]
     assert same_grouping(reduce_arrow.event_codes(pa.array(ids)), ids)
+
+
+@given(st.permutations(range(5)), st.integers(0, 5))
+def test_rows_at_takes_the_rows_asked_for(order, count):
+    rows = pa.table({"n": list(range(5)), "s": [f"v{n}" for n in range(5)]})
+    numbers = np.array(sorted(order[:count]) if count < 5 else order, np.int64)
+    taken = changes.rows_at(rows, numbers)
+    assert taken.column("n").to_pylist() == numbers.tolist()
+    assert taken.column("s").to_pylist() == [f"v{n}" for n in numbers]
