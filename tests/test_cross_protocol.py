@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 from ticdc_lake import mysql
 from ticdc_lake.events import DELETE, UPDATE, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.lake.silver import ChangeRows
 from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
@@ -209,11 +210,16 @@ def test_a_record_past_max_message_bytes_is_refused_before_it_is_parsed(workload
     largest = max(records, key=lambda r: max(len(r.key or b""), len(r.value or b"")))
     size = max(len(largest.key or b""), len(largest.value or b""))
 
-    def decode(limit: int):
+    def decoder(limit: int):
         limited = dataclasses.replace(settings, limits=Limits(max_message_bytes=limit))
-        return make_decoder(protocol, limited).decode(largest)
+        return make_decoder(protocol, limited)
+
+    def decode(limit: int):
+        return decoder(limit).decode(largest)
 
     assert decode(size)  # exactly at the limit: decoded
+    changes = ChangeRows()  # nor is it written into silver's buffers in place
+    assert not decoder(size - 1).decode_into(largest, changes, 1) and not len(changes)
     with pytest.raises(LimitExceededError) as refused:
         decode(size - 1)
     error = refused.value

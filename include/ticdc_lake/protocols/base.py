@@ -120,8 +120,8 @@ class Decoder(ABC):
 
 def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:
     """Whether the record's key and value are each within ``limits.max_message_bytes``."""
-    limit = limits.max_message_bytes
-    return all(raw is None or len(raw) <= limit for raw in (record.key, record.value))
+    limit, key, value = limits.max_message_bytes, record.key, record.value
+    return (key is None or len(key) <= limit) and (value is None or len(value) <= limit)
 
 
 def check_record_size(record: KafkaRecord, limits: Limits) -> None:
