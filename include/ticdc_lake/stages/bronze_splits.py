@@ -51,16 +51,15 @@ def even_splits(files: Sequence[DataFile], count: int) -> list[tuple[RowRange, .
         start = 0
         while start < rows:
             stop = min(rows, start + room)
-            piece = RowRange(file.path, (number,), start, stop, file.partition)
             last = current[-1] if current else None
-            # The split's previous piece ends where this group starts: one piece for both.
             if last is not None and last.path == file.path and start == 0:
-                piece = RowRange(
+                # The split's previous piece ends where this group starts: one piece for both.
+                current[-1] = RowRange(
                     file.path, (*last.row_groups, number), last.start, last.stop + stop,
                     file.partition,
                 )  # fmt: skip
-                current.pop()
-            current.append(piece)
+            else:
+                current.append(RowRange(file.path, (number,), start, stop, file.partition))
             room -= stop - start
             start = stop
             if not room:
