@@ -767,19 +767,19 @@ class PartitionDecoder:
             tally = tallies.setdefault(batch_id, [0, 0, 0])
             tally[0] += 1
             record = KafkaRecord(topic, partition, offset, key, value)
-            topic_decoder = decoders.get(topic)
-            decoder = topic_decoder.decoder
+            entry = decoders.get(topic)
+            decoder = entry.decoder
             # Most records: their rows go straight into the silver buffers, no events made.
             if decoder is not None and decoder.decode_into(record, out.changes, batch_id):
                 tally[1] += 1
                 continue
             try:
-                events = decode_record(topic_decoder, record, source_file)
+                events = decode_record(entry, record, source_file)
                 out.add_events(events, batch_id)
             except DecodeError as error:
                 tally[2] += 1
                 error.located(
-                    protocol=topic_decoder.protocol, topic=topic, partition=partition,
+                    protocol=entry.protocol, topic=topic, partition=partition,
                     offset=offset, source_file=source_file,
                 )  # fmt: skip
                 out.add(QUARANTINE, batch_id, _quarantine_row(record, source_file, batch_id, error))
@@ -884,9 +884,7 @@ def _count(out: pa.RecordBatch, counts: dict[int, dict[str, Any]]) -> None:
                 counted[name] += number
 
 
-def decode_record(
-    topic_decoder: TopicDecoder, record: KafkaRecord, source_file: str
-) -> list[Event]:
+def decode_record(entry: TopicDecoder, record: KafkaRecord, source_file: str) -> list[Event]:
     """The record's events, or DecodeError naming the file and coordinates: undecodable bytes,
     a topic the config does not name, or a TS silver cannot hold. A registry that cannot be
     asked raises SchemaRegistryUnavailableError (or ConfigError for refused credentials)."""
@@ -896,7 +894,7 @@ def decode_record(
         "offset": record.offset,
         "source_file": source_file,
     }
-    decoder, protocol, problem = topic_decoder
+    decoder, protocol, problem = entry
     if decoder is None:
         raise DecodeError(problem, **where)
     try:
