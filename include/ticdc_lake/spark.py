@@ -16,14 +16,7 @@ from typing import Any
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-# The driver JVM's options:
-# - The stages are batch jobs: throughput counts, not pause times. With the parallel
-#   collector a cold compaction of the realistic 1M run took 36.5 s against G1's 38.2.
-# - Their heavy work runs in Python and Arrow; the JVM's is short. Its optimizing compiler
-#   (C2) spent more CPU compiling than its code saved, on the cores the tasks need: stopping
-#   at C1, the first land of a session took 8.7-9.5 s against 11.3 s, and the realistic
-#   benchmark (one session) 29.2-31.6 s against 34.5-34.9 s, at 4M 121 against 138 s.
-DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS
 
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
 DEFAULT_CONF: dict[str, str] = {
@@ -46,8 +39,8 @@ DEFAULT_CONF: dict[str, str] = {
     # read_delta hands Spark the snapshot's file list; above this many paths Spark starts a
     # whole job just to stat them, which costs more than it saves on a local file system.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
-    # Only when Python starts the JVM; spark-submit has started it already (the DAGs give
-    # it the same options: orchestration.DRIVER_JAVA_OPTIONS).
+    # Why these, in orchestration.py (the DAGs give spark-submit the same). Only when Python
+    # starts the JVM; spark-submit has started it already.
     "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
 }
 
@@ -100,7 +93,8 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession for the pipeline. (This module imports nothing of the lake's.)
+    """A SparkSession for the pipeline. (This module imports nothing of the lake's but the
+    standard-library-only orchestration module's JVM options.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): the pipeline's Arrow functions import pyarrow,
