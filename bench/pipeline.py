@@ -18,6 +18,9 @@ generating it. Then, in one SparkSession on ``local[2]``:
 2. land, decode, watermark and compact on a fresh lake, each timed;
 3. the floor again. The first floor run also warms the JVM (class loading, JIT, the first
    Python workers); the figure used is the faster of the two runs.
+4. with Spark stopped, the decode stage's decoder (`PartitionDecoder`) over all of bronze in
+   this process, on one core, writing nothing: the stage's ceiling per core. The decode ratio
+   is the stage's events/s over that rate times the cores (target >= 0.5).
 
 Events/s are row events of the workload (what the generator produced, replays not counted)
 over wall seconds. The run fails unless every gold table holds exactly the generator's row
@@ -45,8 +48,9 @@ from deltalake import DeltaTable
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.spark import build_session
+from ticdc_lake.stages.bronze_splits import BATCH_RECORDS
 from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import decode
+from ticdc_lake.stages.decode import BRONZE_COLUMNS, PartitionDecoder, decode
 from ticdc_lake.stages.land import land
 from ticdc_lake.stages.watermark import watermark
 from ticdc_lake.workload.generator import DDL_HEAVY, DEFAULT_PROFILE, PROFILES, REALISTIC
@@ -61,7 +65,10 @@ ROWS_PER_TRANSACTION = {DDL_HEAVY: 3.8, REALISTIC: 3.7}
 WORK = Path(__file__).resolve().parent / ".work"
 DRIVER_MEMORY = "6g"
 STAGES = ("land", "decode", "watermark", "compact")
+CORES = 2
 TARGET_RATIO = {REALISTIC: 3.0, DDL_HEAVY: 6.0}  # end to end / floor (issue 11)
+TARGET_LAND_RATIO = 1.5  # land / floor
+TARGET_DECODE_RATIO = 0.5  # decode stage events/s / (in-process events/s x cores)
 
 
 def work_dir() -> Path:
@@ -115,6 +122,19 @@ def floor(spark, directory: Path, run: Path) -> float:
     shutil.rmtree(target, ignore_errors=True)
     started = time.perf_counter()
     spark.read.parquet(str(directory / "exports")).write.parquet(str(target))
+    return time.perf_counter() - started
+
+
+def decode_in_process(config) -> float:
+    """Seconds for the decode stage's decoder to decode every bronze record in this process,
+    batches of the stage's size, its output built but not written."""
+    bronze = DeltaTable(str(LakeLayout(config.lake).bronze)).to_pyarrow_table(
+        columns=list(BRONZE_COLUMNS)
+    )
+    decoder = PartitionDecoder.for_config(config)
+    started = time.perf_counter()
+    for _ in decoder(iter(bronze.to_batches(max_chunksize=BATCH_RECORDS))):
+        pass
     return time.perf_counter() - started
 
 
@@ -176,7 +196,7 @@ def run(row_events: int, protocol: str, seed: int, profile: str) -> dict:
     records = sum(manifest["counts"][k] for k in ("messages",))
     spark = build_session(
         "bench-pipeline",
-        master="local[2]",
+        master=f"local[{CORES}]",
         conf={"spark.driver.memory": DRIVER_MEMORY, "spark.ui.enabled": "false"},
     )
     scratch = directory / "run"
@@ -195,6 +215,8 @@ def run(row_events: int, protocol: str, seed: int, profile: str) -> dict:
         print(f"{name}: {seconds[name]:.1f} s", flush=True)
     floors.append(floor(spark, directory, scratch))
     spark.stop()
+    in_process_s = decode_in_process(config)
+    print(f"decode in process: {in_process_s:.1f} s", flush=True)
     all_commits = delta_commits(lake)
     gold_commits = {
         ".".join(Path(name).parts[-2:]): count
@@ -215,7 +237,7 @@ def run(row_events: int, protocol: str, seed: int, profile: str) -> dict:
         "ddl_events": manifest["counts"]["ddl_events"],
         "replayed_row_events": manifest["counts"]["replayed_row_events"],
         "generate": generated,
-        "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
+        "spark": {"master": f"local[{CORES}]", "driver_memory": DRIVER_MEMORY},
         "machine": machine_report(load_start),
         "floor_memory": floor_memory.report(),
         "floor_s": [round(s, 1) for s in floors],
@@ -235,6 +257,11 @@ def run(row_events: int, protocol: str, seed: int, profile: str) -> dict:
         "end_to_end_events_per_s": round(events / total),
         "ratio_to_floor": round(total / best_floor, 2),
         "target_ratio": TARGET_RATIO[profile],
+        "land_ratio_to_floor": round(seconds["land"] / best_floor, 2),
+        "target_land_ratio": TARGET_LAND_RATIO,
+        "decode_in_process_s": round(in_process_s, 1),
+        "decode_ratio": round(in_process_s / (seconds["decode"] * CORES), 2),
+        "target_decode_ratio": TARGET_DECODE_RATIO,
         "watermark": watermark_ts,
         "gold_rows": gold,
         # Delta commits and DDL effects per gold table in the compaction run.
@@ -261,6 +288,10 @@ def print_table(result: dict) -> None:
     print(f"{'end to end':<12}{result['end_to_end_s']:>10.1f}"
           f"{result['end_to_end_events_per_s']:>12,}")  # fmt: skip
     print(f"end to end / floor: {result['ratio_to_floor']}x (target <= {result['target_ratio']}x)")
+    print(f"land / floor: {result['land_ratio_to_floor']}x "
+          f"(target <= {result['target_land_ratio']}x)")  # fmt: skip
+    print(f"decode in process, one core: {result['decode_in_process_s']} s; decode ratio "
+          f"{result['decode_ratio']} (target >= {result['target_decode_ratio']})")  # fmt: skip
     print(f"gold Delta commits per table: {result['gold_delta_commits']}")
     print(
         f"generated in {result['generate']['s']} s, peak RSS {result['generate']['peak_rss_mb']} MB"
