@@ -604,9 +604,30 @@ def test_the_rows_of_a_record_are_added_all_or_none():
         out.add_events([good, ResolvedEvent(7, "t", 0, 2), bad], 3)
 
     out.add_events([dataclasses.replace(good, offset=3)], 3)
-    changes = pa.Table.from_batches(out.batches()).column("change").to_pylist()
+    changes = pa.Table.from_batches(out.drain()).column("change").to_pylist()
     assert [change["offset"] for change in changes] == [1, 3]
     assert [[c["name"] for c in change["columns"]] for change in changes] == [["id", "note"]] * 2
+
+
+def test_a_drained_builder_starts_empty_and_leaves_what_it_gave_alone():
+    """The builder's buffers are reused after a drain: the batches it gave stay as they were
+    when the next rows overwrite the memory."""
+    out = stage.OutputBuilder()
+    image = {"id": Column(8, 0, 1), "note": Column(15, 0, "first batch")}
+    out.add_events([RowEvent(5, "s", "t", "insert", image, None, "t", 0, 1)], 3)
+    out.add(stage.RESOLVED, 3, {"topic": "t", "partition": 0, "ts": 5, "offset": 2, "index": 0,
+                                "bronze_batch": 3})  # fmt: skip
+    first = pa.Table.from_batches(out.drain())
+    before = first.to_pylist()
+
+    later = {"id": Column(8, 0, 2), "note": Column(15, 0, "second, longer batch")}
+    out.add_events([RowEvent(6, "s", "t", "update", later, image, "t", 1, 7)], 4)
+    second = pa.Table.from_batches(out.drain())
+
+    assert first.to_pylist() == before
+    assert [row["kind"] for row in before] == [stage.CHANGE, stage.RESOLVED]
+    assert second.column("change").to_pylist()[0]["offset"] == 7
+    assert second.num_rows == 1 and not out.drain()
 
 
 def test_decode_result_prints_and_serialises():

@@ -638,9 +638,9 @@ def worker_decoders(fingerprint: str, settings: DecoderSettings) -> TopicDecoder
 
 
 class OutputBuilder:
-    """Rows of the decode output for one Arrow batch. Changes, nearly all of it, are built
-    column by column (silver.ChangeRows) and come out in a batch of their own; the few other
-    rows are kept as dicts."""
+    """Rows of the decode output, drained after each Arrow batch. Changes, nearly all of it,
+    are built column by column (silver.ChangeRows) and come out in a batch of their own; the
+    few other rows are kept as dicts."""
 
     def __init__(self):
         self.changes = silver.ChangeRows()
@@ -672,9 +672,11 @@ class OutputBuilder:
     def __len__(self) -> int:
         return len(self.changes) + len(self.others)
 
-    def batches(self) -> list[pa.RecordBatch]:
-        """The rows as DECODED_SCHEMA batches: the changes' (if any), then the others' (if
-        any). Apart, so the changes' nested images are never copied into one batch with them."""
+    def drain(self) -> list[pa.RecordBatch]:
+        """The rows as DECODED_SCHEMA batches, the builder emptied: the changes' (if any), then
+        the others' (if any). Apart, so the changes' nested images are never copied into one
+        batch with them. The changes' buffers are emptied, not freed: the next batch's rows
+        reuse their memory, where new buffers would grow and fault in pages again."""
         parts = []
         if len(self.changes):
             rows = self.changes.struct_array()
@@ -685,6 +687,8 @@ class OutputBuilder:
             batch_ids = pa.array([batch for _, batch, _ in self.others], pa.int64())
             values = {f.name: self._values_of(f) for f in DECODED_SCHEMA if f.name in kinds}
             parts.append(_decoded(pa.array(kinds, pa.string()), batch_ids, values))
+        self.changes.truncate(0)
+        self.others = []
         return parts
 
     def _values_of(self, field: pa.Field) -> pa.Array:
@@ -733,24 +737,22 @@ class PartitionDecoder:
     def _decode(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         decoders = worker_decoders(self.fingerprint, self.settings)
         tallies: dict[int, list[int]] = {}
+        out = OutputBuilder()  # one per task: its buffers keep their size from batch to batch
         for batch in batches:
-            out = OutputBuilder()
             fatal = self._decode_batch(batch, decoders, out, tallies)
-            yield from out.batches()
+            yield from out.drain()
             if fatal is not None:
                 for _ in batches:  # read the rest of the input, so Spark can finish the task
                     pass
                 batch_id, error = fatal
-                out = OutputBuilder()
                 message = {"error_type": type(error).__name__, "message": redact_text(str(error))}
                 out.add(FATAL, batch_id, message)
-                yield from out.batches()
+                yield from out.drain()
                 return
-        out = OutputBuilder()
         for batch_id, (records, decoded, quarantined) in sorted(tallies.items()):
             tally = {"records": records, "decoded": decoded, "quarantined": quarantined}
             out.add(TALLY, batch_id, tally)
-        yield from out.batches()
+        yield from out.drain()
 
     def _decode_batch(
         self,
@@ -839,7 +841,7 @@ class SilverFiles:
         if not count:
             return None
         column = out.column(kind)
-        # Changes come in batches of their own (OutputBuilder.batches): taken whole, no copy.
+        # Changes come in batches of their own (OutputBuilder.drain): taken whole, no copy.
         rows = pa.RecordBatch.from_struct_array(
             column if count == len(column) else column.filter(mask)
         )
