@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from ticdc_lake.delta.read import DataFile
 from ticdc_lake.stages import bronze_splits
-from ticdc_lake.stages.bronze_splits import SplitReader, even_splits
+from ticdc_lake.stages.bronze_splits import RowRange, SplitReader, even_splits
 
 COLUMNS = ("topic", "offset", "batch_id")
 
@@ -36,14 +38,57 @@ def rows_of(reader: SplitReader, split) -> list[dict]:
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7, 64, 200])
-def test_splits_hold_every_row_once_in_order_and_as_many_each(files, count):
+def test_splits_hold_every_row_once_in_order_and_as_much_work_each(files, count):
     splits = even_splits(files, count)
-    sizes = [sum(piece.stop - piece.start for piece in split) for split in splits]
-    assert sum(sizes) == 64 and len(splits) == min(count, 64)
-    assert max(sizes) - min(sizes[:-1] or sizes) == 0 and sizes[-1] <= sizes[0]
+    assert 0 < len(splits) <= min(count, 64)
     reader = SplitReader(tuple(splits), COLUMNS, (1, 2))
     offsets = [row["offset"] for split in splits for row in rows_of(reader, split)]
     assert offsets == list(range(64))
+    work = {
+        (file.path, number): (size + bronze_splits.RECORD_COST_BYTES * rows) / rows
+        for file in files
+        for number, (rows, size) in enumerate(bronze_splits._row_group_sizes(file.path))
+        if rows
+    }
+    done = [
+        sum(work[piece.path, number] * rows for piece in split for number, rows in _rows(piece))
+        for split in splits
+    ]
+    share, most = sum(done) / count, max(work.values())
+    # Each split but the last reaches its share of the work by less than a row's worth.
+    assert all(share - most < figure < share + most for figure in done[:-1] if count <= 64)
+    assert done[-1] < share + most
+
+
+def _rows(piece: RowRange) -> list[tuple[int, int]]:
+    """(row group, rows of it in the piece) for each group the piece reads."""
+    sizes = pq.ParquetFile(piece.path).metadata
+    taken, at = [], 0
+    for number in piece.row_groups:
+        rows = sizes.row_group(number).num_rows
+        low, high = max(piece.start, at), min(piece.stop, at + rows)
+        taken.append((number, high - low))
+        at += rows
+    return taken
+
+
+def test_splits_hold_as_much_work_not_as_many_records(tmp_path):
+    """A thousand watermark-sized records and twenty large ones: as many records each would put
+    every large record in the second of two splits; as much work each gives the first all the
+    small ones and some of the large."""
+    small, large = tmp_path / "small.parquet", tmp_path / "large.parquet"
+    pq.write_table(pa.table({"offset": range(1000), "value": [b"x" * 8] * 1000}), small)
+    values = [random.Random(row).randbytes(50_000) for row in range(20)]  # no dictionary
+    pq.write_table(pa.table({"offset": range(1000, 1020), "value": values}), large)
+    files = [DataFile(str(path), path.stat().st_size) for path in (small, large)]
+
+    first, second = even_splits(files, 2)
+
+    assert next((p.path, p.start, p.stop) for p in first) == (str(small), 0, 1000)
+    large_rows = [
+        p.stop - p.start for split in (first, second) for p in split if p.path == str(large)
+    ]
+    assert sum(large_rows) == 20 and 0 < large_rows[0] < large_rows[1]
 
 
 def test_the_reader_adds_partition_values_and_keeps_the_wanted_batches(files):

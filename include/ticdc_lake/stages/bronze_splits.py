@@ -1,4 +1,4 @@
-"""Bronze records for decoding, cut into splits of about as many records, which decode's tasks
+"""Bronze records for decoding, cut into splits of about as much work, which decode's tasks
 read from the files themselves (pyarrow).
 
 Spark scanning bronze and handing the records to the Python workers as Arrow cost as much CPU
@@ -34,23 +34,32 @@ class RowRange:
     partition: tuple[tuple[str, object], ...] = ()
 
 
+# What a record costs to decode beyond its bytes, in bytes: the Python around each record
+# (~5-10 us) is what the decoder spends on 300-600 bytes of payload (ddl-heavy 1M: 17 ns/byte).
+RECORD_COST_BYTES = 512
+
+
 def even_splits(files: Sequence[DataFile], count: int) -> list[tuple[RowRange, ...]]:
-    """The rows of ``files``, in order, cut into ``count`` splits of about as many rows (fewer
-    splits when there are fewer rows); a split reads each file it touches in one piece."""
+    """The rows of ``files``, in order, cut into ``count`` splits of about as much decoding
+    work (fewer splits when there are fewer rows); a split reads each file it touches in one
+    piece. A row group's work is its uncompressed bytes plus RECORD_COST_BYTES per record,
+    spread evenly over its rows: records differ in size by orders of magnitude (a watermark's
+    few dozen bytes, a batch of row events' hundreds of KB), so as many rows each left one core
+    decoding alone for a fifth of the stage."""
     groups = [
-        (file, number, rows)
+        (file, number, rows, size + RECORD_COST_BYTES * rows)
         for file in files
-        for number, rows in enumerate(_row_group_sizes(file.path))
+        for number, (rows, size) in enumerate(_row_group_sizes(file.path))
         if rows
     ]
-    per_split = max(1, -(-sum(rows for *_, rows in groups) // max(1, count)))
+    cuts = iter(_cuts([(rows, work) for _, _, rows, work in groups], count))
     splits: list[tuple[RowRange, ...]] = []
     current: list[RowRange] = []
-    room = per_split  # rows the current split still takes
-    for file, number, rows in groups:
+    at, cut = 0, next(cuts)  # the row the next split starts at (global row number)
+    for file, number, rows, _ in groups:
         start = 0
         while start < rows:
-            stop = min(rows, start + room)
+            stop = min(rows, start + cut - at)
             last = current[-1] if current else None
             if last is not None and last.path == file.path and start == 0:
                 # The split's previous piece ends where this group starts: one piece for both.
@@ -60,19 +69,39 @@ def even_splits(files: Sequence[DataFile], count: int) -> list[tuple[RowRange, .
                 )  # fmt: skip
             else:
                 current.append(RowRange(file.path, (number,), start, stop, file.partition))
-            room -= stop - start
+            at += stop - start
             start = stop
-            if not room:
+            if at == cut:
                 splits.append(tuple(current))
-                current, room = [], per_split
-    if current:
-        splits.append(tuple(current))
+                current, cut = [], next(cuts, None)  # None after the last row
     return splits
 
 
-def _row_group_sizes(path: str) -> list[int]:
+def _cuts(groups: Sequence[tuple[int, int]], count: int) -> list[int]:
+    """Where each split ends (global row numbers, increasing, the last one all the rows) when
+    ``groups`` ((rows, work) each, in order) are cut into at most ``count`` parts of about
+    equal work; a cut inside a group falls where its evenly spread work reaches the share."""
+    total_rows = sum(rows for rows, _ in groups)
+    total_work = sum(work for _, work in groups)
+    cuts, share = [], 1  # the next cut is where the work done reaches share / count of it
+    first_row, work_before = 0, 0
+    for rows, work in groups:
+        # Integers throughout: share * total_work / count within this group's work.
+        while share < count and share * total_work <= (work_before + work) * count:
+            owed = share * total_work - work_before * count  # x count, within this group
+            row = first_row + -(-owed * rows // (work * count))  # rounded up
+            if (not cuts or row > cuts[-1]) and 0 < row < total_rows:
+                cuts.append(row)
+            share += 1
+        first_row, work_before = first_row + rows, work_before + work
+    return [*cuts, total_rows]
+
+
+def _row_group_sizes(path: str) -> list[tuple[int, int]]:
+    """(rows, uncompressed bytes) of each row group of the file."""
     metadata = pq.ParquetFile(path).metadata
-    return [metadata.row_group(number).num_rows for number in range(metadata.num_row_groups)]
+    groups = (metadata.row_group(number) for number in range(metadata.num_row_groups))
+    return [(group.num_rows, group.total_byte_size) for group in groups]
 
 
 @dataclass(frozen=True)
