@@ -14,10 +14,10 @@ from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import land_batch
+from ticdc_lake.stages import land_batch, land_pass
 from ticdc_lake.stages.land import LandTables, land
 from ticdc_lake.stages.land_batch import SPARK_PARQUET
-from ticdc_lake.stages.land_pass import TALLIED, OffsetSpan, PassTally, TaskTally
+from ticdc_lake.stages.land_pass import IS_RECORD, TALLIED, OffsetSpan, PassTally, TaskTally
 
 from tests.stages.test_export_parquet import parquet_landing
 from tests.stages.test_land import SimulatedKill, bronze_records, expected, retopic, write_config
@@ -34,6 +34,13 @@ def test_offsets_are_unique_when_no_task_repeats_one_and_their_spans_are_disjoin
     assert tally((0, 0, 9, 10), (0, 10, 19, 10), (1, 0, 9, 10)).offsets_unique() is True
     assert tally((0, 0, 9, 5), (0, 20, 29, 3)).offsets_unique() is True  # holes are not repeats
     assert tally().offsets_unique() is True
+
+
+def test_a_task_writes_a_batch_of_records_as_it_is_and_drops_the_rows_that_are_not():
+    every = pa.record_batch({"offset": [1, 2, 3], IS_RECORD: [True, True, True]})
+    mixed = pa.record_batch({"offset": [1, 2, 3], IS_RECORD: [True, False, None]})
+    assert land_pass._records(every) is every
+    assert land_pass._records(mixed).column("offset").to_pylist() == [1]
 
 
 def test_spans_that_meet_leave_it_to_the_offsets():

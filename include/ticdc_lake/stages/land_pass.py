@@ -37,13 +37,20 @@ class BronzeTask:
         try:
             for batch in batches:
                 tally.add(batch)
-                files.write(batch.filter(batch.column(IS_RECORD)))
+                files.write(_records(batch))
             adds = files.close()
         except BaseException:
             files.discard()
             raise
         report = {"adds": adds, **tally.report()}
         yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]}, REPORT_SCHEMA)
+
+
+def _records(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch's rows that are records: the batch itself when all are, as nearly always (a
+    filter copies every payload: 0.17 s for 10,000 records of 5 KB)."""
+    is_record = batch.column(IS_RECORD)
+    return batch if is_record.true_count == batch.num_rows else batch.filter(is_record)
 
 
 class TaskTally:
