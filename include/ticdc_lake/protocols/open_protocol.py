@@ -87,7 +87,7 @@ from ticdc_lake.protocols.base import (
     Decoder,
     Encoder,
     KafkaMessage,
-    fits_record_size,
+    fits_message_size,
 )
 from ticdc_lake.protocols.go_quote import go_quote, go_unquote
 from ticdc_lake.records import KafkaRecord
@@ -168,16 +168,16 @@ class OpenProtocolDecoder(Decoder):
             else functools.partial(decompress, codec, limits=self.settings.limits)
         )
 
-    def _compiled_input(self, record: KafkaRecord) -> tuple[bytes, bytes] | None:
+    def _compiled_input(self, key: Any, value: Any) -> tuple[bytes, bytes] | None:
         """The key and value the compiled decoder reads, or None when it is absent or they are
         not exact bytes (the reference decoder then decides)."""
-        key, value = record.key, record.value or b""
+        value = value or b""
         if self.speedups is None or type(key) is not bytes or type(value) is not bytes:
             return None
         return key, value
 
     def _decode_fast(self, record: KafkaRecord) -> list[Event] | None:
-        compiled_input = self._compiled_input(record)
+        compiled_input = self._compiled_input(record.key, record.value)
         if compiled_input is None:
             return None
         # None: the message holds something the extension leaves to Python (a DDL, a claim-check
@@ -187,17 +187,26 @@ class OpenProtocolDecoder(Decoder):
             *compiled_input, self._decompress, record.topic, record.partition, record.offset
         )
 
-    def decode_into(self, record: KafkaRecord, changes: ChangeRows, bronze_batch: int) -> bool:
-        compiled_input, buffers = self._compiled_input(record), changes.compiled_buffers()
+    def decode_parts_into(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        changes: ChangeRows,
+        bronze_batch: int,
+    ) -> bool:
+        compiled_input, buffers = self._compiled_input(key, value), changes.compiled_buffers()
         if (
             compiled_input is None
             or buffers is None
-            or not fits_record_size(record, self.settings.limits)
+            or not fits_message_size(key, value, self.settings.limits)
         ):
             return False
         return self.speedups.decode_into(
-            *compiled_input, self._decompress, record.topic, record.partition, record.offset,
-            buffers, bronze_batch, FLAG_HANDLE_KEY,
+            *compiled_input, self._decompress, topic, partition, offset, buffers, bronze_batch,
+            FLAG_HANDLE_KEY,
         )  # fmt: skip
 
     def _decode(self, record: KafkaRecord) -> list[Event]:

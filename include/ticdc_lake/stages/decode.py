@@ -768,13 +768,15 @@ class PartitionDecoder:
         ):
             tally = tallies.setdefault(batch_id, [0, 0, 0])
             tally[0] += 1
-            record = KafkaRecord(topic, partition, offset, key, value)
             entry = decoders.get(topic)
             decoder = entry.decoder
             # Most records: their rows go straight into the silver buffers, no events made.
-            if decoder is not None and decoder.decode_into(record, out.changes, batch_id):
+            if decoder is not None and decoder.decode_parts_into(
+                topic, partition, offset, key, value, out.changes, batch_id
+            ):
                 tally[1] += 1
                 continue
+            record = KafkaRecord(topic, partition, offset, key, value)
             try:
                 events = decode_record(entry, record, source_file)
                 out.add_events(events, batch_id)
