@@ -141,6 +141,7 @@ def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:
 
 
 def fits_message_size(key: bytes | None, value: bytes | None, limits: Limits) -> bool:
+    """``fits_record_size`` of a record's key and value (an absent one fits)."""
     limit = limits.max_message_bytes
     return (key is None or len(key) <= limit) and (value is None or len(value) <= limit)
 
