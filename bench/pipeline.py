@@ -127,7 +127,8 @@ def floor(spark, directory: Path, run: Path) -> float:
 
 def decode_in_process(config) -> float:
     """Seconds for the decode stage's decoder to decode every bronze record in this process,
-    batches of the stage's size, its output built but not written."""
+    batches of the stage's size (read before the clock starts), its output built but not
+    written."""
     bronze = DeltaTable(str(LakeLayout(config.lake).bronze)).to_pyarrow_table(
         columns=list(BRONZE_COLUMNS)
     )
