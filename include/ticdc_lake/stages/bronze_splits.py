@@ -90,7 +90,7 @@ def _cuts(groups: Sequence[tuple[int, int]], count: int) -> list[int]:
         while share < count and share * total_work <= (work_before + work) * count:
             owed = share * total_work - work_before * count  # x count, within this group
             row = first_row + -(-owed * rows // (work * count))  # rounded up
-            if (not cuts or row > cuts[-1]) and 0 < row < total_rows:
+            if row < total_rows and (not cuts or row > cuts[-1]):
                 cuts.append(row)
             share += 1
         first_row, work_before = first_row + rows, work_before + work
