@@ -1140,6 +1140,56 @@ def test_decode_into_binds_silver_however_the_modules_are_imported(speedups):
     subprocess.run([sys.executable, "-W", "error", "-c", script], check=True)
 
 
+# Values the in-place path writes as the message's own text, no object made, and their
+# neighbours it must leave to objects or refuse: (column JSON, taken straight into silver).
+TEXT_EDGES = [
+    ('{"t":1,"f":0,"v":127}', True),  # TINYINT's largest
+    ('{"t":1,"f":0,"v":128}', False),  # beyond it: the events path names it
+    ('{"t":1,"f":128,"v":255}', True),  # TINYINT UNSIGNED's largest
+    ('{"t":1,"f":128,"v":-1}', False),
+    ('{"t":3,"f":0,"v":-2147483648}', True),
+    ('{"t":3,"f":0,"v":-0}', True),  # str(0) is "0", not the message's "-0"
+    ('{"t":8,"f":128,"v":18446744073709551615}', True),  # BIGINT UNSIGNED, beyond int64
+    ('{"t":8,"f":0,"v":9223372036854775808}', False),
+    ('{"t":8,"f":0,"v":-9223372036854775808}', True),
+    ('{"t":8,"f":0,"v":18446744073709551616}', False),  # beyond 64 bits: a float to orjson
+    ('{"t":13,"f":0,"v":1900}', False),  # YEAR
+    ('{"t":13,"f":0,"v":2155}', True),
+    ('{"t":3,"f":0,"v":1.0}', False),  # a float for an INT
+    ('{"t":3,"f":0,"v":"1"}', False),  # a string for an INT
+    ('{"t":3,"f":0,"v":1e2}', False),
+    ('{"t":15,"f":0,"v":"plain"}', True),
+    ('{"t":15,"f":0,"v":""}', True),
+    ('{"t":15,"f":0,"v":"tab\\tand \\"quotes\\""}', True),  # escaped: made as an object
+    ('{"t":15,"f":0,"v":"caf\u00e9"}', True),  # not ASCII: made as an object
+    ('{"t":15,"f":0,"v":7}', False),  # a number for a VARCHAR
+    ('{"t":15,"f":1,"v":"\\\\x00bin"}', True),  # binary: Go-quoted bytes
+    ('{"t":246,"f":0,"v":"-12.50"}', True),  # DECIMAL
+    ('{"t":246,"f":0,"v":"1.2.3"}', False),
+    ('{"t":10,"f":0,"v":"2024-02-29"}', True),  # DATE
+    ('{"t":10,"f":0,"v":"2024-13-01"}', False),
+    ('{"t":12,"f":0,"v":"2024-01-02 03:04:05.123456"}', True),  # DATETIME
+    ('{"t":245,"f":0,"v":"{\\"a\\":1}"}', True),  # JSON: orjson must parse it
+    ('{"t":245,"f":0,"v":"{"}', False),
+    ('{"t":225,"f":0,"v":"[1,2]"}', True),  # VECTOR
+    ('{"v":"late","t":15,"f":0}', True),  # the value before its type
+    ('{"t":15,"f":0,"v":"first","v":"last"}', True),  # a repeated key: the last
+    ('{"t":3,"f":0,"v":null}', True),
+]
+
+
+@pytest.mark.parametrize(("column", "taken"), TEXT_EDGES)
+def test_values_read_as_their_text_agree_with_the_reference(speedups, column, taken):
+    rows = ChangeRows()
+    if rows.compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"c":' + column + "}}"
+    fuzzed = record(*frame([ROW_KEY_AT % 1], [value]))
+    expected = outcome(OpenProtocolDecoder(speedups=None), fuzzed)
+    assert written_into(speedups, CodecSettings(), fuzzed, expected) == taken
+    agrees_on_events(speedups, CodecSettings(), fuzzed, expected)
+
+
 def reads_in_place(speedups, value_json: bytes, codec: str) -> bool:
     """Whether the in-place reader takes this value document (else orjson reads it)."""
     if codec != "none":

@@ -123,16 +123,21 @@ typedef struct {
     Py_ssize_t size, capacity;
 } Bytes;
 
-static int
-bytes_reserve(Bytes *bytes, Py_ssize_t more)
+#if defined(__GNUC__) || defined(__clang__)
+#define OUT_OF_LINE __attribute__((noinline))
+#else
+#define OUT_OF_LINE
+#endif
+
+/* Room for `more` bytes, grown by doubling; out of line, so the appends stay small. */
+static OUT_OF_LINE int
+bytes_grow(Bytes *bytes, Py_ssize_t more)
 {
     if (more > PY_SSIZE_T_MAX - bytes->size) {
         PyErr_NoMemory();
         return -1;
     }
     Py_ssize_t needed = bytes->size + more;
-    if (needed <= bytes->capacity)
-        return 0;
     Py_ssize_t capacity = bytes->capacity ? bytes->capacity : 256;
     while (capacity < needed)
         capacity = capacity > PY_SSIZE_T_MAX / 2 ? needed : capacity * 2;
@@ -146,7 +151,13 @@ bytes_reserve(Bytes *bytes, Py_ssize_t more)
     return 0;
 }
 
-static int
+static inline int
+bytes_reserve(Bytes *bytes, Py_ssize_t more)
+{
+    return more <= bytes->capacity - bytes->size ? 0 : bytes_grow(bytes, more);
+}
+
+static inline int
 bytes_append(Bytes *bytes, const void *data, Py_ssize_t size)
 {
     if (bytes_reserve(bytes, size) < 0)
@@ -169,7 +180,7 @@ enum { NAME, TYPE_CODE, FLAGS, MYSQL_TYPE, TEXT, BINARY, COLUMNS };
 static const int WIDTHS[COLUMNS] = {0, 4, 8, 0, 0, 0};
 
 /* Sets bit `index` of the validity bitmap to `valid`. */
-static int
+static inline int
 column_mark(Column *column, Py_ssize_t index, int valid)
 {
     if (index % 8 == 0) {
@@ -183,7 +194,7 @@ column_mark(Column *column, Py_ssize_t index, int valid)
 }
 
 /* Appends entry `index`: `size` bytes at `data`, or null when `data` is NULL. */
-static int
+static inline int
 column_append(Column *column, Py_ssize_t index, const void *data, Py_ssize_t size)
 {
     if (column_mark(column, index, data != NULL) < 0)
@@ -555,15 +566,26 @@ identity_write(Identity *identity, const char *text, PyObject *value)
     return written < 0 ? -1 : 0;
 }
 
-/* Punctuation (`text`), then UTF-8 `string` as a JSON string (a number's text, say). */
+/* Punctuation (`text`), then `string` as a JSON string, quoted as it is: a number's text, or
+ * a sink's text (SinkColumn), neither of which holds a byte JSON escapes. */
 static int
 identity_write_text(Identity *identity, const char *text, const char *string, Py_ssize_t size)
 {
     if (identity == NULL || identity->left)
         return 0;
-    if (bytes_append(&identity->json, text, (Py_ssize_t)strlen(text)) < 0)
+    Py_ssize_t punctuation = (Py_ssize_t)strlen(text);
+    if (size > PY_SSIZE_T_MAX - 2 - punctuation
+        || bytes_reserve(&identity->json, punctuation + size + 2) < 0)
         return -1;
-    return json_text(&identity->json, string, size);
+    char *at = identity->json.data + identity->json.size;
+    memcpy(at, text, (size_t)punctuation);
+    at += punctuation;
+    *at++ = '"';
+    memcpy(at, string, (size_t)size);
+    at += size;
+    *at++ = '"';
+    identity->json.size = at - identity->json.data;
+    return 0;
 }
 
 /* The 32 hex digits of the identity's id, as a str; NULL (nothing set) when it is left. */
@@ -659,6 +681,22 @@ has_flag(PyObject *flags, PyObject *flag)
     return result;
 }
 
+/* has_flag of flags given as a number. */
+static int
+has_flag_bits(long bits, PyObject *flag)
+{
+    int overflow = 0;
+    long mask = PyLong_CheckExact(flag) ? PyLong_AsLongAndOverflow(flag, &overflow) : -1;
+    if (!overflow && mask >= 0)
+        return (bits & mask) != 0;
+    PyObject *flags = PyLong_FromLong(bits);
+    if (flags == NULL)
+        return -1;
+    int result = has_flag(flags, flag);
+    Py_DECREF(flags);
+    return result;
+}
+
 /* The events.Column attributes read, by position. */
 enum { C_TYPE_CODE, C_FLAGS, C_VALUE, C_MYSQL_TYPE, COLUMN_ATTRIBUTES };
 static const char *const COLUMN_ATTRIBUTE_NAMES[COLUMN_ATTRIBUTES] = {
@@ -687,26 +725,38 @@ number_text(PyObject *value, char buffer[NUMBER_TEXT], Py_ssize_t *size, char **
 
 /* Appends one column of an image, its attributes (borrowed) in `attrs`: to `entries` its
  * identity entry [name, text, binary] and to `identity` its JSON after `opening`, each unless
- * NULL; -1 on failure (the columns may then hold part of it: truncate undoes it). */
+ * NULL; -1 on failure (the columns may then hold part of it: truncate undoes it). A decoder's
+ * column (`given`, else NULL) has its type code and flags as numbers, not in `attrs`, and when
+ * attrs[C_VALUE] is NULL its value as text. */
 static int
-add_fields(ImageBuffers *self, PyObject *name, PyObject *const *attrs, PyObject *handle,
-           PyObject *handle_flag, Identity *identity, const char *opening, PyObject *entries)
+add_fields(ImageBuffers *self, PyObject *name, PyObject *const *attrs, const SinkColumn *given,
+           PyObject *handle, PyObject *handle_flag, Identity *identity, const char *opening,
+           PyObject *entries)
 {
     PyObject *text = NULL, *binary = NULL, *entry = NULL;
     Py_ssize_t index = self->entries, number_size = 0;
     Column *columns = self->columns;
     int is_handle, ok = 0;
     char digits[NUMBER_TEXT], *allocated = NULL;
+    int32_t given_code = given ? (int32_t)given->type_code : 0;
+    int64_t given_flags = given ? (int64_t)given->flags : 0;
     /* A number's text is written from C; `entries` (the Python-visible add) takes a str. */
-    const char *number = entries == NULL
-                             ? number_text(attrs[C_VALUE], digits, &number_size, &allocated)
-                             : NULL;
+    const char *number = NULL;
+    if (attrs[C_VALUE] == NULL) {
+        number = given->text;
+        number_size = given->text_size;
+    } else if (entries == NULL) {
+        number = number_text(attrs[C_VALUE], digits, &number_size, &allocated);
+    }
     if (number == NULL && value_fields(attrs[C_VALUE], &text, &binary) < 0)
         goto done;
     if (column_append_object(&columns[NAME], index, name, "column name", 0) < 0
-        || column_append_integer(&columns[TYPE_CODE], index, attrs[C_TYPE_CODE],
-                                 "an image's type code") < 0
-        || column_append_integer(&columns[FLAGS], index, attrs[C_FLAGS], "an image's flags") < 0
+        || (given ? column_append(&columns[TYPE_CODE], index, &given_code, 4)
+                  : column_append_integer(&columns[TYPE_CODE], index, attrs[C_TYPE_CODE],
+                                          "an image's type code")) < 0
+        || (given ? column_append(&columns[FLAGS], index, &given_flags, 8)
+                  : column_append_integer(&columns[FLAGS], index, attrs[C_FLAGS],
+                                          "an image's flags")) < 0
         || column_append_object(&columns[MYSQL_TYPE], index, attrs[C_MYSQL_TYPE], "MySQL type",
                                 0) < 0
         || (number ? column_append(&columns[TEXT], index, number, number_size)
@@ -719,7 +769,8 @@ add_fields(ImageBuffers *self, PyObject *name, PyObject *const *attrs, PyObject 
         goto done;
     }
     self->entries++;
-    is_handle = has_flag(attrs[C_FLAGS], handle_flag);
+    is_handle = given ? has_flag_bits(given->flags, handle_flag)
+                      : has_flag(attrs[C_FLAGS], handle_flag);
     if (is_handle < 0 || (is_handle && PyList_Append(handle, name) < 0))
         goto done;
     if (identity_write(identity, opening, name) < 0
@@ -755,7 +806,8 @@ add_column(ImageBuffers *self, PyObject *name, PyObject *column, PyObject *handl
     PyObject *attrs[COLUMN_ATTRIBUTES] = {NULL};
     int rc = read_attributes(&column_attributes, column, attrs) < 0
                  ? -1
-                 : add_fields(self, name, attrs, handle, handle_flag, identity, opening, entries);
+                 : add_fields(self, name, attrs, NULL, handle, handle_flag, identity, opening,
+                              entries);
     for (int i = 0; i < COLUMN_ATTRIBUTES; i++)
         Py_XDECREF(attrs[i]);
     return rc;
@@ -785,10 +837,9 @@ image_next(ImageBuffers *self, const ImageSource *image, Py_ssize_t *at, PyObjec
         if (*at >= image->count)
             return 0;
         const SinkColumn *column = &image->columns[(*at)++];
-        PyObject *attrs[COLUMN_ATTRIBUTES] = {column->type_code, column->flags, column->value,
-                                              Py_None};
-        return add_fields(self, column->name, attrs, handle, handle_flag, identity, opening,
-                          entries) < 0 ? -1 : 1;
+        PyObject *attrs[COLUMN_ATTRIBUTES] = {NULL, NULL, column->value, Py_None};
+        return add_fields(self, column->name, attrs, column, handle, handle_flag, identity,
+                          opening, entries) < 0 ? -1 : 1;
     }
     PyObject *name, *column;
     if (!PyDict_Next(image->dict, at, &name, &column))

@@ -11,11 +11,18 @@
 #include <Python.h>
 
 #define SILVER_SINK_CAPSULE "ticdc_lake.lake._silver_speedups.sink"
-#define SILVER_SINK_VERSION 1
+#define SILVER_SINK_VERSION 2
 
-/* One column of an image (borrowed references): what events.Column holds, mysql_type None. */
+/* One column of an image (borrowed references): what events.Column holds, mysql_type None,
+ * its type code (0..255) and flags as numbers. `value` NULL: the value is a str or an int whose
+ * text (str() of it) is the `text_size` bytes at `text`, read from the message with no object
+ * made: ASCII that JSON does not escape (no quote, backslash or control byte), as an unescaped
+ * JSON string's or an integer's text is. */
 typedef struct {
-    PyObject *name, *type_code, *flags, *value;
+    PyObject *name, *value;
+    long type_code, flags;
+    const char *text;
+    Py_ssize_t text_size;
 } SinkColumn;
 
 /* RowEvent's scalar attributes, in this order (borrowed references). */

@@ -746,17 +746,17 @@ skip_digits(const unsigned char *at, const unsigned char *end)
     return at;
 }
 
-/* A number next, as orjson reads it: an int when it has neither fraction nor exponent (NULL
- * beyond 64 bits, which orjson makes a float), else the nearest float (NULL when infinite). */
-static PyObject *
-number_value(Text *text)
+/* The end of the JSON number at `start` (NULL when there is none: orjson's grammar, no leading
+ * zeros), and in *integer_end the end of its integer part. */
+static const unsigned char *
+number_end(const unsigned char *start, const unsigned char *end,
+           const unsigned char **integer_end)
 {
-    const unsigned char *start = text->at, *end = text->end;
     const unsigned char *digits = start < end && *start == '-' ? start + 1 : start;
     const unsigned char *at = skip_digits(digits, end);
     if (at == digits || (at - digits > 1 && *digits == '0'))
         return NULL;
-    const unsigned char *integer_end = at;
+    *integer_end = at;
     if (at < end && *at == '.') {
         const unsigned char *fraction = at + 1;
         if ((at = skip_digits(fraction, end)) == fraction)
@@ -769,16 +769,39 @@ number_value(Text *text)
         if ((at = skip_digits(exponent, end)) == exponent)
             return NULL;
     }
+    return at;
+}
+
+/* The magnitude of the digits [digits, end), or 0 beyond 64 bits. */
+static int
+digits_value(const unsigned char *digits, const unsigned char *end, uint64_t *value)
+{
+    *value = 0;
+    for (const unsigned char *d = digits; d < end; d++) {
+        unsigned digit = *d - '0';
+        if (*value > (UINT64_MAX - digit) / 10)
+            return 0;
+        *value = *value * 10 + digit;
+    }
+    return 1;
+}
+
+/* A number next, as orjson reads it: an int when it has neither fraction nor exponent (NULL
+ * beyond 64 bits, which orjson makes a float), else the nearest float (NULL when infinite). */
+static PyObject *
+number_value(Text *text)
+{
+    const unsigned char *start = text->at, *integer_end;
+    const unsigned char *at = number_end(start, text->end, &integer_end);
+    if (at == NULL)
+        return NULL;
     text->at = at;
     if (at == integer_end) {
-        uint64_t value = 0;
-        for (const unsigned char *d = digits; d < at; d++) {
-            unsigned digit = *d - '0';
-            if (value > (UINT64_MAX - digit) / 10)
-                return NULL;
-            value = value * 10 + digit;
-        }
-        if (digits == start)
+        int negative = *start == '-';
+        uint64_t value;
+        if (!digits_value(start + negative, at, &value))
+            return NULL;
+        if (!negative)
             return PyLong_FromUnsignedLongLong(value);
         if (value > (uint64_t)INT64_MAX + 1)
             return NULL;
@@ -830,6 +853,13 @@ scalar_value(Text *text, StringReader read_string)
 static int
 short_key(Text *text)
 {
+    skip_space(text);
+    const unsigned char *at = text->at;
+    if (text->end - at >= 4 && at[0] == '"' && at[2] == '"' && at[1] >= 0x20 && at[1] != '\\'
+        && at[1] != '"' && at[3] == ':') { /* "t": as TiCDC writes it */
+        text->at += 4;
+        return at[1];
+    }
     const unsigned char *key;
     Py_ssize_t length;
     int escaped;
@@ -1279,16 +1309,16 @@ sink_image_clear(SinkImage *image)
 {
     for (Py_ssize_t i = 0; i < image->count; i++) {
         Py_DECREF(image->columns[i].name);
-        Py_DECREF(image->columns[i].type_code);
-        Py_DECREF(image->columns[i].flags);
-        Py_DECREF(image->columns[i].value);
+        Py_XDECREF(image->columns[i].value);
     }
     if (image->columns != image->stack)
         PyMem_Free(image->columns);
     sink_image_init(image);
 }
 
-/* Are two names (exact, ready str) equal? As str's own equality: the same kind and code units. */
+/* Are two names (exact, ready str) equal? As str's own equality: the same kind and code units.
+ * Names of one length often share their start (c_int, c_bit): the last byte tells most apart
+ * before memcmp is called. */
 static inline int
 same_name(PyObject *a, PyObject *b)
 {
@@ -1296,8 +1326,11 @@ same_name(PyObject *a, PyObject *b)
         return 1;
     Py_ssize_t length = PyUnicode_GET_LENGTH(a);
     int kind = PyUnicode_KIND(a);
-    return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b)
-           && memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * kind) == 0;
+    if (length != PyUnicode_GET_LENGTH(b) || kind != PyUnicode_KIND(b))
+        return 0;
+    const char *x = PyUnicode_DATA(a), *y = PyUnicode_DATA(b);
+    size_t size = (size_t)length * (size_t)kind;
+    return size == 0 || (x[size - 1] == y[size - 1] && memcmp(x, y, size) == 0);
 }
 
 /* The index of an earlier column named `name`, or -1. */
@@ -1308,6 +1341,175 @@ sink_image_find(const SinkImage *image, PyObject *name)
         if (same_name(image->columns[i].name, name))
             return i;
     return -1;
+}
+
+/* Is every byte of [s, s + n) ASCII? Eight at a time. */
+static inline int
+all_ascii(const unsigned char *s, Py_ssize_t n)
+{
+    uint64_t any = 0, word;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&word, s + i, 8);
+        any |= word;
+    }
+    for (; i < n; i++)
+        any |= s[i];
+    return (any & 0x8080808080808080ULL) == 0;
+}
+
+/* A column's value as read (once): where it starts, for scalar_value when its object must be
+ * made; a string's contents or an integer's text. */
+typedef struct {
+    Text at;
+    const unsigned char *start, *end;
+    enum { V_OTHER, V_STRING, V_INTEGER } kind;
+    int escaped;
+} ValueSpan;
+
+/* A scalar (string, number, true, false, null) next, read into `value`; 0 for anything else
+ * (an array, an object). */
+static int
+value_span(Text *text, ValueSpan *value)
+{
+    skip_space(text);
+    value->at = *text;
+    value->kind = V_OTHER;
+    if (text->at >= text->end)
+        return 0;
+    unsigned char c = *text->at;
+    if (c == '"') {
+        Py_ssize_t length;
+        if (!string_span(text, &value->start, &length, &value->escaped))
+            return 0;
+        value->end = value->start + length;
+        value->kind = V_STRING;
+        return 1;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        const unsigned char *integer_end, *end = number_end(text->at, text->end, &integer_end);
+        if (end == NULL)
+            return 0;
+        value->start = text->at;
+        value->end = text->at = end;
+        value->kind = end == integer_end ? V_INTEGER : V_OTHER;
+        return 1;
+    }
+    return take_word(text, "null", 4) || take_word(text, "true", 4) || take_word(text, "false", 5);
+}
+
+/* The value as its text (SinkColumn's `text`), when it is the event model's value as it stands
+ * and fits its type: a plain ASCII string (nothing escaped) of a type that keeps strings as
+ * they are, or an integer of an integer type, whose digits are str() of it. 0: the value object
+ * must be made (column_value) and checked (code_fits) instead. */
+static int
+value_text(long code, long flags, const ValueSpan *value, SinkColumn *out)
+{
+    if (code < 0 || code > 255)
+        return 0;
+    int kind = value_kind[code];
+    if (value->kind == V_OTHER)
+        return 0;
+    const unsigned char *start = value->start;
+    Py_ssize_t length = value->end - start;
+    if (value->kind == V_STRING) {
+        if ((kind != K_TEXT_VALUE && (kind != K_STRING || flags & FLAG_BINARY))
+            || value->escaped || !all_ascii(start, length)
+            || text_fits(code, (const char *)start, length) != 1)
+            return 0;
+    } else {
+        if (kind != K_INTEGER)
+            return 0;
+        int negative = *start == '-';
+        uint64_t magnitude;
+        if (!digits_value(start + negative, value->end, &magnitude)
+            || (negative && magnitude == 0)) /* -0: str(0) is "0" */
+            return 0;
+        long long number = 0;
+        int overflow = 0;
+        if (negative) {
+            if (magnitude > (uint64_t)INT64_MAX + 1)
+                return 0; /* beyond int64 below: orjson makes it a float */
+            number = magnitude == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(long long)magnitude;
+        } else if (magnitude > (uint64_t)INT64_MAX) {
+            overflow = 1;
+        } else {
+            number = (long long)magnitude;
+        }
+        if (!integer_fits(code, (flags & CHECK_UNSIGNED) != 0, number, overflow))
+            return 0;
+    }
+    out->text = (const char *)start;
+    out->text_size = length;
+    return 1;
+}
+
+/* An integer within a long next, as small_int takes orjson's int: 0 for anything else. */
+static int
+small_int_span(Text *text, long *out)
+{
+    ValueSpan value;
+    uint64_t magnitude;
+    if (!value_span(text, &value) || value.kind != V_INTEGER)
+        return 0;
+    int negative = *value.start == '-';
+    if (!digits_value(value.start + negative, value.end, &magnitude)
+        || magnitude > (negative ? (uint64_t)LONG_MAX + 1 : (uint64_t)LONG_MAX))
+        return 0;
+    *out = negative ? (magnitude == (uint64_t)LONG_MAX + 1 ? LONG_MIN : -(long)magnitude)
+                    : (long)magnitude;
+    return 1;
+}
+
+/* A column object next, as column_fields_in_place reads it, into `out` (its type code and
+ * flags, and a new reference to its value unless value_text reads it as text) with its value
+ * checked to fit its type; 0 to decline, nothing held. */
+static int
+sink_column_in_place(Text *text, SinkColumn *out)
+{
+    if (!take(text, '{'))
+        return 0;
+    ValueSpan value = {{NULL, NULL}, NULL, NULL, V_OTHER, 0};
+    int has_code = 0, has_flags = 0;
+    if (!take(text, '}')) {
+        do {
+            int key = short_key(text);
+            if (key == 'v') {
+                if (!value_span(text, &value))
+                    return 0;
+            } else if (key == 't') {
+                if (!small_int_span(text, &out->type_code))
+                    return 0;
+                has_code = 1;
+            } else if (key == 'f') {
+                if (!small_int_span(text, &out->flags))
+                    return 0;
+                has_flags = 1;
+            } else if (key == 'h') { /* the handle key, in the flags too */
+                PyObject *read = scalar_value(text, string_value);
+                if (read == NULL)
+                    return 0;
+                Py_DECREF(read);
+            } else {
+                return 0;
+            }
+        } while (take(text, ','));
+        if (!take(text, '}'))
+            return 0;
+    }
+    if (!has_code || !has_flags || value.at.at == NULL)
+        return 0;
+    out->value = NULL;
+    if (value_text(out->type_code, out->flags, &value, out))
+        return 1;
+    PyObject *read = scalar_value(&value.at, string_value);
+    out->value = read == NULL ? NULL : column_value(out->type_code, out->flags, read);
+    Py_XDECREF(read);
+    if (out->value != NULL
+        && (out->value == Py_None || code_fits(out->type_code, out->flags, out->value, Py_None)))
+        return 1;
+    Py_CLEAR(out->value);
+    return 0;
 }
 
 /* An image object next, read into `image` as image_in_place reads it (a repeated name keeps
@@ -1323,37 +1525,31 @@ sink_image_in_place(Text *text, SinkImage *image)
         const unsigned char *start;
         Py_ssize_t length;
         int escaped;
-        PyObject *fields[C_COUNT];
         if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
             return 0;
-        PyObject *name = recent_string(start, length, escaped);
-        if (name == NULL)
+        SinkColumn column;
+        column.name = recent_string(start, length, escaped);
+        if (column.name == NULL)
             return 0;
-        if (!column_fields_in_place(text, fields)) {
-            Py_DECREF(name);
+        if (!sink_column_in_place(text, &column)) {
+            Py_DECREF(column.name);
             return 0;
         }
-        SinkColumn column = {name, fields[C_T], fields[C_F], fields[C_V]};
-        Py_ssize_t earlier = sink_image_find(image, name);
-        if (!fields_fit(column.type_code, column.flags, column.value, Py_None)) {
-            earlier = -2; /* declined below, once the column is in the image to be released */
-        }
+        Py_ssize_t earlier = sink_image_find(image, column.name);
         if (earlier >= 0) {
             SinkColumn *kept = &image->columns[earlier];
-            Py_DECREF(name);
-            Py_SETREF(kept->type_code, column.type_code);
-            Py_SETREF(kept->flags, column.flags);
-            Py_SETREF(kept->value, column.value);
+            Py_DECREF(column.name);
+            Py_XDECREF(kept->value);
+            column.name = kept->name;
+            *kept = column;
             continue;
         }
         if (image->count == image->capacity) {
             Py_ssize_t capacity = image->capacity * 2;
             SinkColumn *grown = PyMem_Malloc((size_t)capacity * sizeof *grown);
             if (grown == NULL) {
-                Py_DECREF(name);
-                Py_DECREF(column.type_code);
-                Py_DECREF(column.flags);
-                Py_DECREF(column.value);
+                Py_DECREF(column.name);
+                Py_XDECREF(column.value);
                 return 0;
             }
             memcpy(grown, image->columns, (size_t)image->count * sizeof *grown);
@@ -1363,8 +1559,6 @@ sink_image_in_place(Text *text, SinkImage *image)
             image->capacity = capacity;
         }
         image->columns[image->count++] = column;
-        if (earlier == -2)
-            return 0;
     } while (take(text, ','));
     return take(text, '}');
 }

@@ -300,6 +300,98 @@ json_parses(PyObject *text)
     return 1;
 }
 
+/* fields_fit's check of an integer of type `code`: `number`, or when `overflow` is not 0 a
+ * number beyond int64 on that side (within 64 bits when above). */
+static inline int
+integer_fits(long code, int is_unsigned, long long number, int overflow)
+{
+    if (overflow != 0) /* beyond int64: only BIGINT UNSIGNED, BIT and SET go there */
+        return overflow > 0 && ((code == 8 && is_unsigned) || code == 16 || code == 248);
+    int bits = code == 1 ? 8 : code == 2 ? 16 : code == 9 ? 24 : code == 3 ? 32 : 64;
+    switch (code) {
+    case 13:
+        return number == 0 || (number >= 1901 && number <= 2155);
+    case 16: case 248:
+        return number >= 0;
+    case 247:
+        return number >= 0 && number <= 65535;
+    case 8:
+        return !is_unsigned || number >= 0;
+    default:
+        if (is_unsigned)
+            return number >= 0 && number < (1LL << bits);
+        return number >= -(1LL << (bits - 1)) && number < (1LL << (bits - 1));
+    }
+}
+
+/* fields_fit's check of ASCII text of type `code` (mysql_type None): 1 fits, 0 does not, -1
+ * only the str can tell (JSON, parsed by orjson). */
+static inline int
+text_fits(long code, const char *text, Py_ssize_t length)
+{
+    switch (code) {
+    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: case 4: case 5:
+        return 0; /* numbers, not text */
+    case 10: case 14: case 11: case 12: case 7:
+        return check_temporal((int)code, text, length);
+    case 0: case 246:
+        return check_decimal(text, length);
+    case 245:
+        return -1;
+    default: /* strings, blobs and types without a check */
+        return 1;
+    }
+}
+
+/* Is `code` one of the integer types (whose check reads the flags)? */
+static inline int
+integer_code(long code)
+{
+    switch (code) {
+    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* fields_fit of a value (neither NULL nor None) of type `code` (0..255), its flags' bits
+ * read when it is an integer type. */
+static inline int
+code_fits(long code, long flag_bits, PyObject *value, PyObject *mysql_type)
+{
+    switch (code) {
+    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: {
+        if (!PyLong_CheckExact(value))
+            return 0;
+        if ((code == 247 || code == 248) && mysql_type != Py_None)
+            return 0;
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow > 0) {
+            PyLong_AsUnsignedLongLong(value); /* fits 64 bits unless it raises */
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        return integer_fits(code, (flag_bits & CHECK_UNSIGNED) != 0, number, overflow);
+    }
+    case 4: case 5:
+        return PyFloat_CheckExact(value) && isfinite(PyFloat_AS_DOUBLE(value));
+    case 10: case 14: case 11: case 12: case 7: case 0: case 246:
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_COMPACT_ASCII(value))
+            return 0;
+        if ((code == 0 || code == 246) && mysql_type != Py_None)
+            return 0;
+        return text_fits(code, (const char *)PyUnicode_DATA(value), PyUnicode_GET_LENGTH(value));
+    case 245: /* JSON text that orjson parses */
+        return PyUnicode_CheckExact(value) && json_parses(value);
+    default: /* strings, blobs and types without a check */
+        return 1;
+    }
+}
+
 /* Does a column's value surely fit its type (values.py's checks)? 0: Python decides. */
 static inline int
 fields_fit(PyObject *code_object, PyObject *flags, PyObject *value, PyObject *mysql_type)
@@ -316,61 +408,15 @@ fields_fit(PyObject *code_object, PyObject *flags, PyObject *value, PyObject *my
         PyErr_Clear();
         return 0;
     }
-    switch (code) {
-    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: {
-        if (!PyLong_CheckExact(value))
-            return 0;
-        if ((code == 246 || code == 247 || code == 248) && mysql_type != Py_None)
-            return 0;
+    long flag_bits = 0;
+    if (integer_code(code)) {
         if (flags == NULL || !PyLong_CheckExact(flags))
             return 0;
-        long flag_bits = PyLong_AsLongAndOverflow(flags, &overflow);
+        flag_bits = PyLong_AsLongAndOverflow(flags, &overflow);
         if (overflow)
             return 0;
-        int is_unsigned = (flag_bits & CHECK_UNSIGNED) != 0;
-        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow != 0) { /* beyond int64: only BIGINT UNSIGNED, BIT and SET go there */
-            if (overflow < 0 || !((code == 8 && is_unsigned) || code == 16 || code == 248))
-                return 0;
-            PyLong_AsUnsignedLongLong(value); /* fits 64 bits unless it raises */
-            if (PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-            return 1;
-        }
-        int bits = code == 1 ? 8 : code == 2 ? 16 : code == 9 ? 24 : code == 3 ? 32 : 64;
-        switch (code) {
-        case 13:
-            return number == 0 || (number >= 1901 && number <= 2155);
-        case 16: case 248:
-            return number >= 0;
-        case 247:
-            return number >= 0 && number <= 65535;
-        case 8:
-            return !is_unsigned || number >= 0;
-        default:
-            if (is_unsigned)
-                return number >= 0 && number < (1LL << bits);
-            return number >= -(1LL << (bits - 1)) && number < (1LL << (bits - 1));
-        }
     }
-    case 4: case 5:
-        return PyFloat_CheckExact(value) && isfinite(PyFloat_AS_DOUBLE(value));
-    case 10: case 14: case 11: case 12: case 7: case 0: case 246: {
-        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_COMPACT_ASCII(value))
-            return 0;
-        const char *text = (const char *)PyUnicode_DATA(value);
-        Py_ssize_t length = PyUnicode_GET_LENGTH(value);
-        if (code == 0 || code == 246)
-            return mysql_type == Py_None && check_decimal(text, length);
-        return check_temporal((int)code, text, length);
-    }
-    case 245: /* JSON text that orjson parses */
-        return PyUnicode_CheckExact(value) && json_parses(value);
-    default: /* strings, blobs and types without a check */
-        return 1;
-    }
+    return code_fits(code, flag_bits, value, mysql_type);
 }
 
 static inline int
