@@ -1190,6 +1190,28 @@ def test_values_read_as_their_text_agree_with_the_reference(speedups, column, ta
     agrees_on_events(speedups, CodecSettings(), fuzzed, expected)
 
 
+@pytest.mark.parametrize(
+    "image",
+    [
+        # a repeated name keeps its first place and its last column
+        '"c":{"t":15,"f":0,"v":"a"},"d":{"t":3,"f":0,"v":2},"c":{"t":15,"f":0,"v":"b"}',
+        # the same name escaped once: equal as text, not as bytes
+        '"c":{"t":15,"f":0,"v":"a"},"\\u0063":{"t":3,"f":0,"v":2}',
+        '"\\u0063":{"t":15,"f":0,"v":"a"},"d":{"t":3,"f":0,"v":2},"c":{"t":3,"f":0,"v":3}',
+        # many names, so that their filter bits meet
+        ",".join(f'"c{i}":{{"t":3,"f":0,"v":{i}}}' for i in range(300))
+        + ',"c7":{"t":3,"f":0,"v":-1}',
+    ],
+)
+def test_repeated_names_in_an_image_agree_with_the_reference(speedups, image):
+    if ChangeRows().compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},' + image + "}}"
+    fuzzed = record(*frame([ROW_KEY_AT % 1], [value]))
+    expected = outcome(OpenProtocolDecoder(speedups=None), fuzzed)
+    assert written_into(speedups, CodecSettings(), fuzzed, expected)
+
+
 def reads_in_place(speedups, value_json: bytes, codec: str) -> bool:
     """Whether the in-place reader takes this value document (else orjson reads it)."""
     if codec != "none":

@@ -720,14 +720,22 @@ string_value(const unsigned char *s, Py_ssize_t n, int escaped)
 #define RECENT_LONGEST 64
 static PyObject *recent_strings[RECENT_SLOTS];
 
+/* FNV-1a of a name's bytes. */
+static inline uint32_t
+name_hash(const unsigned char *s, Py_ssize_t n)
+{
+    uint32_t hash = 2166136261u;
+    for (Py_ssize_t i = 0; i < n; i++)
+        hash = (hash ^ s[i]) * 16777619u;
+    return hash;
+}
+
+/* recent_string of a name whose name_hash is `hash` (any value when escaped or long). */
 static PyObject *
-recent_string(const unsigned char *s, Py_ssize_t n, int escaped)
+recent_string_hashed(const unsigned char *s, Py_ssize_t n, int escaped, uint32_t hash)
 {
     if (escaped || n > RECENT_LONGEST)
         return string_value(s, n, escaped);
-    uint32_t hash = 2166136261u; /* FNV-1a */
-    for (Py_ssize_t i = 0; i < n; i++)
-        hash = (hash ^ s[i]) * 16777619u;
     PyObject **slot = &recent_strings[hash % RECENT_SLOTS];
     if (*slot != NULL && PyUnicode_GET_LENGTH(*slot) == n
         && memcmp(PyUnicode_DATA(*slot), s, (size_t)n) == 0)
@@ -736,6 +744,12 @@ recent_string(const unsigned char *s, Py_ssize_t n, int escaped)
     if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name))
         Py_XSETREF(*slot, Py_NewRef(name));
     return name;
+}
+
+static PyObject *
+recent_string(const unsigned char *s, Py_ssize_t n, int escaped)
+{
+    return recent_string_hashed(s, n, escaped, escaped ? 0 : name_hash(s, n));
 }
 
 static inline const unsigned char *
@@ -1289,10 +1303,14 @@ static const SilverSink *silver_sink; /* set by configure_sink */
 
 #define SINK_STACK_COLUMNS 32
 
-/* One image's columns as read: new references, in the order sent. */
+/* One image's columns as read: new references, in the order sent. `seen` has bit
+ * name_hash % 256 set for each name read so far, which tells most new names from all of them
+ * with no compare; an escaped name (whose bytes are not its text) turns it off (`escaped`). */
 typedef struct {
     SinkColumn *columns;
     Py_ssize_t count, capacity;
+    uint64_t seen[4];
+    int escaped;
     SinkColumn stack[SINK_STACK_COLUMNS];
 } SinkImage;
 
@@ -1302,6 +1320,8 @@ sink_image_init(SinkImage *image)
     image->columns = image->stack;
     image->count = 0;
     image->capacity = SINK_STACK_COLUMNS;
+    memset(image->seen, 0, sizeof image->seen);
+    image->escaped = 0;
 }
 
 static void
@@ -1527,15 +1547,21 @@ sink_image_in_place(Text *text, SinkImage *image)
         int escaped;
         if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
             return 0;
+        uint32_t hash = escaped ? 0 : name_hash(start, length);
         SinkColumn column;
-        column.name = recent_string(start, length, escaped);
+        column.name = recent_string_hashed(start, length, escaped, hash);
         if (column.name == NULL)
             return 0;
         if (!sink_column_in_place(text, &column)) {
             Py_DECREF(column.name);
             return 0;
         }
-        Py_ssize_t earlier = sink_image_find(image, column.name);
+        uint64_t bit = (uint64_t)1 << (hash % 64);
+        uint64_t *seen = &image->seen[(hash / 64) % 4];
+        image->escaped |= escaped;
+        Py_ssize_t earlier = image->escaped || (*seen & bit) ? sink_image_find(image, column.name)
+                                                            : -1;
+        *seen |= bit;
         if (earlier >= 0) {
             SinkColumn *kept = &image->columns[earlier];
             Py_DECREF(column.name);
