@@ -596,7 +596,7 @@ typedef struct {
 static inline void
 skip_space(Text *text)
 {
-    while (text->at < text->end
+    while (text->at < text->end && *text->at <= ' ' /* most often a token: one compare */
            && (*text->at == ' ' || *text->at == '\t' || *text->at == '\n' || *text->at == '\r'))
         text->at++;
 }
@@ -623,6 +623,12 @@ take_word(Text *text, const char *word, Py_ssize_t length)
     return 1;
 }
 
+/* The bytes a JSON string's scan stops at: its end, an escape, a raw control byte. */
+#define ONES_8 1, 1, 1, 1, 1, 1, 1, 1
+static const unsigned char string_stop[256] = {ONES_8, ONES_8, ONES_8, ONES_8, /* 0x00-0x1f */
+                                               ['"'] = 1, ['\\'] = 1};
+#undef ONES_8
+
 /* A string next: its bytes between the quotes, escapes as they are; *escaped when it has any.
  * 0 when no well-formed string comes next (a raw control character is not JSON). */
 static int
@@ -632,6 +638,8 @@ string_span(Text *text, const unsigned char **start, Py_ssize_t *length, int *es
         return 0;
     *escaped = 0;
     for (const unsigned char *at = text->at; at < text->end; at++) {
+        if (!string_stop[*at]) /* most bytes: one look-up */
+            continue;
         if (*at == '"') {
             *start = text->at;
             *length = at - text->at;
