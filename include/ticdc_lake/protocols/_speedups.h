@@ -324,25 +324,6 @@ integer_fits(long code, int is_unsigned, long long number, int overflow)
     }
 }
 
-/* fields_fit's check of ASCII text of type `code` (mysql_type None): 1 fits, 0 does not, -1
- * only the str can tell (JSON, parsed by orjson). */
-static inline int
-text_fits(long code, const char *text, Py_ssize_t length)
-{
-    switch (code) {
-    case 1: case 2: case 9: case 3: case 8: case 13: case 16: case 247: case 248: case 4: case 5:
-        return 0; /* numbers, not text */
-    case 10: case 14: case 11: case 12: case 7:
-        return check_temporal((int)code, text, length);
-    case 0: case 246:
-        return check_decimal(text, length);
-    case 245:
-        return -1;
-    default: /* strings, blobs and types without a check */
-        return 1;
-    }
-}
-
 /* Is `code` one of the integer types (whose check reads the flags)? */
 static inline int
 integer_code(long code)
@@ -352,6 +333,25 @@ integer_code(long code)
         return 1;
     default:
         return 0;
+    }
+}
+
+/* fields_fit's check of ASCII text of type `code` (mysql_type None): 1 fits, 0 does not, -1
+ * only the str can tell (JSON, parsed by orjson). */
+static inline int
+text_fits(long code, const char *text, Py_ssize_t length)
+{
+    if (integer_code(code) || code == 4 || code == 5)
+        return 0; /* numbers, not text */
+    switch (code) {
+    case 10: case 14: case 11: case 12: case 7:
+        return check_temporal((int)code, text, length);
+    case 0: case 246:
+        return check_decimal(text, length);
+    case 245:
+        return -1;
+    default: /* strings, blobs and types without a check */
+        return 1;
     }
 }
 
