@@ -1180,14 +1180,45 @@ TEXT_EDGES = [
 
 @pytest.mark.parametrize(("column", "taken"), TEXT_EDGES)
 def test_values_read_as_their_text_agree_with_the_reference(speedups, column, taken):
-    rows = ChangeRows()
-    if rows.compiled_buffers() is None:
+    if ChangeRows().compiled_buffers() is None:
         pytest.skip("silver's buffers are not built here")
-    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"c":' + column + "}}"
-    fuzzed = record(*frame([ROW_KEY_AT % 1], [value]))
+    fuzzed = row_of('"c":' + column)
     expected = outcome(OpenProtocolDecoder(speedups=None), fuzzed)
     assert written_into(speedups, CodecSettings(), fuzzed, expected) == taken
     agrees_on_events(speedups, CodecSettings(), fuzzed, expected)
+
+
+def row_of(columns: str) -> KafkaRecord:
+    """A record of one row event whose new image is `id` and then `columns` (JSON members)."""
+    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},' + columns + "}}"
+    return record(*frame([ROW_KEY_AT % 1], [value]))
+
+
+def taken_as_the_reference_decodes_it(speedups, fuzzed: KafkaRecord) -> bool:
+    expected = outcome(OpenProtocolDecoder(speedups=None), fuzzed)
+    return written_into(speedups, CodecSettings(), fuzzed, expected)
+
+
+DECIMAL_TEXTS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.builds(
+        lambda negative, whole, zeros, fraction: f"{'-' * negative}{whole}.{'0' * zeros}{fraction}",
+        st.booleans(),
+        st.integers(0, 10**17),
+        st.integers(0, 6),
+        st.integers(0, 10**17),
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(DECIMAL_TEXTS)
+def test_doubles_read_as_their_text_agree_with_the_reference(speedups, text):
+    """A DOUBLE written as repr() writes it goes to silver as its text; any other decimal is
+    made a float first. Either way silver holds repr() of the float."""
+    if ChangeRows().compiled_buffers() is None:
+        pytest.skip("silver's buffers are not built here")
+    assert taken_as_the_reference_decodes_it(speedups, row_of('"c":{"t":5,"f":0,"v":' + text + "}"))
 
 
 @pytest.mark.parametrize(
@@ -1206,10 +1237,7 @@ def test_values_read_as_their_text_agree_with_the_reference(speedups, column, ta
 def test_repeated_names_in_an_image_agree_with_the_reference(speedups, image):
     if ChangeRows().compiled_buffers() is None:
         pytest.skip("silver's buffers are not built here")
-    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},' + image + "}}"
-    fuzzed = record(*frame([ROW_KEY_AT % 1], [value]))
-    expected = outcome(OpenProtocolDecoder(speedups=None), fuzzed)
-    assert written_into(speedups, CodecSettings(), fuzzed, expected)
+    assert taken_as_the_reference_decodes_it(speedups, row_of(image))
 
 
 def reads_in_place(speedups, value_json: bytes, codec: str) -> bool:

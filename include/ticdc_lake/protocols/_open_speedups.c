@@ -768,6 +768,14 @@ skip_digits(const unsigned char *at, const unsigned char *end)
     return at;
 }
 
+static inline const unsigned char *
+skip_zeros(const unsigned char *at, const unsigned char *end)
+{
+    while (at < end && *at == '0')
+        at++;
+    return at;
+}
+
 /* The end of the JSON number at `start` (NULL when there is none: orjson's grammar, no leading
  * zeros), and in *integer_end the end of its integer part. */
 static const unsigned char *
@@ -1387,11 +1395,11 @@ all_ascii(const unsigned char *s, Py_ssize_t n)
 }
 
 /* A column's value as read (once): where it starts, for scalar_value when its object must be
- * made; a string's contents or an integer's text. */
+ * made; a string's contents or a number's text. */
 typedef struct {
     Text at;
     const unsigned char *start, *end;
-    enum { V_OTHER, V_STRING, V_INTEGER } kind;
+    enum { V_OTHER, V_STRING, V_INTEGER, V_NUMBER } kind;
     int escaped;
 } ValueSpan;
 
@@ -1420,16 +1428,43 @@ value_span(Text *text, ValueSpan *value)
             return 0;
         value->start = text->at;
         value->end = text->at = end;
-        value->kind = end == integer_end ? V_INTEGER : V_OTHER;
+        value->kind = end == integer_end ? V_INTEGER : V_NUMBER;
         return 1;
     }
     return take_word(text, "null", 4) || take_word(text, "true", 4) || take_word(text, "false", 5);
 }
 
+/* Is the JSON number [s, end) the text repr() gives of the double nearest to it? So when it is
+ * digits, a point and digits (no exponent) with no zero last (repr writes the fewest digits),
+ * at most 15 significant digits (DBL_DIG: no other decimal that short is the same double, so
+ * repr's digits are these) and at least 1e-4 (below, repr writes an exponent; with 15 digits
+ * it is below 1e15, where repr writes none). */
+static int
+shortest_decimal(const unsigned char *s, const unsigned char *end)
+{
+    if (s < end && *s == '-')
+        s++;
+    const unsigned char *point = s;
+    while (point < end && *point >= '0' && *point <= '9')
+        point++;
+    if (point == s || point >= end - 1 || *point != '.' || end[-1] == '0'
+        || skip_digits(point + 1, end) != end)
+        return 0;
+    Py_ssize_t significant = (point - s) + (end - point - 1);
+    if (point - s == 1 && *s == '0') { /* 0.000ddd: its zeros are not significant */
+        const unsigned char *first = skip_zeros(point + 1, end);
+        if (first - (point + 1) > 3)
+            return 0;
+        significant = end - first;
+    }
+    return significant <= 15;
+}
+
 /* The value as its text (SinkColumn's `text`), when it is the event model's value as it stands
  * and fits its type: a plain ASCII string (nothing escaped) of a type that keeps strings as
- * they are, or an integer of an integer type, whose digits are str() of it. 0: the value object
- * must be made (column_value) and checked (code_fits) instead. */
+ * they are, an integer of an integer type, whose digits are str() of it, or a DOUBLE written as
+ * repr() writes it. 0: the value object must be made (column_value) and checked (code_fits)
+ * instead. */
 static int
 value_text(long code, long flags, const ValueSpan *value, SinkColumn *out)
 {
@@ -1444,6 +1479,9 @@ value_text(long code, long flags, const ValueSpan *value, SinkColumn *out)
         if ((kind != K_TEXT_VALUE && (kind != K_STRING || flags & FLAG_BINARY))
             || value->escaped || !all_ascii(start, length)
             || text_fits(code, (const char *)start, length) != 1)
+            return 0;
+    } else if (value->kind == V_NUMBER) {
+        if (kind != K_DOUBLE || !shortest_decimal(start, value->end))
             return 0;
     } else {
         if (kind != K_INTEGER)
