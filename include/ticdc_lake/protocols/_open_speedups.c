@@ -816,6 +816,25 @@ digits_value(const unsigned char *digits, const unsigned char *end, uint64_t *va
     return 1;
 }
 
+/* The JSON integer [start, end) (an optional minus, then digits) as orjson reads it: 1 with
+ * *number set, or with *above set when it lies beyond int64 within 64 bits (*magnitude holds
+ * it); 0 beyond 64 bits, or below int64 (orjson makes those floats). */
+static int
+integer_of(const unsigned char *start, const unsigned char *end, long long *number,
+           uint64_t *magnitude, int *above)
+{
+    int negative = *start == '-';
+    if (!digits_value(start + negative, end, magnitude)
+        || (negative && *magnitude > (uint64_t)INT64_MAX + 1))
+        return 0;
+    *above = !negative && *magnitude > (uint64_t)INT64_MAX;
+    if (negative)
+        *number = *magnitude == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(long long)*magnitude;
+    else
+        *number = *above ? 0 : (long long)*magnitude;
+    return 1;
+}
+
 /* A number next, as orjson reads it: an int when it has neither fraction nor exponent (NULL
  * beyond 64 bits, which orjson makes a float), else the nearest float (NULL when infinite). */
 static PyObject *
@@ -827,15 +846,12 @@ number_value(Text *text)
         return NULL;
     text->at = at;
     if (at == integer_end) {
-        int negative = *start == '-';
-        uint64_t value;
-        if (!digits_value(start + negative, at, &value))
+        long long number;
+        uint64_t magnitude;
+        int above;
+        if (!integer_of(start, at, &number, &magnitude, &above))
             return NULL;
-        if (!negative)
-            return PyLong_FromUnsignedLongLong(value);
-        if (value > (uint64_t)INT64_MAX + 1)
-            return NULL;
-        return PyLong_FromLongLong(value == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)value);
+        return above ? PyLong_FromUnsignedLongLong(magnitude) : PyLong_FromLongLong(number);
     }
     char number[64];
     Py_ssize_t length = at - start;
@@ -1484,25 +1500,12 @@ value_text(long code, long flags, const ValueSpan *value, SinkColumn *out)
         if (kind != K_DOUBLE || !shortest_decimal(start, value->end))
             return 0;
     } else {
-        if (kind != K_INTEGER)
-            return 0;
-        int negative = *start == '-';
+        long long number;
         uint64_t magnitude;
-        if (!digits_value(start + negative, value->end, &magnitude)
-            || (negative && magnitude == 0)) /* -0: str(0) is "0" */
-            return 0;
-        long long number = 0;
-        int overflow = 0;
-        if (negative) {
-            if (magnitude > (uint64_t)INT64_MAX + 1)
-                return 0; /* beyond int64 below: orjson makes it a float */
-            number = magnitude == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(long long)magnitude;
-        } else if (magnitude > (uint64_t)INT64_MAX) {
-            overflow = 1;
-        } else {
-            number = (long long)magnitude;
-        }
-        if (!integer_fits(code, (flags & CHECK_UNSIGNED) != 0, number, overflow))
+        int above;
+        if (kind != K_INTEGER || !integer_of(start, value->end, &number, &magnitude, &above)
+            || (*start == '-' && magnitude == 0) /* -0: str(0) is "0" */
+            || !integer_fits(code, (flags & CHECK_UNSIGNED) != 0, number, above))
             return 0;
     }
     out->text = (const char *)start;
@@ -1515,15 +1518,14 @@ static int
 small_int_span(Text *text, long *out)
 {
     ValueSpan value;
+    long long number;
     uint64_t magnitude;
-    if (!value_span(text, &value) || value.kind != V_INTEGER)
+    int above;
+    if (!value_span(text, &value) || value.kind != V_INTEGER
+        || !integer_of(value.start, value.end, &number, &magnitude, &above) || above
+        || number < LONG_MIN || number > LONG_MAX)
         return 0;
-    int negative = *value.start == '-';
-    if (!digits_value(value.start + negative, value.end, &magnitude)
-        || magnitude > (negative ? (uint64_t)LONG_MAX + 1 : (uint64_t)LONG_MAX))
-        return 0;
-    *out = negative ? (magnitude == (uint64_t)LONG_MAX + 1 ? LONG_MIN : -(long)magnitude)
-                    : (long)magnitude;
+    *out = (long)number;
     return 1;
 }
 
