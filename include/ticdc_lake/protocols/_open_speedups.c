@@ -1335,24 +1335,35 @@ static const SilverSink *silver_sink; /* set by configure_sink */
 
 #define SINK_STACK_COLUMNS 32
 
-/* One image's columns as read: new references, in the order sent. `seen` has bit
- * name_hash % 256 set for each name read so far, which tells most new names from all of them
- * with no compare; an escaped name (whose bytes are not its text) turns it off (`escaped`). */
+/* One image's columns as read: new references, in the order sent, each with its name_hash.
+ * `seen` has bit name_hash % 256 set for each name read so far, which tells most new names
+ * from all of them with no compare. Past SINK_STACK_COLUMNS names, a table of the columns'
+ * places by hash (`slots`, open addressing) finds a name in a compare or two, so a wide row
+ * costs compares in proportion to its columns, not to their square. An escaped name (whose
+ * bytes are not its text, so whose hash is not its text's) turns both off for the rest of the
+ * image (`escaped`): names are then compared one by one. */
 typedef struct {
     SinkColumn *columns;
+    uint32_t *hashes;
     Py_ssize_t count, capacity;
     uint64_t seen[4];
+    Py_ssize_t *slots; /* per slot, a column's index + 1, or 0 when free; NULL: no table */
+    size_t slot_mask;
     int escaped;
     SinkColumn stack[SINK_STACK_COLUMNS];
+    uint32_t hash_stack[SINK_STACK_COLUMNS];
 } SinkImage;
 
 static void
 sink_image_init(SinkImage *image)
 {
     image->columns = image->stack;
+    image->hashes = image->hash_stack;
     image->count = 0;
     image->capacity = SINK_STACK_COLUMNS;
     memset(image->seen, 0, sizeof image->seen);
+    image->slots = NULL;
+    image->slot_mask = 0;
     image->escaped = 0;
 }
 
@@ -1363,8 +1374,12 @@ sink_image_clear(SinkImage *image)
         Py_DECREF(image->columns[i].name);
         Py_XDECREF(image->columns[i].value);
     }
-    if (image->columns != image->stack)
+    if (image->columns != image->stack) {
         PyMem_Free(image->columns);
+        PyMem_Free(image->hashes);
+    }
+    if (image->slots != NULL)
+        PyMem_Free(image->slots);
     sink_image_init(image);
 }
 
@@ -1385,14 +1400,110 @@ same_name(PyObject *a, PyObject *b)
     return size == 0 || (x[size - 1] == y[size - 1] && memcmp(x, y, size) == 0);
 }
 
-/* The index of an earlier column named `name`, or -1. */
+/* sink_image_find past the filter: through the slot table, else name by name. */
 static Py_ssize_t
-sink_image_find(const SinkImage *image, PyObject *name)
+sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
 {
+    if (!hashed || image->escaped) {
+        for (Py_ssize_t i = 0; i < image->count; i++)
+            if (same_name(image->columns[i].name, name))
+                return i;
+        return -1;
+    }
+    if (image->slots != NULL) {
+        for (size_t at = hash & image->slot_mask; image->slots[at];
+             at = (at + 1) & image->slot_mask) {
+            Py_ssize_t i = image->slots[at] - 1;
+            if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
+                return i;
+        }
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < image->count; i++)
-        if (same_name(image->columns[i].name, name))
+        if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
             return i;
     return -1;
+}
+
+/* The index of the column of `image` named `name`, or -1. `hash` is the name's name_hash, and
+ * `hashed` 0 when it has none (an escaped name): then every name is compared. */
+static inline Py_ssize_t
+sink_image_find(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
+{
+    if (hashed && !image->escaped
+        && !(image->seen[(hash / 64) % 4] & ((uint64_t)1 << (hash % 64))))
+        return -1; /* most names: new, and told so by the filter */
+    return sink_image_search(image, name, hash, hashed);
+}
+
+/* Column `i` into the first free slot from its hash's. */
+static inline void
+sink_image_slot(SinkImage *image, Py_ssize_t i)
+{
+    size_t at = image->hashes[i] & image->slot_mask;
+    while (image->slots[at])
+        at = (at + 1) & image->slot_mask;
+    image->slots[at] = i + 1;
+}
+
+/* The slot table built anew, at least four slots per column so probes stay short; 0 on no
+ * memory. */
+static int
+sink_image_index(SinkImage *image)
+{
+    size_t size = 256;
+    while (size < 4 * (size_t)image->count)
+        size *= 2;
+    Py_ssize_t *slots = PyMem_Calloc(size, sizeof *slots);
+    if (slots == NULL)
+        return 0;
+    PyMem_Free(image->slots);
+    image->slots = slots;
+    image->slot_mask = size - 1;
+    for (Py_ssize_t i = 0; i < image->count; i++)
+        sink_image_slot(image, i);
+    return 1;
+}
+
+/* `column` (its name's hash `hash`) after the image's columns; 0 on no memory, the column then
+ * still the caller's. */
+static int
+sink_image_append(SinkImage *image, SinkColumn column, uint32_t hash)
+{
+    if (image->count == image->capacity) {
+        Py_ssize_t capacity = image->capacity * 2;
+        SinkColumn *columns = PyMem_Malloc((size_t)capacity * sizeof *columns);
+        uint32_t *hashes = PyMem_Malloc((size_t)capacity * sizeof *hashes);
+        if (columns == NULL || hashes == NULL) {
+            PyMem_Free(columns);
+            PyMem_Free(hashes);
+            return 0;
+        }
+        memcpy(columns, image->columns, (size_t)image->count * sizeof *columns);
+        memcpy(hashes, image->hashes, (size_t)image->count * sizeof *hashes);
+        if (image->columns != image->stack) {
+            PyMem_Free(image->columns);
+            PyMem_Free(image->hashes);
+        }
+        image->columns = columns;
+        image->hashes = hashes;
+        image->capacity = capacity;
+    }
+    Py_ssize_t i = image->count++;
+    image->columns[i] = column;
+    image->hashes[i] = hash;
+    image->seen[(hash / 64) % 4] |= (uint64_t)1 << (hash % 64);
+    if (image->escaped || image->count <= SINK_STACK_COLUMNS)
+        return 1;
+    if (image->slots != NULL && 4 * (size_t)image->count <= image->slot_mask + 1) {
+        sink_image_slot(image, i);
+        return 1;
+    }
+    if (!sink_image_index(image)) {
+        image->count--;
+        return 0;
+    }
+    return 1;
 }
 
 /* Is every byte of [s, s + n) ASCII? Eight at a time. */
@@ -1604,12 +1715,8 @@ sink_image_in_place(Text *text, SinkImage *image)
             Py_DECREF(column.name);
             return 0;
         }
-        uint64_t bit = (uint64_t)1 << (hash % 64);
-        uint64_t *seen = &image->seen[(hash / 64) % 4];
         image->escaped |= escaped;
-        Py_ssize_t earlier = image->escaped || (*seen & bit) ? sink_image_find(image, column.name)
-                                                            : -1;
-        *seen |= bit;
+        Py_ssize_t earlier = sink_image_find(image, column.name, hash, !escaped);
         if (earlier >= 0) {
             SinkColumn *kept = &image->columns[earlier];
             Py_DECREF(column.name);
@@ -1618,33 +1725,27 @@ sink_image_in_place(Text *text, SinkImage *image)
             *kept = column;
             continue;
         }
-        if (image->count == image->capacity) {
-            Py_ssize_t capacity = image->capacity * 2;
-            SinkColumn *grown = PyMem_Malloc((size_t)capacity * sizeof *grown);
-            if (grown == NULL) {
-                Py_DECREF(column.name);
-                Py_XDECREF(column.value);
-                return 0;
-            }
-            memcpy(grown, image->columns, (size_t)image->count * sizeof *grown);
-            if (image->columns != image->stack)
-                PyMem_Free(image->columns);
-            image->columns = grown;
-            image->capacity = capacity;
+        if (!sink_image_append(image, column, hash)) {
+            Py_DECREF(column.name);
+            Py_XDECREF(column.value);
+            return 0;
         }
-        image->columns[image->count++] = column;
     } while (take(text, ','));
     return take(text, '}');
 }
 
-/* Do two images hold the same names? (Each is free of repeats.) */
+/* Do two images hold the same names? (Each is free of repeats.) Compared in place first: the
+ * old and new images of an update list their names in one order (TiCDC writes them sorted). */
 static int
 sink_same_names(const SinkImage *a, const SinkImage *b)
 {
     if (a->count != b->count)
         return 0;
-    for (Py_ssize_t i = 0; i < b->count; i++)
-        if (sink_image_find(a, b->columns[i].name) < 0)
+    Py_ssize_t i = 0;
+    while (i < b->count && same_name(a->columns[i].name, b->columns[i].name))
+        i++;
+    for (; i < b->count; i++)
+        if (sink_image_find(a, b->columns[i].name, b->hashes[i], !b->escaped) < 0)
             return 0;
     return 1;
 }
