@@ -1188,10 +1188,12 @@ def test_values_read_as_their_text_agree_with_the_reference(speedups, column, ta
     agrees_on_events(speedups, CodecSettings(), fuzzed, expected)
 
 
+ID_COLUMN = '"id":{"t":3,"h":true,"f":11,"v":1}'  # the handle key of row_of's images
+
+
 def row_of(columns: str) -> KafkaRecord:
     """A record of one row event whose new image is `id` and then `columns` (JSON members)."""
-    value = '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},' + columns + "}}"
-    return record(*frame([ROW_KEY_AT % 1], [value]))
+    return record(*frame([ROW_KEY_AT % 1], ['{"u":{' + ID_COLUMN + "," + columns + "}}"]))
 
 
 def taken_as_the_reference_decodes_it(speedups, fuzzed: KafkaRecord) -> bool:
@@ -1252,7 +1254,7 @@ def test_repeated_names_in_an_image_agree_with_the_reference(speedups, image):
 def wide_image(names) -> str:
     """An image of `id` (the handle key) and an INT column per name."""
     columns = ",".join(f'"{name}":{{"t":3,"f":0,"v":{len(name)}}}' for name in names)
-    return '{"id":{"t":3,"h":true,"f":11,"v":1},' + columns + "}"
+    return "{" + ID_COLUMN + "," + columns + "}"
 
 
 WIDE = [f"c{i:03d}" for i in range(200)]

@@ -1400,17 +1400,13 @@ same_name(PyObject *a, PyObject *b)
     return size == 0 || (x[size - 1] == y[size - 1] && memcmp(x, y, size) == 0);
 }
 
-/* sink_image_find past the filter: through the slot table, else name by name. */
+/* sink_image_find past the filter: through the slot table, else name by name (their hashes
+ * first, unless the names are escaped, when the hashes say nothing). */
 static Py_ssize_t
 sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
 {
-    if (!hashed || image->escaped) {
-        for (Py_ssize_t i = 0; i < image->count; i++)
-            if (same_name(image->columns[i].name, name))
-                return i;
-        return -1;
-    }
-    if (image->slots != NULL) {
+    int by_hash = hashed && !image->escaped;
+    if (by_hash && image->slots != NULL) {
         for (size_t at = hash & image->slot_mask; image->slots[at];
              at = (at + 1) & image->slot_mask) {
             Py_ssize_t i = image->slots[at] - 1;
@@ -1420,7 +1416,7 @@ sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int has
         return -1;
     }
     for (Py_ssize_t i = 0; i < image->count; i++)
-        if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
+        if ((!by_hash || image->hashes[i] == hash) && same_name(image->columns[i].name, name))
             return i;
     return -1;
 }
@@ -1571,9 +1567,7 @@ shortest_decimal(const unsigned char *s, const unsigned char *end)
 {
     if (s < end && *s == '-')
         s++;
-    const unsigned char *point = s;
-    while (point < end && *point >= '0' && *point <= '9')
-        point++;
+    const unsigned char *point = skip_digits(s, end);
     if (point == s || point >= end - 1 || *point != '.' || end[-1] == '0'
         || skip_digits(point + 1, end) != end)
         return 0;
