@@ -20,6 +20,7 @@ from ticdc_lake.delta import read_delta
 from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold import reasons
+from ticdc_lake.gold import steps as gold_steps
 from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.state import TableState, read_state
@@ -96,6 +97,11 @@ def lake(spark, tmp_path_factory):
         return merges[-1]
 
     with pytest.MonkeyPatch.context() as patch:
+        # One merge at a time, so the kill comes after exactly the first three in step order
+        # (at once, which ones were done would depend on the threads' timing).
+        patch.setattr(gold_steps, "in_parallel", lambda work, arguments, threads: map(
+            lambda argument: work(*argument), arguments
+        ))  # fmt: skip
         patch.setattr(gold_tables.GoldTable, "merge", dies_on_the_fourth)
         with pytest.raises(KeyboardInterrupt):
             compact(spark, config)

@@ -24,8 +24,8 @@ from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.txn import (
     already_committed,
     check_app_version,
+    commit_in,
     commit_properties,
-    find_commit,
 )
 
 # Key types whose file statistics delta-rs reads back exactly, so that merge may skip files by
@@ -131,7 +131,8 @@ def merge_delta(
             partition_by=list(partition_by) if partition_by else None,
             commit_properties=commit_properties(write_id, app_id, version),
         )
-        return MergeResult(committed=True, version=DeltaTable(location).version())
+        # A new table's first commit (mode "error" fails if another writer made it first).
+        return MergeResult(committed=True, version=0)
 
     table = DeltaTable(location)
     check_plain_files(table)
@@ -166,9 +167,10 @@ def merge_delta(
             .when_not_matched_insert_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
         )
     metrics = merger.execute()
-    info = find_commit(location, write_id, start_version)
+    # The merged table is at the merge's version: searched without opening the table again.
+    info = commit_in(table, write_id, start_version)
     return MergeResult(
         committed=info is not None,
-        version=info["version"] if info else DeltaTable(location).version(),
+        version=info["version"] if info else table.version(),
         metrics=metrics,
     )

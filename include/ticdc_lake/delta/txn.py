@@ -52,7 +52,12 @@ def find_commit(path: str, write_id: str, after_version: int | None) -> dict[str
     ``after_version`` (None: the table did not exist yet)."""
     if not DeltaTable.is_deltatable(path):
         return None
-    table = DeltaTable(path)
+    return commit_in(DeltaTable(path), write_id, after_version)
+
+
+def commit_in(table: DeltaTable, write_id: str, after_version: int | None) -> dict[str, Any] | None:
+    """``find_commit`` in a table already open at (or after) the commit, as delta-rs leaves
+    the table it merged into."""
     newer = table.version() - (-1 if after_version is None else after_version)
     if newer <= 0:
         return None

@@ -309,15 +309,15 @@ def rows_at(rows: pa.Table, numbers: np.ndarray) -> pa.Table:
     return rows.take(pa.array(numbers))
 
 
-def in_parallel(work, arguments: Iterator[tuple]) -> Iterator:
-    """``work(*a)`` of each of ``arguments``, in their order, DRIVER_THREADS at once: pyarrow
+def in_parallel(work, arguments: Iterator[tuple], threads: int = DRIVER_THREADS) -> Iterator:
+    """``work(*a)`` of each of ``arguments``, in their order, ``threads`` at once: pyarrow
     and numpy let go of the GIL while they work. Stopping early drops the rest."""
-    with ThreadPoolExecutor(DRIVER_THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         running: deque[Future] = deque()
         try:
             for argument in arguments:
                 running.append(pool.submit(work, *argument))
-                if len(running) == DRIVER_THREADS:
+                if len(running) == threads:
                     yield running.popleft().result()
             while running:
                 yield running.popleft().result()

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticdc_lake.gold.catalog import TableInfo, TableName
-from ticdc_lake.gold.changes import Batches, TableCounts
+from ticdc_lake.gold.changes import Batches, TableCounts, in_parallel
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import Timeline
 from ticdc_lake.gold.reasons import FAILED, carried_reasons, failed, held_reason, join_reasons
 from ticdc_lake.gold.state import INCONSISTENT, TableState
 from ticdc_lake.gold.steps import STEPS_PER_RUN, TableWork
-from ticdc_lake.gold.tables import describe_schema
+from ticdc_lake.gold.tables import GoldSnapshot, describe_schema
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,16 @@ def outcome_of(
     held = plan.consistent and batches.pending is not None
     settled = batches.pending - 1 if held else latest
     states, results = [], []
-    for name, item in sorted(work.items(), key=lambda pair: str(pair[0])):
+    items = sorted(work.items(), key=lambda pair: str(pair[0]))
+    # Each table's log read at once with a few others (a run over 600 tables: 2.1 s one by one).
+    snapshots = in_parallel(lambda item: item.gold.snapshot(), ((item,) for _, item in items))
+    for (name, item), gold in zip(items, snapshots, strict=True):
         count = counts.get(name, TableCounts())
         if item.failed:
             # The table keeps what it reflected before (nothing, if it is new), so the next
             # run reads its changes again and retries.
             prior = item.prior
-            states.append(_failed_state(plan, item))
+            states.append(_failed_state(plan, item, gold))
             results.append(
                 TableResult(
                     str(name),
@@ -76,7 +79,7 @@ def outcome_of(
                 )
             )
             continue
-        state = _state(plan, item, count, final.info(name), settled)
+        state = _state(plan, item, count, final.info(name), settled, gold)
         states.append(state)
         results.append(_table_result(plan, item, count, state))
     version = plan.target if plan.consistent else (settled + 1) * STEPS_PER_RUN
@@ -98,7 +101,12 @@ def _reason(plan: FeedPlan, item: TableWork, count: TableCounts) -> tuple[str, s
 
 
 def _state(
-    plan: FeedPlan, item: TableWork, count: TableCounts, info: TableInfo, settled: int
+    plan: FeedPlan,
+    item: TableWork,
+    count: TableCounts,
+    info: TableInfo,
+    settled: int,
+    gold: GoldSnapshot,
 ) -> TableState:
     """The state row of a table compacted in this run."""
     prior = item.prior
@@ -110,11 +118,12 @@ def _state(
     return _state_row(
         plan,
         item,
+        gold,
         mode=mode,
         watermark=plan.target_ts,
         applied_ts=applied_ts,
         applied_batch=settled,
-        columns=describe_schema(item.gold.schema(), info.specs),
+        columns=describe_schema(gold.schema, info.specs),
         handle_key=list(item.keys or info.handle or (prior.handle_key if prior else []) or []),
         dropped=item.dropped if item.dropped is not None else bool(prior and prior.dropped),
         reason=reason,
@@ -144,12 +153,13 @@ def _table_result(
     )
 
 
-def _failed_state(plan: FeedPlan, item: TableWork) -> TableState:
+def _failed_state(plan: FeedPlan, item: TableWork, gold: GoldSnapshot) -> TableState:
     """The state of a table whose compaction failed: as before the run, with the reason."""
     prior = item.prior
     return _state_row(
         plan,
         item,
+        gold,
         mode=INCONSISTENT,
         watermark=prior.watermark if prior else None,
         applied_ts=prior.applied_ts if prior else -1,
@@ -161,15 +171,18 @@ def _failed_state(plan: FeedPlan, item: TableWork) -> TableState:
     )
 
 
-def _state_row(plan: FeedPlan, item: TableWork, **what_it_reflects) -> TableState:
-    """A state row: which table and changefeed, gold as it is now, and ``what_it_reflects``."""
+def _state_row(
+    plan: FeedPlan, item: TableWork, gold: GoldSnapshot, **what_it_reflects
+) -> TableState:
+    """A state row: which table and changefeed, ``gold`` as it is now, and
+    ``what_it_reflects``."""
     return TableState(
         changefeed=plan.name,
         schema=item.name.schema,
         table=item.name.name,
         path=str(item.gold.path),
-        rows=item.gold.rows(),
+        rows=gold.rows,
         generation=plan.generation,
-        gold_version=item.gold.version(),
+        gold_version=gold.version,
         **what_it_reflects,
     )

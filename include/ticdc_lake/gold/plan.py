@@ -263,6 +263,7 @@ class Timeline:
     # Per table, the Delta types of its gold columns before the run.
     gold_columns: Mapping[TableName, Mapping[str, str]] = field(default_factory=dict)
     _folded: dict[TableName, set[int]] = field(default_factory=dict, init=False, repr=False)
+    _by_table: dict[TableName, list[Barrier]] | None = field(default=None, init=False, repr=False)
 
     def segments_of(self, table: TableName) -> list[Segment]:
         """The table's segments in order. A non-last segment is typed by the catalog right
@@ -311,7 +312,14 @@ class Timeline:
         return id(barrier) in self._folded[table]
 
     def barriers_of(self, table: TableName) -> list[Barrier]:
-        return [barrier for barrier in self.barriers if table in barrier.tables]
+        # Indexed once: a first run over many tables holds a CREATE TABLE barrier for each,
+        # and every table asks for its own (600 tables: 3.0 s scanning them all each time).
+        if self._by_table is None:
+            self._by_table = {}
+            for barrier in self.barriers:
+                for name in barrier.tables:
+                    self._by_table.setdefault(name, []).append(barrier)
+        return list(self._by_table.get(table, ()))
 
 
 def _effects(parsed: ParsedDdl, catalog: Catalog) -> list[Effect]:

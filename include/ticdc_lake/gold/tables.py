@@ -49,6 +49,15 @@ class SegmentStats:
     zero_dates: int = 0
 
 
+@dataclass(frozen=True)
+class GoldSnapshot:
+    """What a gold table holds at its latest version (``version`` None: no table yet)."""
+
+    version: int | None
+    schema: pa.Schema | None
+    rows: int
+
+
 @dataclass
 class TypedSegment:
     data: pa.Table  # gold columns, _commit_ts, _deleted
@@ -100,6 +109,14 @@ class GoldTable:
 
     def version(self) -> int | None:
         return open_table(self.path).version() if self.exists() else None
+
+    def snapshot(self) -> GoldSnapshot:
+        """Version, schema and row count from one open (each open reads the log: a run's
+        state rows for 600 tables took 4.2 s opening each table three times)."""
+        table = self._open()
+        if table is None:
+            return GoldSnapshot(None, None, 0)
+        return GoldSnapshot(table.version(), table_schema(table).to_arrow(), _row_count(table))
 
     def rows(self) -> int:
         table = self._open()
