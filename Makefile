@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
 .PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
-	bench-submit bench-compact bench-quality bench-wide-rows clean
+	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants clean
 
 setup: $(VENV)/.installed
 
@@ -47,7 +47,8 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows
+bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows \
+	bench-tenants
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -74,6 +75,10 @@ bench-compact: setup
 # Decode cost per value as tables widen to 800 columns (bench/results/wide-rows.json).
 bench-wide-rows: setup
 	$(PY) -m bench.wide_rows
+
+# 1 and 100 tenants' shops (6 and 600 gold tables), two runs each (bench/results/tenants.json).
+bench-tenants: setup
+	$(PY) -m bench.tenants
 
 # What the data-quality checks cost beside the stages (target: all checks <= 15% of the pipeline).
 bench-quality: setup

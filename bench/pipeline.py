@@ -80,10 +80,13 @@ def work_dir() -> Path:
     return WORK
 
 
-def workload(row_events: int, protocol: str, seed: int, profile: str) -> tuple[Path, dict]:
+def workload(
+    row_events: int, protocol: str, seed: int, profile: str, tenants: int = 1
+) -> tuple[Path, dict]:
     """The generated workload's directory, generated on first use, and how generating it went
     (seconds, peak RSS of this process: nothing else has run in it yet)."""
-    directory = work_dir() / f"pipeline-{profile}-{protocol}-{row_events}-seed{seed}"
+    name = f"pipeline-{profile}-{protocol}-{row_events}-seed{seed}"
+    directory = work_dir() / (name if tenants == 1 else f"{name}-tenants{tenants}")
     done = directory / "complete"
     if done.exists():
         return directory, json.loads(done.read_text())
@@ -95,6 +98,7 @@ def workload(row_events: int, protocol: str, seed: int, profile: str) -> tuple[P
         transactions=math.ceil(row_events / ROWS_PER_TRANSACTION[profile]),
         partitions=4,
         idle_partitions=1,
+        tenants=tenants,
     )
     started = time.perf_counter()
     stream_generated(directory, options, export_per_partition=True)
@@ -106,13 +110,14 @@ def workload(row_events: int, protocol: str, seed: int, profile: str) -> tuple[P
     return directory, generated
 
 
-def fresh_config(directory: Path, run: Path):
-    """The workload's pipeline config with a new, empty lake under ``run``."""
+def fresh_config(directory: Path, run: Path, exports: Path | None = None):
+    """The workload's pipeline config with a new, empty lake under ``run``, landing the files
+    in ``exports`` (default: the workload's)."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     raw = yaml.safe_load((directory / "pipeline.yaml").read_text())
     raw["lake"] = str(run / "lake")
-    raw["inputs"] = [str(directory / "exports" / "*")]
+    raw["inputs"] = [str((exports or directory / "exports") / "*")]
     path = run / "pipeline.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_config(path)

@@ -248,6 +248,19 @@ def test_generate_is_realistic_by_default_and_edge_cases_are_one_option_away(tmp
         assert (tmp_path / "edge" / name).read_bytes() == (held.out_dir / name).read_bytes()
 
 
+def test_generate_options_out_of_range_are_configuration_errors(tmp_path, capsys):
+    argv = ["generate", "--protocol", "craft", "--out", str(tmp_path / "out")]
+    for wrong, said in (
+        (["--tenants", "0"], "tenants must be from 1 to 1000"),
+        (["--tenants", "2", "--profile", "ddl-heavy"], "more than 1 only in the realistic"),
+        (["--transactions", "-1"], "transactions must not be negative"),
+    ):
+        assert main([*argv, *wrong]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_unknown_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bogus"])

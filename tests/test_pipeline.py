@@ -17,6 +17,7 @@ from ticdc_lake.errors import ConfigError
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LOCK_WAIT_ENV, LakeLockedError
 from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
+from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.land import LandError
 from ticdc_lake.stages.watermark import ChangefeedWatermark
 from ticdc_lake.workload import generate_workload
@@ -166,6 +167,35 @@ def test_run_rebuild_reapplies_silver_into_a_new_generation_of_the_same_gold(sam
     assert feed.generation == before.generation + 1 and not feed.noop
     assert feed.target == before.target
     assert ExpectedGold.from_sample(generated.out_dir).compare(config.lake, feed.target) == []
+
+
+def test_many_tables_merged_several_at_once_match_the_generator(spark, tmp_path):
+    """Four tenants' shops (24 gold tables, their small merges run four at a time): gold is
+    what the generator expects after a first compaction to a middle resolved TS, and after a
+    second that merges the rest into every table."""
+    options = GenerateOptions(
+        "open-protocol", profile="realistic", partitions=3, transactions=160, seed=5, tenants=4
+    )
+    generated = write_generated(tmp_path / "out", options)
+    config = load_config(generated.config_path)
+    run_stages(spark, config, ["land", "decode", "watermark"])
+    expected = ExpectedGold.from_sample(generated.out_dir)
+    resolved = generated.workload.resolved_ts
+    middle = resolved[len(resolved) // 2]
+    first = compact(spark, config, until_ts=middle)
+    assert expected.compare(config.lake, middle) == []
+    assert len(first.tables) == 24
+    second = run_stages(spark, config, ["compact"]).result("compact")
+    assert expected.compare(config.lake, resolved[-1]) == []
+    merged = [table for table in second.tables.values() if table.upserts or table.deletes]
+    assert len(merged) == 24 and all(table.commits <= 2 for table in merged)
+    # The ALTERs are the first tenant's: every other tenant's table is one merge.
+    assert {t.commits for t in merged if not t.table.startswith("shop.")} == {1}
+    layout = LakeLayout(config.lake)
+    for name, table in second.tables.items():  # the state rows: each table's own version
+        schema, table_name = name.split(".")
+        gold = DeltaTable(str(layout.gold(schema, table_name)))
+        assert (table.version, table.rows) == (gold.version(), len(gold.to_pyarrow_table()))
 
 
 def test_a_stage_that_fails_stops_the_stages_after_it(spark, tmp_path, monkeypatch):

@@ -292,6 +292,13 @@ def _add_generate(commands) -> None:
         default=None,
         help="at-least-once replays (default: 3 for ddl-heavy, ~1%% of row events for realistic)",
     )
+    generate.add_argument(
+        "--tenants",
+        type=int,
+        default=1,
+        help="realistic: the shop's six tables once per tenant schema (shop, shop_2, ...), "
+        "as a SaaS database holds them (default 1)",
+    )
     generate.add_argument("--no-tidb-extension", action="store_true")
     generate.add_argument(
         "--avro-watermarks",
@@ -302,21 +309,10 @@ def _add_generate(commands) -> None:
 
 
 def _run_generate(args) -> int:
-    options = GenerateOptions(
-        protocol=args.protocol,
-        profile=args.profile,
-        partitions=args.partitions,
-        seed=args.seed,
-        transactions=args.transactions,
-        layout=args.format,
-        compression=args.compression,
-        file_compression=args.file_compression,
-        dispatcher=args.dispatcher,
-        idle_partitions=min(args.idle_partitions, args.partitions - 1),
-        replays=args.replays,
-        tidb_extension=not args.no_tidb_extension,
-        avro_watermarks=args.avro_watermarks,
-    )
+    try:
+        options = _generate_options(args)
+    except ValueError as exc:  # an option out of range: a usage error, not a crash
+        raise ConfigError(f"generate: {exc}") from None
     started = time.perf_counter()
     generated = stream_generated(args.out, options)
     seconds = time.perf_counter() - started
@@ -333,6 +329,25 @@ def _run_generate(args) -> int:
     print(f"  {generated.out_dir / 'manifest.json'}")
     print(f"  {generated.config_path}")
     return 0
+
+
+def _generate_options(args) -> GenerateOptions:
+    return GenerateOptions(
+        protocol=args.protocol,
+        profile=args.profile,
+        partitions=args.partitions,
+        seed=args.seed,
+        transactions=args.transactions,
+        layout=args.format,
+        compression=args.compression,
+        file_compression=args.file_compression,
+        dispatcher=args.dispatcher,
+        idle_partitions=min(args.idle_partitions, args.partitions - 1),
+        replays=args.replays,
+        tidb_extension=not args.no_tidb_extension,
+        avro_watermarks=args.avro_watermarks,
+        tenants=args.tenants,
+    )
 
 
 def _add_profile(parser) -> None:

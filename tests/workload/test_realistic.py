@@ -52,6 +52,26 @@ def test_unknown_profiles_are_refused():
         generate_workload(transactions=5, profile="chaos")
 
 
+def test_tenants_hold_the_shop_each_in_a_schema_of_its_own():
+    tenants = generate_workload(seed=3, transactions=600, profile="realistic", tenants=3)
+    names = {table.full_name for table in tenants.tables}
+    shop = {table.name for table in shop_tables()}
+    assert names == {f"{schema}.{name}" for schema in ("shop", "shop_2", "shop_3") for name in shop}
+    ids = [i for table in tenants.tables for i in (table.table_id, *table.partition_ids)]
+    assert len(ids) == len(set(ids))  # TiDB's table and partition ids are unique
+    changed = {event.schema for event in tenants.row_events}
+    assert changed == {"shop", "shop_2", "shop_3"}
+    # A tenant's customers are updated as the first tenant's are: never their e-mail.
+    updates = [e for e in tenants.row_events if e.op == UPDATE and e.table == "customers"]
+    assert {event.schema for event in updates} == changed
+    for event in updates:
+        assert event.old_columns["email"] == event.columns["email"], event.schema
+    with pytest.raises(ValueError, match="more than 1 only in the realistic profile"):
+        generate_workload(transactions=5, profile="ddl-heavy", tenants=2)
+    with pytest.raises(ValueError, match="tenants must be from 1 to 1000"):
+        generate_workload(transactions=5, profile="realistic", tenants=1001)
+
+
 def test_tables_cover_every_column_type_and_every_kind_of_handle():
     tables = {table.name: table for table in shop_tables()}
     covered = {(c.type_code, c.column_type.flags) for t in tables.values() for c in t.columns}

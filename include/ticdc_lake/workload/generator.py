@@ -26,6 +26,7 @@ so a long workload can be written out without holding it (output.stream_generate
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
 import random
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from ticdc_lake.workload.shop import (
     UPDATED,
     ShopValues,
     shop_tables,
+    tenant_tables,
 )
 from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
 
@@ -69,6 +71,7 @@ DDL_HEAVY, REALISTIC = "ddl-heavy", "realistic"
 # ddl-heavy adds two columns for each it drops: past this width its random DDLs drop instead, so
 # a long run's rows stop growing (at 1M row events no table reaches it: the widest has 74).
 WIDEST_TABLE = 80
+MAX_TENANTS = 1000  # 6,000 tables: bounded, as every count a user gives
 PROFILES = (REALISTIC, DDL_HEAVY)
 DEFAULT_PROFILE = REALISTIC  # what users get from generate, demo and the benchmarks
 REPLAYED_SHARE = 0.01  # realistic: ~1% of row events are sent twice (at-least-once delivery)
@@ -92,10 +95,19 @@ _PROFILES = {
 }
 
 
-def profile_named(name: str) -> Profile:
+def profile_named(name: str, tenants: int = 1) -> Profile:
+    """The profile; ``tenants`` > 1 (realistic only): its shop once per tenant schema."""
     if name not in _PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {name!r}")
-    return _PROFILES[name]
+    profile = _PROFILES[name]
+    if tenants == 1:
+        return profile
+    if name != REALISTIC or not 1 <= tenants <= MAX_TENANTS:
+        raise ValueError(
+            f"tenants must be from 1 to {MAX_TENANTS}, and more than 1 only in the "
+            f"{REALISTIC} profile, not {tenants} in {name}"
+        )
+    return dataclasses.replace(profile, tables=lambda: tenant_tables(profile.tables(), tenants))
 
 
 def default_replays(profile: str, transactions: int) -> int:
@@ -334,8 +346,7 @@ class _Generator:
             self.values = _Values(self.rng)
         updated = UPDATED if profile.name == REALISTIC else {}
         self.states = {
-            t.full_name: _TableState(t, self.values, updated.get(t.full_name, ()))
-            for t in self.initial
+            t.full_name: _TableState(t, self.values, updated.get(t.name, ())) for t in self.initial
         }
         if profile.name == REALISTIC:
             self.values.referred = {
@@ -686,13 +697,14 @@ def generate_workload(
     resolved_every: tuple[int, int] | None = None,
     ddl: bool = True,
     profile: str = DDL_HEAVY,
+    tenants: int = 1,
 ) -> Workload:
     """A reproducible workload: the same arguments always give the same events and snapshots.
 
     Held in memory whole (events, transactions, every table at every resolved TS): for tests
     and small samples; `iter_workload` streams."""
     with gc_paused():
-        return _generator(seed, transactions, resolved_every, ddl, profile).run()
+        return _generator(seed, transactions, resolved_every, ddl, profile, tenants).run()
 
 
 def iter_workload(
@@ -702,17 +714,20 @@ def iter_workload(
     transactions: int = 200,
     *,
     profile: str = DDL_HEAVY,
+    tenants: int = 1,
 ) -> Workload:
     """The same workload as `generate_workload`, each event handed to `emit` as it is made and
     each resolved TS's expected tables to the log `expected(handle_keys)` builds (which may
     write them out). The Workload returned holds no events and no transactions."""
-    generator = _generator(seed, transactions, None, True, profile, emit, expected)
+    generator = _generator(seed, transactions, None, True, profile, tenants, emit, expected)
     with gc_paused():
         return generator.run()
 
 
-def _generator(seed, transactions, resolved_every, ddl, profile, emit=None, expected=ExpectedLog):
-    chosen = profile_named(profile)
+def _generator(
+    seed, transactions, resolved_every, ddl, profile, tenants=1, emit=None, expected=ExpectedLog
+):
+    chosen = profile_named(profile, tenants)
     if transactions < 0:
         raise ValueError("transactions must not be negative")
     low, high = resolved_every = resolved_every or chosen.resolved_every

@@ -75,13 +75,14 @@ class GenerateOptions:
     tidb_extension: bool = True
     avro_watermarks: bool = False  # Avro's test-only DDL/checkpoint messages
     max_batch_size: int = 16
+    tenants: int = 1  # realistic: the shop's tables once per tenant schema (shop, shop_2, ...)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}")
         if self.transactions < 0:
             raise ValueError("transactions must not be negative")
-        profile_named(self.profile)
+        profile_named(self.profile, self.tenants)
         if self.replays is None:
             object.__setattr__(self, "replays", default_replays(self.profile, self.transactions))
 
@@ -178,7 +179,9 @@ def _write_generated(
 ) -> GeneratedOutput:
     out.mkdir(parents=True, exist_ok=True)
     if workload is None:
-        workload = generate_workload(options.seed, options.transactions, profile=options.profile)
+        workload = generate_workload(
+            options.seed, options.transactions, profile=options.profile, tenants=options.tenants
+        )
     routing = route(
         workload,
         options.protocol,

@@ -10,6 +10,7 @@ from the generator's seeded random source and clock, so a seed keeps its workloa
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -176,6 +177,26 @@ def shop_tables() -> tuple[TableDef, ...]:
     return tables
 
 
+# Table ids a tenant's tables are apart from the tenant's before (TiDB's ids are unique).
+TENANT_ID_STEP = 1000
+
+
+def tenant_tables(tables: tuple[TableDef, ...], tenants: int) -> tuple[TableDef, ...]:
+    """``tables`` and a copy of them for each further tenant, in schemas ``shop_2`` to
+    ``shop_<tenants>`` (a SaaS database: one schema per customer, the same tables in each)."""
+    copies = [
+        dataclasses.replace(
+            table,
+            schema=f"{table.schema}_{tenant}",
+            table_id=table.table_id + TENANT_ID_STEP * (tenant - 1),
+            partition_ids=tuple(p + TENANT_ID_STEP * (tenant - 1) for p in table.partition_ids),
+        )
+        for tenant in range(2, tenants + 1)
+        for table in tables
+    ]
+    return (*tables, *copies)
+
+
 def covered_types(tables: tuple[TableDef, ...]) -> set[tuple[int, int]]:
     """(type code, type flags) of every column: what `cases.COLUMN_TYPES` must all be among."""
     return {(c.type_code, c.column_type.flags) for t in tables for c in t.columns}
@@ -201,13 +222,14 @@ NULL_SHARE = {
 }  # fmt: skip
 # The columns an UPDATE changes. Not a customer's e-mail: it is made of the name inserted with
 # it, and one drawn again would belong to somebody else.
+# By table name: every tenant's shop (`tenant_tables`) alike.
 UPDATED = {
-    "shop.customers": ("tier", "newsletter", "loyalty_points", "consents", "preferences", "phone"),
-    "shop.products": ("stock", "rating", "tags", "description", "image"),
-    "shop.orders": ("status", "updated_at", "note", "invoice_pdf", "total"),
-    "shop.order_items": ("qty", "unit_price_cents"),
-    "shop.payments": ("paid_at", "receipt", "fee_bps", "provider_token"),
-    "shop.page_views": ("dwell", "load_ms", "session_blob"),
+    "customers": ("tier", "newsletter", "loyalty_points", "consents", "preferences", "phone"),
+    "products": ("stock", "rating", "tags", "description", "image"),
+    "orders": ("status", "updated_at", "note", "invoice_pdf", "total"),
+    "order_items": ("qty", "unit_price_cents"),
+    "payments": ("paid_at", "receipt", "fee_bps", "provider_token"),
+    "page_views": ("dwell", "load_ms", "session_blob"),
 }
 
 # Columns that name another table's row, and that table: drawn from the keys it holds.

@@ -158,7 +158,10 @@ def _stream(
     )
     segments = _Spill(spill_dir, "segments")
     dispatcher = Dispatcher(
-        routing, profile_named(options.profile).tables(), options.avro_watermarks, segments.append
+        routing,
+        profile_named(options.profile, options.tenants).tables(),
+        options.avro_watermarks,
+        segments.append,
     )
     ddl_events: list[DdlEvent] = []
     last_row_ts = None
@@ -180,6 +183,7 @@ def _stream(
             options.seed,
             options.transactions,
             profile=options.profile,
+            tenants=options.tenants,
         )
     dispatcher.finish()
     segments.close()
