@@ -237,6 +237,45 @@ def test_a_mixed_landing_area_reads_its_parquet_with_spark_and_the_rest_in_pytho
     assert files == {"p0.parquet", "p1.jsonl", "p2.parquet"}
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("literal_pairs", [export_source.LITERAL_PAIRS, 4])
+def test_many_small_files_land_each_record_once_with_its_own_file(
+    spark, generated, tmp_path, monkeypatch, literal_pairs
+):
+    """A landing area of many small exports, a few JSON Lines among the Parquet: each file's
+    place and path are looked up from literals, or (past ``literal_pairs``) by a broadcast
+    join; a task's Arrow batch holds several files, largest first, whose offsets it tallies
+    file by file."""
+    monkeypatch.setattr(export_source, "LITERAL_PAIRS", literal_pairs)
+    config = load_config(write_config(tmp_path, ["orders"]))
+    written, everything = {}, []
+    for partition, stream in sorted(generated.items()):
+        records = retopic(stream, "orders")
+        everything += records
+        for start in range(0, len(records), 3):
+            layout = "jsonl" if start % 9 == 3 else "parquet"
+            name = f"p{partition}-{start:03d}.{layout}"
+            exports.write_export(tmp_path / "landing" / name, records[start : start + 3], layout)
+            written.update({(r.partition, r.offset): name for r in records[start : start + 3]})
+    result = land(spark, config)
+    assert result.files_landed == len(set(written.values())) > 3 * 5
+    assert result.records_added == len(everything) and result.duplicates == 0
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(everything)
+    rows = table(tables.bronze)
+    assert {(r["partition"], r["offset"]): Path(r["source_file"]).name for r in rows} == written
+
+
+@pytest.mark.spark
+def test_plain_paths_are_their_own_uris_and_the_others_are_asked_of_hadoop(spark, tmp_path):
+    paths = [f"{tmp_path}/a.parquet", f"{tmp_path}/with space.parquet", f"{tmp_path}/é.parquet"]
+    paths += [f"{tmp_path}/./b.parquet", f"{tmp_path}/.hidden-c_d~e.parquet"]
+    asked = [export_parquet._spark_uri(spark, path) for path in paths]
+    assert export_parquet._spark_uris(spark, paths) == asked
+    assert asked[0] == f"file:{paths[0]}" and asked[1].endswith("/with%20space.parquet")
+    assert asked[3].endswith(f"{tmp_path}/b.parquet")  # Hadoop drops the "." part
+
+
 def break_first_page(path: Path, column: str) -> None:
     """Garbage over the page header of ``column``'s first data page: the footer still reads."""
     metadata = pq.ParquetFile(path).metadata

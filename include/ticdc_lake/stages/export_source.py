@@ -24,17 +24,19 @@ Either way the rules are ``exports``' own: this module only adds positions and b
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -406,6 +408,33 @@ def read_export_files(
 
 def with_source_file(rows: DataFrame, files: Sequence[ExportFile]) -> DataFrame:
     """``source_file``: the path of the file at ``file_index`` in ``files``."""
-    # The JVM looks the path up: a path string per row need not cross from Python.
-    paths = F.array(*[F.lit(file.path) for file in files])
-    return rows.withColumn("source_file", F.element_at(paths, F.col("file_index") + 1))
+    paths = [(index, file.path) for index, file in enumerate(files)]
+    return looked_up(rows, F.col("file_index"), paths, "source_file", StringType())
+
+
+def looked_up(
+    rows: DataFrame, key: Column, pairs: Iterable[tuple[Any, Any]], name: str, kind: DataType
+) -> DataFrame:
+    """``rows`` and ``name``: the value ``pairs`` (key, value) give the row's ``key``, null for
+    none. Up to LITERAL_PAIRS pairs, from arrays of literals; past them by a broadcast join."""
+    pairs = list(pairs)
+    if len(pairs) <= LITERAL_PAIRS:
+        keys = F.array(*[F.lit(found) for found, _ in pairs])
+        values = F.array(*[F.lit(value).cast(kind) for _, value in pairs])
+        place = F.array_position(keys, key).cast(IntegerType())
+        value = F.when(place > 0, F.element_at(values, place)) if pairs else F.lit(None)
+        return rows.withColumn(name, value.cast(kind))
+    key_type = rows.select(key).schema[0].dataType
+    table = rows.sparkSession.createDataFrame(
+        list(pairs), StructType([StructField(_LOOKUP_KEY, key_type), StructField(name, kind)])
+    )
+    keyed = rows.withColumn(_LOOKUP_KEY, key)
+    joined = keyed.join(F.broadcast(table), _LOOKUP_KEY, "left")
+    return joined.select(*rows.columns, name)
+
+
+_LOOKUP_KEY = "__lookup_key"
+# An array of literals takes a py4j call per element to build and array_position scans it for
+# each row (2,000 export files: 4 s to build, 5 us a row); a broadcast join finds a row's value
+# at once but its job costs ~0.2 s (land of the realistic 1M's 4 files: 0.4 s more).
+LITERAL_PAIRS = 256

@@ -30,7 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import LongType, StringType, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructType
 
 from ticdc_lake.delta import merge_delta, open_table, read_delta, spanning, write_delta
 from ticdc_lake.delta.files import commit_files, delete_write, discard_uncommitted
@@ -40,7 +40,12 @@ from ticdc_lake.delta.write import plan_write, write_tasks
 from ticdc_lake.limits import Limits
 from ticdc_lake.spark import job_settings, min_splits
 from ticdc_lake.stages.export_parquet import footer_rows, read_kafka_parquet
-from ticdc_lake.stages.export_source import HEADERS_TYPE, ExportFile, read_export_files
+from ticdc_lake.stages.export_source import (
+    HEADERS_TYPE,
+    ExportFile,
+    looked_up,
+    read_export_files,
+)
 from ticdc_lake.stages.land_pass import IS_RECORD, REPORT_SCHEMA, BronzeTask, PassTally
 from ticdc_lake.stages.land_tables import (
     APP_ID,
@@ -71,6 +76,7 @@ NEW, DUPLICATE, CONFLICT = "new", "duplicate", "conflict"
 COORDINATES = ("file_index", "position", "topic", "partition", "offset")
 # Up to this many duplicate/conflict rows are broadcast when the new records are picked out.
 _BROADCAST_ROWS = 2_000_000
+_PLACE = "_place"  # a parsed file's place in the batch
 
 
 @dataclass
@@ -173,8 +179,9 @@ class BatchRecords:
             # Records parsed in Python: parse once, keep them. (Parsed again, a file could
             # break where its first look did not: its records would be counted, not landed.)
             rows = read_export_files(spark, [files[i] for i in parsed], limits=limits)
-            places = F.array(*[F.lit(i) for i in parsed])  # the files' places in the batch
-            rows = rows.withColumn("file_index", F.element_at(places, F.col("file_index") + 1))
+            # The files' places in the batch.
+            rows = looked_up(rows, F.col("file_index"), enumerate(parsed), _PLACE, IntegerType())
+            rows = rows.withColumn("file_index", F.col(_PLACE)).drop(_PLACE)
             self.cached.append(rows.persist(StorageLevel.MEMORY_AND_DISK))
             frames.append(rows)
         self.raw = functools.reduce(DataFrame.unionByName, frames)

@@ -23,6 +23,7 @@ TALLIED = ("file_index", "topic", "partition", "offset", IS_RECORD)
 REPORT_SCHEMA = pa.schema([("report", pa.string())])
 # Per (file, topic, partition, record or not): what land_batch's extents are made of.
 _CELL = ["file_index", "topic", "partition", IS_RECORD]
+_SPAN = ["file_index", "topic", "partition"]
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,15 @@ def _records(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 class TaskTally:
     """What one task was given, in a size that does not grow with its rows: per cell the
-    bounds and count of its offsets; per Kafka partition its offsets as spans (one per Arrow
-    batch, merged while each follows the one before, as a file's offsets do)."""
+    bounds and count of its offsets; per Kafka partition its offsets as spans (one per file
+    in an Arrow batch, merged while the same file's follow the one before, as its offsets
+    do). A batch holds several files, in the order Spark gives them (largest first), so one
+    span per batch would cover other tasks' files between them."""
 
     def __init__(self):
         self.cells: dict[tuple, list] = {}  # cell -> [low, high, count]
         self.spans: dict[tuple[str, int], list[list[int]]] = {}  # -> [low, high, count, distinct]
+        self.last_file: dict[tuple[str, int], int] = {}  # the file of each partition's last span
 
     def add(self, batch: pa.RecordBatch) -> None:
         rows = pa.Table.from_batches([batch.select(list(TALLIED))])
@@ -73,16 +77,18 @@ class TaskTally:
                 known[0], known[1] = min(known[0], low), max(known[1], high)
             known[2] += count
         records = rows.filter(rows.column(IS_RECORD))
-        spans = records.group_by(["topic", "partition"], use_threads=False).aggregate(
+        spans = records.group_by(_SPAN, use_threads=False).aggregate(
             [("offset", "min"), ("offset", "max"), ([], "count_all"), ("offset", "count_distinct")]
         )
-        for topic, partition, *span in _lists(spans):
-            found = self.spans.setdefault((topic, partition), [])
-            if found and found[-1][1] < span[0]:  # follows the last one: one span, still exact
-                last = found[-1]
+        for file_index, topic, partition, *span in _lists(spans):
+            key = (topic, partition)
+            found = self.spans.setdefault(key, [])
+            if found and self.last_file[key] == file_index and found[-1][1] < span[0]:
+                last = found[-1]  # the same file's, following: one span, still exact
                 last[1], last[2], last[3] = span[1], last[2] + span[2], last[3] + span[3]
             else:
                 found.append(span)
+            self.last_file[key] = file_index
 
     def report(self) -> dict[str, list[list]]:
         """``PassTally.cells`` and ``spans`` rows, as JSON lists."""
