@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
 .PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
-	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants clean
+	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
+	bench-files clean
 
 setup: $(VENV)/.installed
 
@@ -48,7 +49,7 @@ browser:
 	fi
 
 bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows \
-	bench-tenants
+	bench-tenants bench-files
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -79,6 +80,10 @@ bench-wide-rows: setup
 # 1 and 100 tenants' shops (6 and 600 gold tables), two runs each (bench/results/tenants.json).
 bench-tenants: setup
 	$(PY) -m bench.tenants
+
+# Land of the realistic 1M's records as 4, 400 and 2,000 export files (bench/results/files.json).
+bench-files: setup
+	$(PY) -m bench.files
 
 # What the data-quality checks cost beside the stages (target: all checks <= 15% of the pipeline).
 bench-quality: setup

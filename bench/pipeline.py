@@ -341,6 +341,11 @@ def run_benchmark(
     size = size_label(args.row_events)
     path = args.out or RESULTS / out.replace("<profile>", args.profile).replace("<size>", size)
     result = run(args.row_events, args.protocol, args.seed, args.profile)
+    write_result(result, path, print_table)
+
+
+def write_result(result: dict, path: Path, print_table: Callable[[dict], None]) -> None:
+    """``result`` as JSON at ``path``, and printed by ``print_table``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print_table(result)

@@ -34,7 +34,16 @@ from ticdc_lake.stages.watermark import watermark
 from ticdc_lake.workload.generator import REALISTIC
 
 from bench.machine import machine_report
-from bench.pipeline import CORES, DRIVER_MEMORY, RESULTS, STAGES, check_gold, fresh_config, workload
+from bench.pipeline import (
+    CORES,
+    DRIVER_MEMORY,
+    RESULTS,
+    STAGES,
+    check_gold,
+    fresh_config,
+    workload,
+    write_result,
+)
 
 RUNS = ("first", "second")
 
@@ -134,10 +143,7 @@ def main() -> None:
     parser.add_argument("--row-events", type=int, default=300_000)
     parser.add_argument("--out", type=Path, default=RESULTS / "tenants.json")
     args = parser.parse_args()
-    result = run(args.tenants, args.row_events)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print_table(result)
+    write_result(run(args.tenants, args.row_events), args.out, print_table)
 
 
 if __name__ == "__main__":
