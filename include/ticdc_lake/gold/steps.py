@@ -110,14 +110,19 @@ class Steps:
                 self._ddl(timeline, barrier, work, versions, number)
                 continue
             # Each on its own table (and Delta table): a few at once, as pyarrow and delta-rs
-            # let go of the GIL; more when all are small, as their memory allows.
-            small = all(reduced.size(step.key) <= SMALL_SEGMENT_ROWS for _, step in batch)
-            for _ in in_parallel(
-                lambda number, step: self._segment(step, reduced, versions, number),
-                batch,
-                SMALL_SEGMENT_THREADS if small else DRIVER_THREADS,
-            ):
-                pass
+            # let go of the GIL; small merges more at once, as their memory allows (a folded
+            # DDL may rewrite a table of up to DRIVER_REWRITE_ROWS on the driver).
+            small, others = [], []
+            for number, step in batch:
+                merge_only = reduced.size(step.key) <= SMALL_SEGMENT_ROWS and not step.segment.folds
+                (small if merge_only else others).append((number, step))
+            for part, threads in ((others, DRIVER_THREADS), (small, SMALL_SEGMENT_THREADS)):
+                for _ in in_parallel(
+                    lambda number, step: self._segment(step, reduced, versions, number),
+                    part,
+                    threads,
+                ):
+                    pass
 
     def _segment(
         self, step: SegmentStep, reduced: Reduced, versions: Versions, number: int

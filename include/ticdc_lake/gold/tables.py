@@ -107,9 +107,6 @@ class GoldTable:
             return None
         return table
 
-    def version(self) -> int | None:
-        return open_table(self.path).version() if self.exists() else None
-
     def snapshot(self) -> GoldSnapshot:
         """Version, schema and row count from one open (each open reads the log: a run's
         state rows for 600 tables took 4.2 s opening each table three times)."""

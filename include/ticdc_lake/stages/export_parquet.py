@@ -46,8 +46,8 @@ _ARROW_TYPES = {
 _HADOOP_SPECIAL = re.compile(r"[*?\[\]{}\\:]")
 # Absolute, of parts made of a URI's unreserved characters, none of them "." or "..".
 _PLAIN_PATH = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+)+")
-# Spark lists the files of a read naming more than 32 paths in a job of a task per path (2,000
-# export files: 8-9 s); they are local, listed on the driver in 0.5 s.
+# Spark lists the files of a read naming more paths than this threshold (build_session: 512) in
+# a job of a task per path (2,000 export files: 8-9 s); they are local: the driver takes 0.5 s.
 _LISTED_ON_THE_DRIVER = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "2147483647"}
 _FILE_PATH, _FOUND = "_spark_file_path", "_found_index"
 
