@@ -90,6 +90,19 @@ def test_a_batch_going_back_starts_a_span_and_spans_that_meet_are_left_to_the_of
     assert PassTally.of([{"adds": [], **tally.report()}]).offsets_unique() is False
 
 
+def test_a_batch_of_several_files_is_tallied_file_by_file():
+    """Spark hands a task its files largest first, several in one Arrow batch: one span per
+    file keeps the tasks' spans disjoint (one per batch, 0-12 here, would meet the other
+    task's 4-5 and leave it to a count of the offsets)."""
+    first, second = TaskTally(), TaskTally()
+    first.add(batch([(2, 0, o, True) for o in (10, 11, 12)] + [(0, 0, o, True) for o in (0, 1, 2)]))
+    first.add(batch([(0, 0, 3, True)]))  # file 0 again, after file 0's last: not a span of its own
+    second.add(batch([(1, 0, o, True) for o in (4, 5)]))
+    assert first.report()["spans"] == [["t", 0, 10, 12, 3, 3], ["t", 0, 0, 3, 4, 4]]
+    reports = [{"adds": [], **tally.report()} for tally in (first, second)]
+    assert PassTally.of(reports).offsets_unique() is True
+
+
 def spark_jobs(spark, run) -> tuple[object, int]:
     """``run()``'s result and how many Spark jobs it ran."""
     context, group = spark.sparkContext, f"land-pass-test-{uuid.uuid4().hex}"
