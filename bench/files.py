@@ -21,7 +21,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.land import land
 from ticdc_lake.workload.generator import REALISTIC
@@ -31,6 +30,7 @@ from bench.pipeline import (
     CORES,
     DRIVER_MEMORY,
     RESULTS,
+    cut_exports,
     floor,
     fresh_config,
     workload,
@@ -40,30 +40,11 @@ from bench.pipeline import (
 LANDS = 2
 
 
-def cut(directory: Path, files: int) -> Path:
-    """The workload's exports as ``files`` files (made once, beside the workload)."""
-    out = directory / f"files-{files}"
-    if (out / "complete").exists():
-        return out
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "exports").mkdir(parents=True)
-    shutil.copy(directory / "pipeline.yaml", out / "pipeline.yaml")
-    sources = sorted((directory / "exports").glob("*.parquet"))
-    pieces = max(1, files // len(sources))
-    for source in sources:
-        table = pq.read_table(source)
-        size = -(-table.num_rows // pieces)
-        for piece in range(pieces):
-            part = table.slice(piece * size, size)
-            pq.write_table(part, out / "exports" / f"{source.stem}-{piece:05d}.parquet")
-    (out / "complete").write_text("")
-    return out
-
-
 def run(file_counts: list[int], row_events: int) -> dict:
     load_start = os.getloadavg()
     directory, _ = workload(row_events, "open-protocol", 0, REALISTIC)
-    cuts = {count: cut(directory, count) for count in file_counts}
+    sources = len(list((directory / "exports").glob("*.parquet")))
+    cuts = {count: cut_exports(directory, max(1, count // sources)) for count in file_counts}
     spark = build_session(
         "bench-files",
         master=f"local[{CORES}]",

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 from ticdc_lake.config import load_config
@@ -108,6 +109,25 @@ def workload(
     }
     done.write_text(json.dumps(generated) + "\n")
     return directory, generated
+
+
+def cut_exports(directory: Path, pieces: int) -> Path:
+    """A folder beside the workload (made once) with its config and each of its export files
+    cut into ``pieces`` files of consecutive records, ``exports/<stem>-<piece>.parquet``."""
+    out = directory / f"cut-{pieces}"
+    if (out / "complete").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "exports").mkdir(parents=True)
+    shutil.copy(directory / "pipeline.yaml", out / "pipeline.yaml")
+    for source in sorted((directory / "exports").glob("*.parquet")):
+        table = pq.read_table(source)
+        size = -(-table.num_rows // pieces)
+        for piece in range(pieces):
+            part = table.slice(piece * size, size)
+            pq.write_table(part, out / "exports" / f"{source.stem}-{piece:05d}.parquet")
+    (out / "complete").write_text("")
+    return out
 
 
 def fresh_config(directory: Path, run: Path, exports: Path | None = None):

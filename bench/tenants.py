@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.spark import build_session
 from ticdc_lake.stages.compact import compact
@@ -40,6 +38,7 @@ from bench.pipeline import (
     RESULTS,
     STAGES,
     check_gold,
+    cut_exports,
     fresh_config,
     workload,
     write_result,
@@ -48,36 +47,19 @@ from bench.pipeline import (
 RUNS = ("first", "second")
 
 
-def halves(directory: Path) -> Path:
-    """The workload's exports cut in two, ``first/`` and ``second/`` (made once)."""
-    split = directory / "halves"
-    if (split / "complete").exists():
-        return split
-    shutil.rmtree(split, ignore_errors=True)
-    for run in RUNS:
-        (split / run).mkdir(parents=True)
-    for path in sorted((directory / "exports").glob("*.parquet")):
-        table = pq.read_table(path)
-        middle = table.num_rows // 2
-        pq.write_table(table.slice(0, middle), split / "first" / path.name)
-        pq.write_table(table.slice(middle), split / "second" / path.name)
-    (split / "complete").write_text("")
-    return split
-
-
 def run_tenants(spark, tenants: int, row_events: int) -> dict:
     """Both runs over the workload of ``tenants`` tenants: each stage's seconds per run."""
     directory, generated = workload(row_events, "open-protocol", 0, REALISTIC, tenants)
     manifest = json.loads((directory / "manifest.json").read_text())
-    split = halves(directory)
+    halves = cut_exports(directory, len(RUNS)) / "exports"
     scratch = directory / "run"
     exports = scratch / "exports"
     config = fresh_config(directory, scratch, exports)
     exports.mkdir()
     runs = {}
-    for run in RUNS:
-        for path in (split / run).iterdir():  # the next export appears beside the last
-            os.link(path, exports / f"{run}-{path.name}")
+    for half, run in enumerate(RUNS):
+        for path in halves.glob(f"*-{half:05d}.parquet"):  # the next export beside the last
+            os.link(path, exports / path.name)
         seconds, results = {}, {}
         for name, stage in zip(STAGES, (land, decode, watermark, compact), strict=True):
             started = time.perf_counter()
@@ -105,7 +87,7 @@ def run_tenants(spark, tenants: int, row_events: int) -> dict:
 def run(tenant_counts: list[int], row_events: int) -> dict:
     load_start = os.getloadavg()
     for tenants in tenant_counts:  # generated before Spark starts, as in bench.pipeline
-        halves(workload(row_events, "open-protocol", 0, REALISTIC, tenants)[0])
+        cut_exports(workload(row_events, "open-protocol", 0, REALISTIC, tenants)[0], len(RUNS))
     spark = build_session(
         "bench-tenants",
         master=f"local[{CORES}]",

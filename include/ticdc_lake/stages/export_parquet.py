@@ -22,7 +22,6 @@ from pyspark.sql.types import BinaryType, IntegerType
 
 from ticdc_lake import exports
 from ticdc_lake.limits import Limits
-from ticdc_lake.spark import job_settings
 from ticdc_lake.stages.export_source import (
     EXPORT_ROWS_SCHEMA,
     ExportFile,
@@ -46,9 +45,6 @@ _ARROW_TYPES = {
 _HADOOP_SPECIAL = re.compile(r"[*?\[\]{}\\:]")
 # Absolute, of parts made of a URI's unreserved characters, none of them "." or "..".
 _PLAIN_PATH = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+)+")
-# Spark lists the files of a read naming more paths than this threshold (build_session: 512) in
-# a job of a task per path (2,000 export files: 8-9 s); they are local: the driver takes 0.5 s.
-_LISTED_ON_THE_DRIVER = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "2147483647"}
 _FILE_PATH, _FOUND = "_spark_file_path", "_found_index"
 
 
@@ -59,14 +55,13 @@ def read_kafka_parquet(
     Parquet reader; ``file_index`` is the file's place in ``files``, -1 for a file Spark names
     otherwise than expected (the footer check then finds its rows missing)."""
     paths = [files[index].path for index in indices]
-    with job_settings(spark, _LISTED_ON_THE_DRIVER):
-        read = (
-            spark.read.schema(KAFKA_COLUMNS)
-            # Values as stored, as pyarrow reads them, whatever the session's rebase settings.
-            .option("datetimeRebaseMode", "CORRECTED")
-            .option("int96RebaseMode", "CORRECTED")
-            .parquet(*paths)
-        )
+    read = (
+        spark.read.schema(KAFKA_COLUMNS)
+        # Values as stored, as pyarrow reads them, whatever the session's rebase settings.
+        .option("datetimeRebaseMode", "CORRECTED")
+        .option("int96RebaseMode", "CORRECTED")
+        .parquet(*paths)
+    )
     located = read.select(
         "*",
         F.col("_metadata.file_path").alias(_FILE_PATH),
