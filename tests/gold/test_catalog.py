@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ticdc_lake import mysql
 from ticdc_lake.gold.catalog import (
     _NOT_LITERAL,
@@ -18,6 +20,7 @@ from ticdc_lake.gold.catalog import (
     Inconsistent,
     Move,
     PartitionRows,
+    TableInfo,
     TableName,
     Truncate,
     literal,
@@ -284,3 +287,61 @@ def test_an_unreadable_ddl_marks_its_table_and_says_why():
     (effect,) = timeline.barriers[0].effects
     assert isinstance(effect, Inconsistent) and "not understood" in effect.reason
     assert "commit TS 5" in effect.reason and "offset 0" in effect.reason
+
+
+_KEYED_DDLS = [
+    "CREATE TABLE {t} (id int PRIMARY KEY, a int NOT NULL, b int)",
+    "CREATE TABLE {t} (id int, a int NOT NULL, UNIQUE KEY u (a))",
+    "CREATE TABLE {t} (id int, a int)",
+    "CREATE TABLE {t} LIKE {u}",
+    "ALTER TABLE {t} ADD PRIMARY KEY (a)",
+    "ALTER TABLE {t} DROP PRIMARY KEY",
+    "ALTER TABLE {t} ADD UNIQUE KEY k (id)",
+    "ALTER TABLE {t} ADD COLUMN c int",
+    "ALTER TABLE {t} RENAME COLUMN a TO z",
+    "RENAME TABLE {t} TO {u}",
+    "DROP TABLE {t}",
+    "DROP DATABASE db",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    ddls=st.lists(
+        st.tuples(
+            st.sampled_from(_KEYED_DDLS),
+            st.sampled_from("tuv"),
+            st.sampled_from("tuv"),
+            st.one_of(st.none(), st.integers(1, 60)),
+            st.integers(0, 3),
+        ),
+        max_size=25,
+    ),
+    applied=st.integers(0, 40),
+    prior=st.dictionaries(st.sampled_from("tuv"), st.booleans()),
+)
+def test_latest_infos_equal_a_walk_over_every_catalog(ddls, applied, prior):
+    """Also with DDLs without a TS applied after the barriers, and tables known before the run
+    with a key, which the barriers' catalogs hold until a DDL changes them."""
+    rows = [
+        {**_record(ts, query.format(t=t, u=u), offset=i, batch=batch), "table": t}
+        for i, (query, t, u, ts, batch) in enumerate(ddls)
+    ]
+    timeline = build_timeline(
+        [parse_record(r) for r in unique_records(rows)],
+        initial=Catalog(
+            {
+                T("db", name): TableInfo(T("db", name), complete=keyed, primary_key=("id",) * keyed)
+                for name, keyed in prior.items()
+            }
+        ),
+        applied_ts=applied,
+        applied_batch=1,
+        target_ts=50,
+    )
+    catalogs = [timeline.history, *(barrier.catalog for barrier in timeline.barriers)]
+    for wanted in (lambda info: bool(info.handle), lambda info: info.complete):
+        walked = {}
+        for catalog in catalogs:
+            walked.update({name: info for name, info in catalog.tables.items() if wanted(info)})
+        assert timeline.latest_infos(wanted) == walked

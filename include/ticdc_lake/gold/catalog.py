@@ -154,6 +154,10 @@ class Inconsistent(Effect):
 @dataclass
 class Catalog:
     tables: dict[TableName, TableInfo] = field(default_factory=dict)
+    # The names set since the catalog was made or last asked (``take_changed``): a walk over a
+    # run's catalogs, each a copy of the one before, then visits what each changed, not every
+    # table once per DDL (3,000 new tables: 9M visits).
+    changed: set[TableName] = field(default_factory=set, repr=False, compare=False)
 
     def info(self, name: TableName) -> TableInfo:
         return self.tables.get(name) or TableInfo(name)
@@ -163,6 +167,14 @@ class Catalog:
 
     def copy(self) -> Catalog:
         return Catalog(dict(self.tables))
+
+    def take_changed(self) -> frozenset[TableName]:
+        changed, self.changed = frozenset(self.changed), set()
+        return changed
+
+    def _put(self, name: TableName, info: TableInfo) -> None:
+        self.tables[name] = info
+        self.changed.add(name)
 
     def apply(self, action: ddl.Action, note: str = "") -> list[Effect]:
         """Fold one action in; return its effects on gold. ``note`` names the DDL in reasons."""
@@ -178,7 +190,7 @@ class Catalog:
         if action.like is not None:
             source = self.tables.get(action.like)
             if source is None or not source.complete:
-                self.tables[name] = TableInfo(name)
+                self._put(name, TableInfo(name))
                 return [Create(name, (), replace=True)]
             info = dataclasses.replace(source, name=name, exists=True)
         else:
@@ -191,29 +203,29 @@ class Catalog:
                 partitioning=action.partitioning,
                 partitioning_known=True,
             )
-        self.tables[name] = info
+        self._put(name, info)
         return [Create(name, tuple(info.specs.items()), replace=True)]
 
     def _truncate_table(self, action: ddl.TruncateTable, note: str) -> list[Effect]:
         return [Truncate(action.table)]
 
     def _drop_table(self, action: ddl.DropTable, note: str) -> list[Effect]:
-        self.tables[action.table] = dataclasses.replace(self.info(action.table), exists=False)
+        self._put(action.table, dataclasses.replace(self.info(action.table), exists=False))
         return [Drop(action.table)]
 
     def _drop_schema(self, action: ddl.DropSchema, note: str) -> list[Effect]:
         effects: list[Effect] = []
         for name, info in list(self.tables.items()):
             if name.schema == action.schema and info.exists:
-                self.tables[name] = dataclasses.replace(info, exists=False)
+                self._put(name, dataclasses.replace(info, exists=False))
                 effects.append(Drop(name))
         return effects
 
     def _rename_table(self, action: ddl.RenameTable, note: str) -> list[Effect]:
         old, new = action.table, action.new
         info = self.info(old)
-        self.tables[new] = dataclasses.replace(info, name=new, exists=True)
-        self.tables[old] = dataclasses.replace(info, exists=False)
+        self._put(new, dataclasses.replace(info, name=new, exists=True))
+        self._put(old, dataclasses.replace(info, exists=False))
         return [Move(old, new)]
 
     # --- columns -------------------------------------------------------------------------
@@ -221,14 +233,14 @@ class Catalog:
     def _add_columns(self, action: ddl.AddColumns, note: str) -> list[Effect]:
         info = self.info(action.table)
         kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
-        self.tables[action.table] = dataclasses.replace(info, columns=kept + action.columns)
+        self._put(action.table, dataclasses.replace(info, columns=kept + action.columns))
         specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
         return [AddColumns(action.table, specs, action.columns)]
 
     def _drop_columns(self, action: ddl.DropColumns, note: str) -> list[Effect]:
         info = self.info(action.table)
         columns = tuple(c for c in info.columns if c.name not in action.names)
-        self.tables[action.table] = dataclasses.replace(info, columns=columns)
+        self._put(action.table, dataclasses.replace(info, columns=columns))
         return [DropColumns(action.table, action.names)]
 
     def _modify_column(self, action: ddl.ModifyColumn, note: str) -> list[Effect]:
@@ -246,8 +258,9 @@ class Catalog:
             tuple(column.name if k == action.old_name else k for k in unique)
             for unique in info.unique_keys
         )
-        self.tables[action.table] = dataclasses.replace(
-            info, columns=columns, primary_key=key, unique_keys=uniques
+        self._put(
+            action.table,
+            dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
         )
         return [
             AlterColumn(
@@ -266,13 +279,11 @@ class Catalog:
             for c in info.columns
         )
         rename = {action.old_name: action.new_name}
-        self.tables[action.table] = dataclasses.replace(
-            info,
-            columns=columns,
-            primary_key=tuple(rename.get(k, k) for k in info.primary_key)
-            if info.primary_key
-            else info.primary_key,
-            unique_keys=tuple(tuple(rename.get(k, k) for k in u) for u in info.unique_keys),
+        key = info.primary_key and tuple(rename.get(k, k) for k in info.primary_key)
+        uniques = tuple(tuple(rename.get(k, k) for k in u) for u in info.unique_keys)
+        self._put(
+            action.table,
+            dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
         )
         return [AlterColumn(action.table, action.old_name, action.new_name, None)]
 
@@ -284,16 +295,18 @@ class Catalog:
                 dataclasses.replace(c, nullable=False) if c.name in action.columns else c
                 for c in columns
             )
-        self.tables[action.table] = dataclasses.replace(
-            info, columns=columns, primary_key=action.columns or None
+        self._put(
+            action.table,
+            dataclasses.replace(info, columns=columns, primary_key=action.columns or None),
         )
         return []
 
     def _add_unique_key(self, action: ddl.AddUniqueKey, note: str) -> list[Effect]:
         info = self.info(action.table)
         if action.columns:
-            self.tables[action.table] = dataclasses.replace(
-                info, unique_keys=(*info.unique_keys, action.columns)
+            self._put(
+                action.table,
+                dataclasses.replace(info, unique_keys=(*info.unique_keys, action.columns)),
             )
         return []
 
@@ -304,9 +317,7 @@ class Catalog:
 
     def _set_partitioning(self, name: TableName, partitioning: ddl.Partitioning | None) -> None:
         info = self.info(name)
-        self.tables[name] = dataclasses.replace(
-            info, partitioning=partitioning, partitioning_known=info.partitioning_known
-        )
+        self._put(name, dataclasses.replace(info, partitioning=partitioning))
 
     def _add_partitions(self, action: ddl.AddPartitions, note: str) -> list[Effect]:
         partitioning = self.info(action.table).partitioning
@@ -366,8 +377,9 @@ class Catalog:
                     action.table, dataclasses.replace(info.partitioning, count=count)
                 )
             return []
-        self.tables[action.table] = dataclasses.replace(
-            info, partitioning=action.partitioning, partitioning_known=True
+        self._put(
+            action.table,
+            dataclasses.replace(info, partitioning=action.partitioning, partitioning_known=True),
         )
         return []  # repartitioning keeps every row
 

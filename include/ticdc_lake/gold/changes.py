@@ -692,9 +692,5 @@ def _marked(rows: pa.Table, plan: FeedPlan) -> pa.Table:
 
 def _fallback_handles(timeline: Timeline) -> dict[tuple[str, str], tuple[str, ...]]:
     """Per table the handle the DDL log implies (the latest catalog that knows it)."""
-    handles = {}
-    for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
-        for name, info in catalog.tables.items():
-            if info.handle:
-                handles[(name.schema, name.name)] = info.handle
-    return handles
+    infos = timeline.latest_infos(lambda info: bool(info.handle))
+    return {(name.schema, name.name): info.handle for name, info in infos.items()}

@@ -20,7 +20,7 @@ barrier: the reference the fold is tested against.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from ticdc_lake.gold.catalog import (
     Effect,
     Inconsistent,
     Move,
+    TableInfo,
     TableName,
     Truncate,
 )
@@ -120,6 +121,9 @@ class Barrier:
     effects: list[Effect]
     catalog: Catalog  # right after the DDL
     ts: int | None
+    # The tables whose info may differ from the catalog of the barrier before (the first
+    # barrier: from the run's initial catalog).
+    changed: frozenset[TableName] = frozenset()
 
     @property
     def tables(self) -> set[TableName]:
@@ -311,6 +315,22 @@ class Timeline:
             self._folded[table] = folded
         return id(barrier) in self._folded[table]
 
+    def latest_infos(self, wanted: Callable[[TableInfo], bool]) -> dict[TableName, TableInfo]:
+        """Per table, its info in the latest of the run's catalogs (the history's, then each
+        barrier's) where it is ``wanted``. Each catalog but the first two is visited only where
+        it differs from the one before: the others hold the same infos."""
+        catalogs = [(self.history, self.history.tables.keys())]
+        if self.barriers:
+            catalogs.append((self.barriers[0].catalog, self.barriers[0].catalog.tables.keys()))
+            catalogs += [(barrier.catalog, barrier.changed) for barrier in self.barriers[1:]]
+        found: dict[TableName, TableInfo] = {}
+        for catalog, names in catalogs:
+            for name in names:
+                info = catalog.tables[name]
+                if wanted(info):
+                    found[name] = info
+        return found
+
     def barriers_of(self, table: TableName) -> list[Barrier]:
         # Indexed once: a first run over many tables holds a CREATE TABLE barrier for each,
         # and every table asks for its own (600 tables: 3.0 s scanning them all each time).
@@ -377,7 +397,7 @@ def build_timeline(
             )
             tables = {e.table for e in effects if e.table is not None} or {ddl.table}
             effects = [Inconsistent(name, reason) for name in sorted(tables, key=str)]
-        barriers.append(Barrier(ddl, effects, catalog.copy(), ts))
+        barriers.append(Barrier(ddl, effects, catalog.copy(), ts, catalog.take_changed()))
     history = _history(parsed, initial, applied_ts, applied_batch)
     return Timeline(history, barriers, fold, gold_columns or {})
 

@@ -317,8 +317,7 @@ class _ChangefeedRun:
         names = set(self.plan.prior)
         for barrier in timeline.barriers:
             names |= barrier.tables
-        for catalog in [timeline.history, *(b.catalog for b in timeline.barriers)]:
-            names |= {name for name, info in catalog.tables.items() if info.complete}
+        names |= timeline.latest_infos(lambda info: info.complete).keys()
         names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
 
