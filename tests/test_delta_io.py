@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from ticdc_lake.delta import (
     write_arrow,
     write_delta,
 )
+from ticdc_lake.delta import merge as merge_module
 from ticdc_lake.delta.files import (
     ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
@@ -592,7 +594,8 @@ def test_merge_by_unsigned_bigint_key_above_int64(tmp_path):
     assert _merge_rows(path) == {U64_MAX: "updated", Decimal(1): "b", Decimal(5): "e"}
 
 
-def test_merge_with_file_skipping_by_key_range(tmp_path):
+def test_merge_with_file_skipping_by_key_range(tmp_path, monkeypatch):
+    monkeypatch.setattr(merge_module, "REWRITE_ROWS", 0)  # delta-rs's merge, not a rewrite
     path = str(tmp_path / "gold")
     for start in (0, 200, 400):  # three files of even keys with disjoint ranges
         keys = list(range(start, start + 200, 2))
@@ -603,6 +606,81 @@ def test_merge_with_file_skipping_by_key_range(tmp_path):
     rows = _merge_rows(path)
     assert len(rows) == 301 and rows[250] == rows[251] == rows[300] == "new"
     assert rows[0] == rows[252] == rows[598] == "old"
+
+
+@pytest.mark.parametrize(
+    "keys, key_type",
+    [(["k"], pa.int64()), (["k"], pa.decimal128(20, 0)), (["k", "s"], pa.string())],
+)
+def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
+    tmp_path, monkeypatch, keys, key_type
+):
+    """Upserts, deletes (of present and absent keys), key changes, a replay and a merge that
+    deletes every row: the rewrite of a small table and delta-rs's merge leave the same rows,
+    versions and results; a table above REWRITE_ROWS, partitioned, or given other columns
+    goes to delta-rs."""
+    rng = random.Random(7)
+
+    def key_array(keys):
+        if pa.types.is_decimal(key_type):
+            return pa.array([Decimal(k) for k in keys], key_type)
+        return pa.array([str(k) for k in keys] if key_type == pa.string() else keys, key_type)
+
+    def change_sets():
+        live = set()
+        for version in range(1, 9):
+            chosen = rng.sample(range(40), 15)
+            deleted = [rng.random() < 0.3 for _ in chosen]
+            if version == 8:  # every row goes, and a key that was never there
+                chosen = sorted(live | {99})
+                deleted = [True] * len(chosen)
+            for key, gone in zip(chosen, deleted, strict=True):
+                (live.discard if gone else live.add)(key)
+            yield (
+                version,
+                pa.table(
+                    {
+                        "k": key_array(chosen),
+                        "s": [f"s{k % 3}" for k in chosen],
+                        "v": pa.array([rng.random() for _ in chosen]),
+                        "deleted": deleted,
+                    }
+                ),
+            )
+
+    outcomes = {}
+    for limit in (0, merge_module.REWRITE_ROWS):  # delta-rs's merge, then the rewrite
+        monkeypatch.setattr(merge_module, "REWRITE_ROWS", limit)
+        rng.seed(7)
+        path = str(tmp_path / f"limit{limit}")
+        results = []
+        for version, changes in change_sets():
+            for _ in range(2):  # the second is a replay
+                result = merge_delta(changes, path, keys, delete_column="deleted", app_id="g",
+                                     version=version)  # fmt: skip
+                results.append((result.committed, result.version, result.skipped))
+            rows = DeltaTable(path).to_pyarrow_table().sort_by([(k, "ascending") for k in keys])
+            results.append(rows.to_pylist())
+        outcomes[limit] = (results, DeltaTable(path).version())
+        operations = {info["operation"] for info in DeltaTable(path).history() if info["version"]}
+        assert operations == ({"WRITE"} if limit else {"MERGE"})
+    assert outcomes[merge_module.REWRITE_ROWS] == outcomes[0]
+    assert outcomes[0][0][-1] == []  # the last merge deleted every row
+
+    def merged_by_delta_rs(path, changes, **options):
+        return "rewritten" not in merge_delta(changes, path, ["k"], **options).metrics
+
+    wide = pa.table({"k": pa.array(range(merge_module.REWRITE_ROWS + 1), pa.int64())})
+    merge_delta(wide, str(tmp_path / "wide"), ["k"])
+    assert merged_by_delta_rs(str(tmp_path / "wide"), pa.table({"k": pa.array([1], pa.int64())}))
+    small = pa.table({"k": pa.array([1, 2], pa.int64()), "p": ["a", "b"]})
+    merge_delta(small, str(tmp_path / "parts"), ["k"], partition_by=["p"])
+    assert merged_by_delta_rs(str(tmp_path / "parts"), small)
+    merge_delta(small, str(tmp_path / "cols"), ["k"])
+    assert not merged_by_delta_rs(str(tmp_path / "cols"), small)
+    extra = small.append_column("x", pa.array([1, 2]))
+    assert merged_by_delta_rs(str(tmp_path / "cols"), extra, merge_schema=True)
+    assert merged_by_delta_rs(str(tmp_path / "cols"), small)  # the table has x now
 
 
 def test_reader_matches_deltalake_after_merges_and_deletes(spark, tmp_path):
