@@ -618,7 +618,7 @@ def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
     """Upserts, deletes (of present and absent keys), key changes, a replay and a merge that
     deletes every row: the rewrite of a small table and delta-rs's merge leave the same rows,
     versions and results; a table above REWRITE_ROWS, partitioned, or given other columns
-    goes to delta-rs."""
+    goes to delta-rs, as does one of more than REWRITE_BYTES."""
     rng = random.Random(7)
 
     def key_array(keys):
@@ -673,6 +673,11 @@ def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
     wide = pa.table({"k": pa.array(range(merge_module.REWRITE_ROWS + 1), pa.int64())})
     merge_delta(wide, str(tmp_path / "wide"), ["k"])
     assert merged_by_delta_rs(str(tmp_path / "wide"), pa.table({"k": pa.array([1], pa.int64())}))
+    blobs = pa.table(
+        {"k": pa.array([1, 2], pa.int64()), "b": [os.urandom(40 << 20) for _ in range(2)]}
+    )
+    merge_delta(blobs, str(tmp_path / "blobs"), ["k"])
+    assert merged_by_delta_rs(str(tmp_path / "blobs"), blobs.slice(0, 1))
     small = pa.table({"k": pa.array([1, 2], pa.int64()), "p": ["a", "b"]})
     merge_delta(small, str(tmp_path / "parts"), ["k"], partition_by=["p"])
     assert merged_by_delta_rs(str(tmp_path / "parts"), small)

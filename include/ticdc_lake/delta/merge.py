@@ -35,11 +35,12 @@ from ticdc_lake.delta.txn import (
 # (seen with deltalake 1.6.6), so tables keyed by decimals or anything else are merged by a
 # full scan of the target.
 _PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date32)
-# A table of at most this many rows, unpartitioned, whose columns the change set has with the
-# same types, is read and overwritten whole in one commit: delta-rs's merge costs ~20 ms
-# whatever it merges (its plan), a rewrite of 250 rows 7 ms and of 5,000 8 ms; a run over 600
-# gold tables is mostly merges.
+# A table of at most this many rows and Parquet bytes, unpartitioned, whose columns the change
+# set has with the same types, is read and overwritten whole in one commit: delta-rs's merge
+# costs ~20 ms whatever it merges (its plan), a rewrite of 250 rows 7 ms and of 5,000 8 ms; a
+# run over 600 gold tables is mostly merges. The bytes bound rows of large BLOBs.
 REWRITE_ROWS = 10_000
+REWRITE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,12 @@ def _rewrite(
     if table.metadata().partition_columns:
         return None
     actions = pa.table(table.get_add_actions(flatten=True))
-    counts = actions.column("num_records") if actions.num_rows else pa.array([], pa.int64())
-    if counts.null_count or (pc.sum(counts).as_py() or 0) > REWRITE_ROWS:
-        return None
+    if actions.num_rows:
+        counts, sizes = actions.column("num_records"), actions.column("size_bytes")
+        if counts.null_count or pc.sum(counts).as_py() > REWRITE_ROWS:
+            return None
+        if pc.sum(sizes).as_py() > REWRITE_BYTES:
+            return None
     schema = table_schema(table).to_arrow()
     columns = [name for name in source.column_names if name != delete_column]
     if sorted(columns) != sorted(schema.names) or any(
