@@ -75,6 +75,9 @@ def column_values(images: pa.Array, names: Sequence[str]) -> dict[str, Values]:
     order = np.argsort(slot, kind="stable")
     sorted_slots = slot[order]
     texts, binaries = flat.field("text"), flat.field("binary")
+    # Only BINARY and BLOB columns carry bytes: the others share one array of NULLs.
+    has_bytes = pc.is_valid(binaries).to_numpy(zero_copy_only=False)
+    no_bytes = pa.nulls(rows, pa.binary())
     found: dict[str, Values] = {}
     for index, name in enumerate(names):
         low, high = np.searchsorted(sorted_slots, [index, index + 1])
@@ -82,7 +85,8 @@ def column_values(images: pa.Array, names: Sequence[str]) -> dict[str, Values]:
         element = np.full(rows, -1, dtype=np.int64)  # per row, its element of the column
         element[parents[picked]] = picked
         take = pa.array(element, mask=element < 0)
-        found[name] = Values(texts.take(take), binaries.take(take))
+        binary = binaries.take(take) if has_bytes[picked].any() else no_bytes
+        found[name] = Values(texts.take(take), binary)
     return found
 
 

@@ -561,6 +561,9 @@ def distinct_handles(handles: pa.Array | pa.ChunkedArray) -> set[tuple[str, ...]
             found.add(())
             continue
         same = handles.filter(pc.equal(lengths, length))
+        if length == 1:  # the usual one-column key: no grouping
+            found |= {(name,) for name in pc.unique(pc.list_element(same, 0)).to_pylist()}
+            continue
         positions = [str(i) for i in range(length)]
         names = pa.table({p: pc.list_element(same, i) for i, p in enumerate(positions)})
         distinct = names.group_by(positions).aggregate([]).to_pylist()
