@@ -108,6 +108,7 @@ def merge_delta(
     merge_schema: bool = False,
     app_id: str | None = None,
     version: int | None = None,
+    table: DeltaTable | None = None,
 ) -> MergeResult:
     """Apply ``changes`` (one row per key) to the table at ``path``.
 
@@ -115,7 +116,8 @@ def merge_delta(
     inserted); the others replace it, or are inserted. The delete column itself is not stored.
     A missing table is created from the inserted rows (partitioned by ``partition_by``).
     ``app_id``/``version`` make the merge idempotent, as in ``write_delta``. An empty change
-    set commits nothing. ``merge_schema`` lets new source columns extend the table.
+    set commits nothing. ``merge_schema`` lets new source columns extend the table. ``table``:
+    the table already open at its latest version (it is left at the merge's).
     """
     check_app_version(app_id, version)
     if not keys:
@@ -125,7 +127,7 @@ def merge_delta(
     _check_source(source, keys, delete_column)
     write_id = uuid.uuid4().hex
 
-    if not DeltaTable.is_deltatable(location):
+    if table is None and not DeltaTable.is_deltatable(location):
         rows = source
         if delete_column is not None:
             rows = source.filter(pc.invert(source.column(delete_column))).drop_columns(
@@ -141,7 +143,7 @@ def merge_delta(
         # A new table's first commit (mode "error" fails if another writer made it first).
         return MergeResult(committed=True, version=0)
 
-    table = DeltaTable(location)
+    table = table if table is not None else DeltaTable(location)
     check_plain_files(table)
     if already_committed(table, app_id, version):
         return MergeResult(committed=False, version=table.version(), skipped=True)

@@ -63,6 +63,13 @@ def open_table(path: str | os.PathLike, version: int | None = None) -> DeltaTabl
     return DeltaTable(location, version=version)
 
 
+def is_latest(table: DeltaTable) -> bool:
+    """Whether no commit follows the version ``table`` is open at: one look at the log for
+    the next commit's file, where opening the table again reads the log (~2 ms)."""
+    log = Path(table_path(unquote(table.table_uri))) / "_delta_log"
+    return not (log / f"{table.version() + 1:020d}.json").exists()
+
+
 def check_plain_files(table: DeltaTable) -> None:
     """Refuse tables whose rows are not simply the rows of their files, by column name.
 
