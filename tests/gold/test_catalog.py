@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from ticdc_lake.gold.catalog import (
     AddColumns,
     AlterColumn,
     Catalog,
+    CatalogHistory,
     Create,
     Drop,
     DropColumns,
@@ -320,28 +322,45 @@ _KEYED_DDLS = [
     applied=st.integers(0, 40),
     prior=st.dictionaries(st.sampled_from("tuv"), st.booleans()),
 )
-def test_latest_infos_equal_a_walk_over_every_catalog(ddls, applied, prior):
-    """Also with DDLs without a TS applied after the barriers, and tables known before the run
-    with a key, which the barriers' catalogs hold until a DDL changes them."""
+def test_each_barriers_catalog_and_the_latest_infos_equal_copies_of_the_catalog(
+    ddls, applied, prior
+):
+    """Each barrier's catalog (a view of the run's history of infos) equals a copy of the
+    catalog taken at the barrier, and ``latest_infos`` a walk over those copies: also with DDLs
+    without a TS applied after the barriers, and tables known before the run with a key,
+    which the barriers' catalogs hold until a DDL changes them."""
     rows = [
         {**_record(ts, query.format(t=t, u=u), offset=i, batch=batch), "table": t}
         for i, (query, t, u, ts, batch) in enumerate(ddls)
     ]
-    timeline = build_timeline(
-        [parse_record(r) for r in unique_records(rows)],
-        initial=Catalog(
-            {
-                T("db", name): TableInfo(T("db", name), complete=keyed, primary_key=("id",) * keyed)
-                for name, keyed in prior.items()
-            }
-        ),
-        applied_ts=applied,
-        applied_batch=1,
-        target_ts=50,
-    )
-    catalogs = [timeline.history, *(barrier.catalog for barrier in timeline.barriers)]
+    copies, record = [], CatalogHistory.record
+
+    def recording(history, catalog):
+        copies.append(catalog.copy())
+        return record(history, catalog)
+
+    with mock.patch.object(CatalogHistory, "record", recording):
+        timeline = build_timeline(
+            [parse_record(r) for r in unique_records(rows)],
+            initial=Catalog(
+                {
+                    T("db", name): TableInfo(
+                        T("db", name), complete=keyed, primary_key=("id",) * keyed
+                    )
+                    for name, keyed in prior.items()
+                }
+            ),
+            applied_ts=applied,
+            applied_batch=1,
+            target_ts=50,
+        )
+    names = [T("db", name) for name in "tuv"]
+    for barrier, copy in zip(timeline.barriers, copies, strict=True):
+        assert barrier.catalog.tables == copy.tables
+        assert [barrier.catalog.info(n) for n in names] == [copy.info(n) for n in names]
+        assert [barrier.catalog.known(n) for n in names] == [copy.known(n) for n in names]
     for wanted in (lambda info: bool(info.handle), lambda info: info.complete):
         walked = {}
-        for catalog in catalogs:
+        for catalog in [timeline.history, *copies]:
             walked.update({name: info for name, info in catalog.tables.items() if wanted(info)})
         assert timeline.latest_infos(wanted) == walked

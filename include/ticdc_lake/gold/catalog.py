@@ -17,6 +17,7 @@ after the table was created) are typed from the change rows instead; see stages/
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -395,6 +396,57 @@ class Catalog:
 
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+class CatalogHistory:
+    """The catalog right after each of a run's DDLs, kept as each table's infos in the order
+    the DDLs set them: a copy of every table per DDL grew with the square of a first run's new
+    tables (10,000 CREATE TABLEs: 1.9 GB and 3.8 s)."""
+
+    def __init__(self, base: Catalog):
+        self._base = dict(base.tables)
+        self._changes: dict[TableName, tuple[list[int], list[TableInfo]]] = {}
+        self._count = 0
+
+    def record(self, catalog: Catalog) -> tuple[CatalogView, frozenset[TableName]]:
+        """``catalog`` as it is now (it grew from the base), as the next view; with the names
+        it set since the last."""
+        number, self._count = self._count, self._count + 1
+        changed = catalog.take_changed()
+        for name in changed:
+            numbers, infos = self._changes.setdefault(name, ([], []))
+            numbers.append(number)
+            infos.append(catalog.tables[name])
+        return CatalogView(self, number), changed
+
+    def info_at(self, number: int, name: TableName) -> TableInfo | None:
+        numbers, infos = self._changes.get(name, ((), ()))
+        at = bisect.bisect_right(numbers, number)
+        return infos[at - 1] if at else self._base.get(name)
+
+    def names_at(self, number: int) -> list[TableName]:
+        later = [name for name, (numbers, _) in self._changes.items() if numbers[0] <= number]
+        return [*self._base, *(name for name in later if name not in self._base)]
+
+
+@dataclass(frozen=True)
+class CatalogView:
+    """One of a ``CatalogHistory``'s catalogs, read as a ``Catalog`` is."""
+
+    history: CatalogHistory
+    number: int
+
+    def info(self, name: TableName) -> TableInfo:
+        return self.history.info_at(self.number, name) or TableInfo(name)
+
+    def known(self, name: TableName) -> bool:
+        info = self.history.info_at(self.number, name)
+        return info is not None and info.exists
+
+    @property
+    def tables(self) -> dict[TableName, TableInfo]:
+        """Every table it knows (built on each call)."""
+        return {name: self.info(name) for name in self.history.names_at(self.number)}
 
 
 def partition_rows(

@@ -29,6 +29,8 @@ from ticdc_lake.gold.catalog import (
     AddColumns,
     AlterColumn,
     Catalog,
+    CatalogHistory,
+    CatalogView,
     Create,
     DropColumns,
     Effect,
@@ -119,11 +121,14 @@ FOLDABLE = (AddColumns, DropColumns, Truncate, Create, Inconsistent)
 class Barrier:
     ddl: ParsedDdl
     effects: list[Effect]
-    catalog: Catalog  # right after the DDL
+    catalog: CatalogView  # right after the DDL
     ts: int | None
     # The tables whose info may differ from the catalog of the barrier before (the first
     # barrier: from the run's initial catalog).
     changed: frozenset[TableName] = frozenset()
+
+    def changed_infos(self) -> list[tuple[TableName, TableInfo]]:
+        return [(name, self.catalog.info(name)) for name in self.changed]
 
     @property
     def tables(self) -> set[TableName]:
@@ -238,7 +243,7 @@ class Segment:
     number: int
     end: int | None  # the TS of the barrier closing it; None: the run's last segment
     folds: tuple[Barrier, ...]
-    catalog: Catalog  # what its changes are typed by: the catalog after its last DDL
+    catalog: Catalog | CatalogView  # what its changes are typed by: the catalog after its last DDL
 
     def points(self, table: TableName, zones: dict[str, str]) -> list[FoldPoint]:
         """One point per folded effect, in order. ``zones``: topic -> the time zone
@@ -291,7 +296,7 @@ class Timeline:
         segments.append(Segment(len(segments), None, tuple(folds), last))
         return segments
 
-    def catalog_for_segment(self, table: TableName, segment: int) -> Catalog:
+    def catalog_for_segment(self, table: TableName, segment: int) -> Catalog | CatalogView:
         """The catalog that a table's segment ``segment`` is typed by when every barrier splits
         (``fold`` False): the one right after the barrier that opens it."""
         mine = self.barriers_of(table)
@@ -319,14 +324,13 @@ class Timeline:
         """Per table, its info in the latest of the run's catalogs (the history's, then each
         barrier's) where it is ``wanted``. Each catalog but the first two is visited only where
         it differs from the one before: the others hold the same infos."""
-        catalogs = [(self.history, self.history.tables.keys())]
+        catalogs = [self.history.tables.items()]
         if self.barriers:
-            catalogs.append((self.barriers[0].catalog, self.barriers[0].catalog.tables.keys()))
-            catalogs += [(barrier.catalog, barrier.changed) for barrier in self.barriers[1:]]
+            catalogs.append(self.barriers[0].catalog.tables.items())
+            catalogs += [barrier.changed_infos() for barrier in self.barriers[1:]]
         found: dict[TableName, TableInfo] = {}
-        for catalog, names in catalogs:
-            for name in names:
-                info = catalog.tables[name]
+        for infos in catalogs:
+            for name, info in infos:
                 if wanted(info):
                     found[name] = info
         return found
@@ -370,6 +374,7 @@ def build_timeline(
     ``gold_columns``: per table, the Delta types of its gold columns before the run.
     """
     catalog = initial.copy()
+    catalogs = CatalogHistory(initial)
     barriers: list[Barrier] = []
     for ddl in parsed:
         ts = ddl.record.commit_ts
@@ -397,7 +402,8 @@ def build_timeline(
             )
             tables = {e.table for e in effects if e.table is not None} or {ddl.table}
             effects = [Inconsistent(name, reason) for name in sorted(tables, key=str)]
-        barriers.append(Barrier(ddl, effects, catalog.copy(), ts, catalog.take_changed()))
+        view, changed = catalogs.record(catalog)
+        barriers.append(Barrier(ddl, effects, view, ts, changed))
     history = _history(parsed, initial, applied_ts, applied_batch)
     return Timeline(history, barriers, fold, gold_columns or {})
 
