@@ -243,7 +243,7 @@ class Segment:
     number: int
     end: int | None  # the TS of the barrier closing it; None: the run's last segment
     folds: tuple[Barrier, ...]
-    catalog: Catalog | CatalogView  # what its changes are typed by: the catalog after its last DDL
+    catalog: Catalog | CatalogView  # what its changes are typed by: after its last DDL
 
     def points(self, table: TableName, zones: dict[str, str]) -> list[FoldPoint]:
         """One point per folded effect, in order. ``zones``: topic -> the time zone
