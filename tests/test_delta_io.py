@@ -628,10 +628,14 @@ def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
 
     def change_sets():
         live = set()
-        for version in range(1, 9):
+        for version in range(1, 11):
             chosen = rng.sample(range(40), 15)
             deleted = [rng.random() < 0.3 for _ in chosen]
-            if version == 8:  # every row goes, and a key that was never there
+            if version == 8:  # new keys only: appended, the table's files stay
+                chosen, deleted = [100, 101, 102], [False] * 3
+            if version == 9:  # a key that was never there: nothing to commit
+                chosen, deleted = [999], [True]
+            if version == 10:  # every row goes, and a key that was never there
                 chosen = sorted(live | {99})
                 deleted = [True] * len(chosen)
             for key, gone in zip(chosen, deleted, strict=True):
@@ -655,15 +659,18 @@ def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
         path = str(tmp_path / f"limit{limit}")
         results = []
         for version, changes in change_sets():
+            files = set(DeltaTable(path).file_uris()) if version == 8 else set()
             for _ in range(2):  # the second is a replay
                 result = merge_delta(changes, path, keys, delete_column="deleted", app_id="g",
                                      version=version)  # fmt: skip
                 results.append((result.committed, result.version, result.skipped))
             rows = DeltaTable(path).to_pyarrow_table().sort_by([(k, "ascending") for k in keys])
             results.append(rows.to_pylist())
+            assert files <= set(DeltaTable(path).file_uris())
         outcomes[limit] = (results, DeltaTable(path).version())
         operations = {info["operation"] for info in DeltaTable(path).history() if info["version"]}
         assert operations == ({"WRITE"} if limit else {"MERGE"})
+        assert (DeltaTable(path).version(), len(results)) == (8, 30)  # version 9: no commit
     assert outcomes[merge_module.REWRITE_ROWS] == outcomes[0]
     assert outcomes[0][0][-1] == []  # the last merge deleted every row
 

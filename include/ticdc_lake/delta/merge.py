@@ -41,6 +41,7 @@ _PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date
 # run over 600 gold tables is mostly merges. The bytes bound rows of large BLOBs.
 REWRITE_ROWS = 10_000
 REWRITE_BYTES = 64 << 20
+_REWRITTEN = {"rewritten": True}  # in a MergeResult's metrics: not merged by delta-rs
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ def _rewrite(
 ) -> MergeResult | None:
     """The merge as one overwrite of a small table (None: not small, partitioned, or the
     change set's columns differ from the table's: delta-rs merges it). The rows the change
-    set names by key go; its upserts come in."""
+    set names by key go; its upserts come in. A change set naming no row appends."""
     if table.metadata().partition_columns:
         return None
     actions = pa.table(table.get_add_actions(flatten=True))
@@ -223,18 +224,27 @@ def _rewrite(
     upserts = source
     if delete_column is not None:
         upserts = source.filter(pc.invert(source.column(delete_column)))
-    merged = pa.concat_tables([kept.select(schema.names), upserts.select(schema.names)])
+    upserts = upserts.select(schema.names)
+    if kept.num_rows == rows.num_rows:
+        # No row of the table is named: as delta-rs's merge, its files stay (the new rows are
+        # appended; readers of the table as a stream see an append), and nothing to insert
+        # commits nothing.
+        if not upserts.num_rows:
+            return MergeResult(committed=False, version=table.version(), metrics=_REWRITTEN)
+        written, mode = upserts, "append"
+    else:
+        written, mode = pa.concat_tables([kept.select(schema.names), upserts]), "overwrite"
     write_deltalake(
         table,
-        merged.cast(schema),
-        mode="overwrite",
+        written.cast(schema),
+        mode=mode,
         commit_properties=commit_properties(write_id, app_id, version),
     )
     info = commit_in(table, write_id, table.version() - 1)
     metrics = {
+        **_REWRITTEN,
         "num_target_rows_deleted": rows.num_rows - kept.num_rows,
-        "num_output_rows": merged.num_rows,
-        "rewritten": True,
+        "num_output_rows": written.num_rows,
     }
     return MergeResult(
         committed=info is not None,
