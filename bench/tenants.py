@@ -67,15 +67,14 @@ def run_tenants(spark, tenants: int, row_events: int) -> dict:
             seconds[name] = round(time.perf_counter() - started, 2)
         watermark_ts, gold = check_gold(LakeLayout(config.lake), results["compact"], manifest)
         merged = [t for t in results["compact"].tables.values() if t.upserts or t.deletes]
+        # No gold table yet when a partition's first half holds no resolved TS.
+        per_table = round(seconds["compact"] * 1000 / len(gold), 1) if gold else None
         runs[run] = {
             "s": seconds,
             "watermark": watermark_ts,
             "gold_rows": sum(gold.values()),
             "tables_merged": len(merged),
-            # No gold table yet when a partition's first half holds no resolved TS.
-            "compact_ms_per_table": round(seconds["compact"] * 1000 / len(gold), 1)
-            if gold
-            else None,
+            "compact_ms_per_table": per_table,
         }
         print(f"{tenants} tenants, {run} run: {seconds}", flush=True)
     return {

@@ -41,7 +41,6 @@ _PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date
 # run over 600 gold tables is mostly merges. The bytes bound rows of large BLOBs.
 REWRITE_ROWS = 10_000
 REWRITE_BYTES = 64 << 20
-_REWRITTEN = {"rewritten": True}  # in a MergeResult's metrics: not merged by delta-rs
 
 
 @dataclass(frozen=True)
@@ -203,7 +202,7 @@ def _rewrite(
     set names by key go; its upserts come in. A change set naming no row appends."""
     if table.metadata().partition_columns:
         return None
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = pa.table(table.get_add_actions(flatten=False))  # no statistics columns
     if actions.num_rows:
         counts, sizes = actions.column("num_records"), actions.column("size_bytes")
         if counts.null_count or pc.sum(counts).as_py() > REWRITE_ROWS:
@@ -230,7 +229,7 @@ def _rewrite(
         # appended; readers of the table as a stream see an append), and nothing to insert
         # commits nothing.
         if not upserts.num_rows:
-            return MergeResult(committed=False, version=table.version(), metrics=_REWRITTEN)
+            return MergeResult(committed=False, version=table.version(), metrics=_rewritten())
         written, mode = upserts, "append"
     else:
         written, mode = pa.concat_tables([kept.select(schema.names), upserts]), "overwrite"
@@ -241,16 +240,19 @@ def _rewrite(
         commit_properties=commit_properties(write_id, app_id, version),
     )
     info = commit_in(table, write_id, table.version() - 1)
-    metrics = {
-        **_REWRITTEN,
-        "num_target_rows_deleted": rows.num_rows - kept.num_rows,
-        "num_output_rows": written.num_rows,
-    }
+    metrics = _rewritten(
+        num_target_rows_deleted=rows.num_rows - kept.num_rows, num_output_rows=written.num_rows
+    )
     return MergeResult(
         committed=info is not None,
         version=info["version"] if info else table.version(),
         metrics=metrics,
     )
+
+
+def _rewritten(**figures: int) -> dict[str, Any]:
+    """A rewrite's metrics, marked as not merged by delta-rs."""
+    return {"rewritten": True, **figures}
 
 
 def _unnamed(rows: pa.Table, keys: pa.Table) -> pa.Table:

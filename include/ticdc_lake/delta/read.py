@@ -63,10 +63,15 @@ def open_table(path: str | os.PathLike, version: int | None = None) -> DeltaTabl
     return DeltaTable(location, version=version)
 
 
+def table_location(table: DeltaTable) -> str:
+    """The local path of an open table (the log holds it percent-encoded)."""
+    return table_path(unquote(table.table_uri))
+
+
 def is_latest(table: DeltaTable) -> bool:
     """Whether no commit follows the version ``table`` is open at: one look at the log for
     the next commit's file, where opening the table again reads the log (~2 ms)."""
-    log = Path(table_path(unquote(table.table_uri))) / "_delta_log"
+    log = Path(table_location(table)) / "_delta_log"
     return not (log / f"{table.version() + 1:020d}.json").exists()
 
 
@@ -124,7 +129,7 @@ def data_files(table: DeltaTable, within: ValueRange | None = None) -> list[Data
     The log holds each path percent-encoded (RFC 3986), relative to the table; decoding it
     once gives the name on disk (partition directories keep their own ``%xx`` escapes).
     """
-    location = table_path(unquote(table.table_uri))
+    location = table_location(table)
     actions = pa.table(table.get_add_actions(flatten=True))
     kept = _may_hold(actions, within) if within else [True] * actions.num_rows
     paths, sizes = actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()
@@ -175,7 +180,7 @@ def present_files(table: DeltaTable, within: ValueRange | None = None) -> list[D
     files = data_files(table, within)
     missing = [file.path for file in files if not os.path.isfile(file.path)]
     if missing:
-        raise TableFileMissingError(table_path(unquote(table.table_uri)), missing, table.version())
+        raise TableFileMissingError(table_location(table), missing, table.version())
     return files
 
 
@@ -360,6 +365,6 @@ def read_table(
     if schema.partition_by:
         _check_partition_paths(table, schema)
         # The files' root, as delta-rs resolved it: a path through a symlink is not theirs.
-        reader = reader.option("basePath", table_path(unquote(table.table_uri)))
+        reader = reader.option("basePath", table_location(table))
     # Spark puts partition columns last; give the table's column order back.
     return reader.parquet(*map(spark_path, files)).select(*schema.names)

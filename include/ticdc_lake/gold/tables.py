@@ -127,9 +127,10 @@ class GoldTable:
 
     def done(self, version: int) -> bool:
         """Whether the step with this version was committed already (a rerun)."""
-        if not self.exists():
+        table = self._open()
+        if table is None:
             return False
-        recorded = open_table(self.path).transaction_version(self.app_id)
+        recorded = table.transaction_version(self.app_id)
         return recorded is not None and recorded >= version
 
     # --- rows ----------------------------------------------------------------------------
