@@ -65,16 +65,24 @@ def reduce_chunk(
     fallback_handles: Mapping[tuple[str, str], Sequence[str]],
     *,
     replays: bool,
+    selected: np.ndarray | None = None,
 ) -> pa.Table | None:
-    """The selected ``changes`` (silver's columns, every commit TS known; a run's or some of
-    them) reduced as reduce.py reduces them, copies of an event beyond its first dropped
-    unless ``replays``: the winners as CANDIDATE_SCHEMA's rows (``by_segment`` splits them).
-    None when only Spark's path handles the run (barriers out of TS order)."""
+    """The ``selected`` ``changes`` (silver's columns, the selected ones' commit TSs known; a
+    run's or some of them; all of them when None) reduced as reduce.py reduces them, copies
+    of an event beyond its first dropped unless ``replays``: the winners as CANDIDATE_SCHEMA's
+    rows (``by_segment`` splits them). None when only Spark's path handles the run (barriers
+    out of TS order). The changes not selected neither win nor lose, and are not copied."""
+    if selected is not None and changes.column("commit_ts").null_count:
+        changes, selected = changes.filter(pa.array(selected)), None  # TSs ranked as integers
+    if selected is not None:
+        changes = changes.append_column("selected", pa.array(selected, pa.bool_()))
     segmented = _segmented(changes, barriers)
     if segmented is None:
         return None
-    actions = key_actions(with_folds(segmented, points), fallback_handles)
-    return candidates_of(actions, winners(actions, replays=replays))
+    ranges = fold_ranges(points)
+    now, later = _reshaped_before_and_after_keys(ranges, segmented, fallback_handles)
+    actions = key_actions(with_folds(segmented, ranges, reshaping=now), fallback_handles)
+    return reshaped(candidates_of(actions, winners(actions, replays=replays)), later)
 
 
 def latest(candidates: pa.Table) -> np.ndarray:
@@ -116,17 +124,21 @@ def with_segment(
     return changes.append_column("segment", pa.array(segment))
 
 
-def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.Table:
-    """Carry out the folded DDLs on the changes before them (reduce.with_folds): drop the
-    changes a reset discards; in the others' images drop and rename columns (handle-key
-    columns stay) and add the added ones after them; rename their handle keys' columns."""
-    ranges = fold_ranges(points)
+def with_folds(
+    changes: pa.Table, ranges: Sequence[FoldRange], *, reshaping: Sequence[FoldRange] | None = None
+) -> pa.Table:
+    """Carry out the folded DDLs (``fold_ranges``) on the changes before them
+    (reduce.with_folds): drop the changes a reset discards; in the others' images (of those in
+    ``reshaping`` of the ranges, if given) drop and rename columns (handle-key columns stay) and
+    add the added ones after them, and rename their handle keys' columns."""
     if not ranges or not changes.num_rows:
         return changes
     fold = _fold_of(changes, ranges)
     discarded = _discarded(fold, ranges)
     if discarded.any():
         changes, fold = changes.filter(pa.array(~discarded)), fold[~discarded]
+    if reshaping is not None:
+        ranges, fold = reshaping, _fold_of(changes, reshaping)
     if not (fold >= 0).any():
         return changes
     handle = _one_chunk(changes.column("handle_key"))
@@ -145,6 +157,47 @@ def with_folds(changes: pa.Table, points: Mapping[SegmentKey, Sequence]) -> pa.T
     for column, array in refolded.items():
         changes = changes.set_column(changes.schema.get_field_index(column), column, array)
     return changes
+
+
+def _reshaped_before_and_after_keys(
+    ranges: Sequence[FoldRange],
+    changes: pa.Table,
+    fallback_handles: Mapping[tuple[str, str], Sequence[str]],
+) -> tuple[list[FoldRange], list[FoldRange]]:
+    """The ranges whose images ``with_folds`` reshapes, and those whose drops and additions
+    wait for the winners (``reshaped``): a table's wait if its folds rename nothing and drop or
+    add no column a handle names, so every image's key is the same before and after them. Most
+    folds are an ALTER before which most changes lose to a later one of their key: their
+    images need not be rebuilt."""
+    name = IMAGE_FIELDS.index("name")
+    handles = {column for handle in fallback_handles.values() for column in handle}
+    handles |= set(pc.unique(pc.list_flatten(changes.column("handle_key"))).to_pylist())
+    now = {
+        (fold_range.schema, fold_range.table)
+        for fold_range in ranges
+        if fold_range.renamed
+        or handles.intersection(fold_range.dropped, (e[name] for e in fold_range.added))
+    }
+    split = [(fold_range.schema, fold_range.table) in now for fold_range in ranges]
+    return (
+        [fold_range for fold_range, first in zip(ranges, split, strict=True) if first],
+        [fold_range for fold_range, first in zip(ranges, split, strict=True) if not first],
+    )
+
+
+def reshaped(candidates: pa.Table, ranges: Sequence[FoldRange]) -> pa.Table:
+    """Chunk winners (CANDIDATE_SCHEMA) whose images ``with_folds`` did not reshape (of the
+    ``ranges`` it was not given), as it would have: without their dropped columns and with the
+    added ones."""
+    if not ranges:
+        return candidates
+    fold = _fold_of(candidates, ranges)
+    if not (fold >= 0).any():
+        return candidates
+    image, handle = (_one_chunk(candidates.column(name)) for name in ("image", "handle"))
+    names = _Names.of([_flat_names(image), pc.list_flatten(handle)], [])
+    image = _FoldRules.of(ranges, names).refold(image, fold, _Handles.of(handle, names), names)
+    return candidates.set_column(candidates.schema.get_field_index("image"), "image", image)
 
 
 def reset_discards(
@@ -211,8 +264,9 @@ def key_actions(
 
 
 def winners(actions: Actions, *, replays: bool) -> np.ndarray:
-    """The last action per (schema, table, segment, key), copies of an event after its first
-    dropped unless ``replays`` (reduce.last_per_key): their numbers, by table and segment."""
+    """The last action per (schema, table, segment, key), of the selected changes' if some
+    are (``reduce_chunk``), copies of an event after its first dropped unless ``replays``
+    (reduce.last_per_key): their numbers, by table and segment."""
     changes = actions.changes
     at = actions.row
     table = _table_codes(changes)[at]
@@ -220,13 +274,15 @@ def winners(actions: Actions, *, replays: bool) -> np.ndarray:
     order_ts = _numpy(changes.column("order_ts"))[at]
     position = [column[at] for column in _position(changes)]
     key = (table, segment, actions.key)
-    keep = np.arange(len(at))
+    among = np.arange(len(at))
+    if "selected" in changes.column_names:
+        among = np.flatnonzero(_numpy(changes.column("selected"))[at])
     if replays:
         event = _codes(changes.column("event_id"))[at]
         copy = (*key, event, order_ts, actions.sub)
-        order = _lexsort((*copy, *position))
-        keep = order[_firsts([column[order] for column in copy])]
-    return _last_of(key, (order_ts, *position, actions.sub), keep)
+        order = among[_lexsort([column[among] for column in (*copy, *position)])]
+        among = order[_firsts([column[order] for column in copy])]
+    return _last_of(key, (order_ts, *position, actions.sub), among)
 
 
 def first_copies(changes: pa.Table, event: np.ndarray) -> np.ndarray:
