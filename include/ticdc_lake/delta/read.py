@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,15 +237,32 @@ class RowGroups:
         """Each row group's rows."""
         return [group.row_groups[0].num_rows for group in self.groups]
 
-    def read(self, groups: Iterable[ds.ParquetFileFragment], columns: list[str]) -> pa.Table:
+    def read(
+        self,
+        groups: Iterable[ds.ParquetFileFragment],
+        columns: list[str],
+        dictionaries: Sequence[str] = (),
+    ) -> pa.Table:
         """``columns`` of every row of ``groups``, each column in one piece (pyarrow's take
-        over a chunked nested column joins its pieces first, each time)."""
+        over a chunked nested column joins its pieces first, each time); the string fields
+        ``dictionaries`` (paths, as ``columns.list.element.name``) dictionary-encoded, as
+        Parquet holds them: read without a string per value."""
         # One dataset of the row groups: pyarrow reads them on all cores, where reading them
         # one by one took half as long again.
-        from pyarrow.dataset import FileSystemDataset
+        from pyarrow.dataset import FileSystemDataset, ParquetFileFormat, ParquetReadOptions
 
-        dataset = self.dataset
-        chosen = FileSystemDataset(list(groups), dataset.schema, dataset.format, dataset.filesystem)
+        dataset, schema, file_format = self.dataset, self.dataset.schema, self.dataset.format
+        if dictionaries:
+            options = file_format.read_options
+            file_format = ParquetFileFormat(
+                read_options=ParquetReadOptions(
+                    dictionary_columns=set(dictionaries),
+                    coerce_int96_timestamp_unit=options.coerce_int96_timestamp_unit,
+                ),
+                default_fragment_scan_options=file_format.default_fragment_scan_options,
+            )
+            schema = pa.schema([_encoded(field, dictionaries) for field in schema])
+        chosen = FileSystemDataset(list(groups), schema, file_format, dataset.filesystem)
         return _one_piece_each(chosen.to_table(columns=columns))
 
     def read_all(self, columns: list[str]) -> pa.Table:
@@ -255,6 +272,21 @@ class RowGroups:
         """The numbers of the ``rows`` (holding the columns ``where`` names) it keeps."""
         numbered = rows.append_column("_row", pa.array(np.arange(rows.num_rows)))
         return numbered.filter(self.where).column("_row").to_numpy()
+
+
+def _encoded(field: pa.Field, paths: Sequence[str], prefix: str = "") -> pa.Field:
+    """``field`` with the string fields at ``paths`` (in Parquet's naming of nested fields)
+    dictionary-encoded."""
+    path = f"{prefix}{field.name}"
+    kind = field.type
+    if pa.types.is_string(kind) and path in paths:
+        return field.with_type(pa.dictionary(pa.int32(), pa.string()))
+    if pa.types.is_list(kind):
+        element = _encoded(kind.value_field, paths, f"{path}.list.")
+        return field.with_type(pa.list_(element))
+    if pa.types.is_struct(kind):
+        return field.with_type(pa.struct([_encoded(child, paths, f"{path}.") for child in kind]))
+    return field
 
 
 def _one_piece_each(rows: pa.Table) -> pa.Table:

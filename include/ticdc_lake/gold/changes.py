@@ -71,6 +71,9 @@ DRIVER_REDUCE_LIMIT = 8_000_000
 DRIVER_CHUNK_ROWS = 125_000
 DRIVER_THREADS = 2
 DRIVER_REDUCE_ELEMENTS = 30_000_000
+# Names of image columns, read dictionary-encoded: ~20% less time reading a chunk, and coded
+# by their dictionaries rather than each hashed.
+IMAGE_NAMES = ("columns.list.element.name", "old_columns.list.element.name")
 CHUNK_COLUMNS = (
     "commit_ts", "schema", "table", "op", "handle_key", "handle_key_only", "columns",
     "old_columns", "topic", "partition", "offset", "index",
@@ -288,7 +291,7 @@ def reduce_on_driver(
     winners = _ChunkWinners()
 
     def reduce_chunk(chunk: list[ds.ParquetFileFragment], selected: np.ndarray):
-        rows = groups.read(chunk, list(CHUNK_COLUMNS))
+        rows = groups.read(chunk, list(CHUNK_COLUMNS), IMAGE_NAMES)
         if rows.num_rows != len(selected):
             return None  # a row group holds other rows than its footer says: let Spark read
         if selected.sum() * 2 < len(selected):

@@ -365,7 +365,8 @@ class _Names:
 
     @classmethod
     def of(cls, arrays: Sequence[pa.Array], extra: Sequence[str]) -> _Names:
-        every = pa.chunked_array([*arrays, pa.array(extra, pa.string())], pa.string())
+        distinct = [array.dictionary if _encoded(array) else array for array in arrays]
+        every = pa.chunked_array([*distinct, pa.array(extra, pa.string())], pa.string())
         dictionary = pc.unique(every)
         return cls(dictionary, {name: code for code, name in enumerate(dictionary.to_pylist())})
 
@@ -374,7 +375,17 @@ class _Names:
         return len(self.dictionary)
 
     def codes(self, names: pa.Array) -> np.ndarray:
-        return _numpy(pc.index_in(names, value_set=self.dictionary), fill=-1)
+        if not _encoded(names):
+            return _numpy(pc.index_in(names, value_set=self.dictionary), fill=-1)
+        # Read as Parquet holds them (RowGroups.read): a code per entry of their dictionary.
+        by_entry = np.append(self.codes(names.dictionary), -1)
+        return by_entry[_numpy(names.indices, fill=-1)]
+
+    def encoded(self, codes: np.ndarray, like: pa.Array) -> pa.Array:
+        """The names of ``codes``, encoded as ``like`` is."""
+        if _encoded(like):
+            return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), self.dictionary)
+        return pc.take(self.dictionary, pa.array(codes))
 
     def code(self, name: str) -> int | None:
         return self.index.get(name)
@@ -455,7 +466,8 @@ def _key_codes(
         else:
             chosen = np.flatnonzero(handles.holds(parent, codes))
             taken = [
-                pc.struct_field(elements, field).take(pa.array(chosen)) for field in _KEY_FIELDS
+                _decoded(pc.struct_field(elements, field).take(pa.array(chosen)))
+                for field in _KEY_FIELDS
             ]
             fields = pa.StructArray.from_arrays(taken, fields=list(KEY_VALUES_TYPE.value_type))
             counts = np.bincount(parent[chosen], minlength=rows)
@@ -569,8 +581,8 @@ class _FoldRules:
             mask = pa.array(kept)
             fields = {name: array.filter(mask) for name, array in fields.items()}
         if (renamed != codes).any():
-            fields["name"] = pc.take(names.dictionary, pa.array(renamed[kept]))
-        values = pa.StructArray.from_arrays(list(fields.values()), fields=list(COLUMN_TYPE))
+            fields["name"] = names.encoded(renamed[kept], fields["name"])
+        values = pa.StructArray.from_arrays(list(fields.values()), fields=list(elements.type))
         kept_counts = np.bincount(parent[kept], minlength=len(images))
         if counts.any():
             values = self._with_added(values, parent[kept], kept_counts, fold, counts)
@@ -588,7 +600,7 @@ class _FoldRules:
         order = np.empty(len(owners) + len(added_owners), np.int64)
         order[kept_at] = np.arange(len(owners))
         order[added_at] = len(owners) + np.arange(len(added_owners))
-        added = self.added.take(pa.array(source))
+        added = self.added.take(pa.array(source)).cast(values.type)
         return pa.concat_arrays([values, added]).take(pa.array(order))
 
     def rename_names(self, lists: pa.ListArray, fold: np.ndarray, names: _Names) -> pa.ListArray:
@@ -736,6 +748,14 @@ def _rows_by_table(changes: pa.Table) -> dict[tuple[str, str], np.ndarray]:
 
 def _flat_names(images: pa.ListArray) -> pa.Array:
     return pc.struct_field(pc.list_flatten(images), "name")
+
+
+def _encoded(values: pa.Array) -> bool:
+    return pa.types.is_dictionary(values.type)
+
+
+def _decoded(values: pa.Array) -> pa.Array:
+    return values.cast(values.type.value_type) if _encoded(values) else values
 
 
 def _starts(counts: np.ndarray) -> np.ndarray:
