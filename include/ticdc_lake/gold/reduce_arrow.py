@@ -82,7 +82,7 @@ def reduce_chunk(
     ranges = fold_ranges(points)
     now, later = _reshaped_before_and_after_keys(ranges, segmented, fallback_handles)
     actions = key_actions(with_folds(segmented, ranges, reshaping=now), fallback_handles)
-    return reshaped(candidates_of(actions, winners(actions, replays=replays)), later)
+    return candidates_of(actions, winners(actions, replays=replays), reshaping=later)
 
 
 def latest(candidates: pa.Table) -> np.ndarray:
@@ -186,9 +186,9 @@ def _reshaped_before_and_after_keys(
 
 
 def reshaped(candidates: pa.Table, ranges: Sequence[FoldRange]) -> pa.Table:
-    """Chunk winners (CANDIDATE_SCHEMA) whose images ``with_folds`` did not reshape (of the
-    ``ranges`` it was not given), as it would have: without their dropped columns and with the
-    added ones."""
+    """Chunk winners (CANDIDATE_SCHEMA's columns) whose images ``with_folds`` did not reshape
+    (of the ``ranges`` it was not given), as it would have: without their dropped columns and
+    with the added ones."""
     if not ranges:
         return candidates
     fold = _fold_of(candidates, ranges)
@@ -655,8 +655,11 @@ _NO_LOW = np.iinfo(np.int64).min
 # --- the winners ---------------------------------------------------------------------------
 
 
-def candidates_of(actions: Actions, chosen: np.ndarray) -> pa.Table:
-    """CANDIDATE_SCHEMA's rows of the ``chosen`` actions."""
+def candidates_of(
+    actions: Actions, chosen: np.ndarray, reshaping: Sequence[FoldRange] = ()
+) -> pa.Table:
+    """CANDIDATE_SCHEMA's rows of the ``chosen`` actions, their images ``reshaped`` by the
+    fold ranges ``reshaping``."""
     changes = actions.changes
     parts = []
     for new_image in (True, False):
@@ -674,6 +677,8 @@ def candidates_of(actions: Actions, chosen: np.ndarray) -> pa.Table:
         taken = taken.append_column(
             "key_values", actions.key_values[0 if new_image else 1].take(rows)
         )
+        # Reshaped before the cast: names read dictionary-encoded are coded by dictionary.
+        taken = reshaped(taken, reshaping)
         parts.append(taken.select(CANDIDATE_SCHEMA.names).cast(CANDIDATE_SCHEMA))
     return pa.concat_tables(parts)
 
