@@ -308,6 +308,10 @@ def test_row_groups_read_on_the_driver_number_rows_alike_whatever_the_columns(tm
     last_two = groups.read(groups.groups[-2:], ["ts", "wide"])
     assert last_two.column("ts").to_pylist() == narrow.column("ts").to_pylist()[-4:]
     assert all(column.num_chunks == 1 for column in last_two.columns)
+    # A nested string field read dictionary-encoded, as Parquet holds it: the same values.
+    encoded = groups.read(groups.groups[-2:], ["ts", "wide"], ["wide.list.element"])
+    assert encoded.schema.field("wide").type == pa.list_(pa.dictionary(pa.int32(), pa.string()))
+    assert encoded.column("wide").cast(last_two.schema.field("wide").type) == last_two["wide"]
 
 
 def test_a_partitioned_table_reached_through_a_symlink_reads(spark, tmp_path):

@@ -165,10 +165,10 @@ def _reshaped_before_and_after_keys(
     fallback_handles: Mapping[tuple[str, str], Sequence[str]],
 ) -> tuple[list[FoldRange], list[FoldRange]]:
     """The ranges whose images ``with_folds`` reshapes, and those whose drops and additions
-    wait for the winners (``reshaped``): a table's wait if its folds rename nothing and drop or
-    add no column a handle names, so every image's key is the same before and after them. Most
-    folds are an ALTER before which most changes lose to a later one of their key: their
-    images need not be rebuilt."""
+    wait for the winners (``reshaped``): a table's ranges wait if its folds rename nothing and
+    drop or add no column a handle names, so every image's key is the same before and after
+    them. Most folds are an ALTER before which most changes lose to a later one of their key:
+    their images need not be rebuilt."""
     name = IMAGE_FIELDS.index("name")
     handles = {column for handle in fallback_handles.values() for column in handle}
     handles |= set(pc.unique(pc.list_flatten(changes.column("handle_key"))).to_pylist())
