@@ -256,8 +256,10 @@ class RowGroups:
             options = file_format.read_options
             file_format = ParquetFileFormat(
                 read_options=ParquetReadOptions(
-                    dictionary_columns=set(dictionaries),
+                    dictionary_columns=set(options.dictionary_columns) | set(dictionaries),
                     coerce_int96_timestamp_unit=options.coerce_int96_timestamp_unit,
+                    binary_type=options.binary_type,
+                    list_type=options.list_type,
                 ),
                 default_fragment_scan_options=file_format.default_fragment_scan_options,
             )

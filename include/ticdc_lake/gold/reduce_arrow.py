@@ -169,6 +169,8 @@ def _reshaped_before_and_after_keys(
     drop or add no column a handle names, so every image's key is the same before and after
     them. Most folds are an ALTER before which most changes lose to a later one of their key:
     their images need not be rebuilt."""
+    if not ranges:
+        return [], []
     name = IMAGE_FIELDS.index("name")
     handles = {column for handle in fallback_handles.values() for column in handle}
     handles |= set(pc.unique(pc.list_flatten(changes.column("handle_key"))).to_pylist())
