@@ -263,7 +263,7 @@ class RowGroups:
                 ),
                 default_fragment_scan_options=file_format.default_fragment_scan_options,
             )
-            schema = pa.schema([_encoded(field, dictionaries) for field in schema])
+            schema = pa.schema([_dictionary_encoded(field, dictionaries) for field in schema])
         chosen = FileSystemDataset(list(groups), schema, file_format, dataset.filesystem)
         return _one_piece_each(chosen.to_table(columns=columns))
 
@@ -276,7 +276,7 @@ class RowGroups:
         return numbered.filter(self.where).column("_row").to_numpy()
 
 
-def _encoded(field: pa.Field, paths: Sequence[str], prefix: str = "") -> pa.Field:
+def _dictionary_encoded(field: pa.Field, paths: Sequence[str], prefix: str = "") -> pa.Field:
     """``field`` with the string fields at ``paths`` (in Parquet's naming of nested fields)
     dictionary-encoded."""
     path = f"{prefix}{field.name}"
@@ -284,10 +284,12 @@ def _encoded(field: pa.Field, paths: Sequence[str], prefix: str = "") -> pa.Fiel
     if pa.types.is_string(kind) and path in paths:
         return field.with_type(pa.dictionary(pa.int32(), pa.string()))
     if pa.types.is_list(kind):
-        element = _encoded(kind.value_field, paths, f"{path}.list.")
+        element = _dictionary_encoded(kind.value_field, paths, f"{path}.list.")
         return field.with_type(pa.list_(element))
     if pa.types.is_struct(kind):
-        return field.with_type(pa.struct([_encoded(child, paths, f"{path}.") for child in kind]))
+        return field.with_type(
+            pa.struct([_dictionary_encoded(child, paths, f"{path}.") for child in kind])
+        )
     return field
 
 
