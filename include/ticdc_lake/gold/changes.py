@@ -294,11 +294,6 @@ def reduce_on_driver(
         rows = groups.read(chunk, list(CHUNK_COLUMNS), IMAGE_NAMES)
         if rows.num_rows != len(selected):
             return None  # a row group holds other rows than its footer says: let Spark read
-        # Mostly the run's changes (as in most runs), the others are keyed along rather than
-        # every image copied to leave them out (1M realistic changes' reduce 5.15 -> 4.8 s);
-        # mostly others (settled ones a later run reads again), they are left out.
-        if selected.sum() * 2 < len(selected):
-            rows, selected = rows.filter(pa.array(selected)), None
         return reduce_arrow.reduce_chunk(
             rows, splits, points, handles, replays=False, selected=selected
         )

@@ -71,9 +71,15 @@ def reduce_chunk(
     run's or some of them; all of them when None) reduced as reduce.py reduces them, copies
     of an event beyond its first dropped unless ``replays``: the winners as CANDIDATE_SCHEMA's
     rows (``by_segment`` splits them). None when only Spark's path handles the run (barriers
-    out of TS order). The changes not selected neither win nor lose, and are not copied."""
-    if selected is not None and changes.column("commit_ts").null_count:
-        changes, selected = changes.filter(pa.array(selected)), None  # TSs ranked as integers
+    out of TS order). The changes not selected neither win nor lose: mostly the selected ones
+    (as in most runs), the others are keyed along rather than every image copied to leave
+    them out (1M realistic changes' reduce 5.15 -> 4.8 s); mostly others (settled ones a later
+    run reads again), or any without a commit TS (TSs must rank as integers), they are left
+    out first."""
+    if selected is not None and (
+        selected.sum() * 2 < len(selected) or changes.column("commit_ts").null_count
+    ):
+        changes, selected = changes.filter(pa.array(selected)), None
     if selected is not None:
         changes = changes.append_column("selected", pa.array(selected, pa.bool_()))
     segmented = _segmented(changes, barriers)
@@ -578,7 +584,7 @@ class _FoldRules:
         if kept.all() and (renamed == codes).all() and not counts.any():
             return images
         # Folds that only add columns (the common ALTER TABLE) copy no element's fields here.
-        fields = {field.name: pc.struct_field(elements, field.name) for field in COLUMN_TYPE}
+        fields = {field.name: pc.struct_field(elements, field.name) for field in elements.type}
         if not kept.all():
             mask = pa.array(kept)
             fields = {name: array.filter(mask) for name, array in fields.items()}
