@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from ticdc_lake.spark import job_settings
 from ticdc_lake.spark_daemon import compiled_first
@@ -60,3 +64,38 @@ def test_local_workers_import_pyspark_compiled_not_from_the_zip(spark):
 
     (found,) = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
     assert ".zip" not in found and found.endswith("__init__.py")
+
+
+def _huge_pages_enabled() -> str:
+    """This process's ``THP_enabled`` (Linux 5.0 and later): 0 once prctl turned them off."""
+    with open("/proc/self/status") as status:
+        return next(line.split()[1] for line in status if line.startswith("THP_enabled:"))
+
+
+STATUS = Path("/proc/self/status")
+needs_thp_status = pytest.mark.skipif(
+    not STATUS.exists() or "THP_enabled:" not in STATUS.read_text(),
+    reason="the kernel reports no THP_enabled (Linux before 5.0, or not Linux)",
+)
+
+
+@needs_thp_status
+def test_the_driver_and_local_workers_run_without_transparent_huge_pages(spark):
+    def enabled(_rows):
+        yield _huge_pages_enabled()
+
+    assert _huge_pages_enabled() == "0"  # the session was built in this process
+    workers = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(enabled).collect()
+    assert workers == ["0", "0"]
+
+
+@needs_thp_status
+def test_disabling_huge_pages_holds_for_the_children_of_the_process():
+    script = (
+        "import subprocess, sys; from ticdc_lake.huge_pages import disable_huge_pages; "
+        "assert disable_huge_pages(); "
+        "print(subprocess.run(['grep', 'THP_enabled', '/proc/self/status'], "
+        "capture_output=True, text=True).stdout.split()[1])"
+    )
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert fresh.stdout.strip() == "0", fresh.stderr

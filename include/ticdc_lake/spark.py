@@ -16,6 +16,7 @@ from typing import Any
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from ticdc_lake.huge_pages import disable_huge_pages
 from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS
 
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
@@ -95,7 +96,7 @@ def build_session(
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession for the pipeline. (This module imports nothing of the lake's but the
-    standard-library-only orchestration module's JVM options.)
+    standard-library-only orchestration module's JVM options and ``huge_pages``.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): the pipeline's Arrow functions import pyarrow,
@@ -124,6 +125,9 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    # The driver's own arrays (compaction reduces on it) without huge pages; after the JVM
+    # started, which keeps its own choice.
+    disable_huge_pages()
     if not master.startswith("local"):
         check_executor_python(session)
     return session

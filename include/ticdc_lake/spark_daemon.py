@@ -4,7 +4,8 @@ Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on its Python workers' p
 pip-installed pyspark that zip is a copy of the package, without bytecode: a daemon compiled
 pyspark for 0.7-1.0 s where the installed package imports in 0.15 s. ``build_session`` names
 this module as the task workers' daemon (for local masters); it must import nothing more
-before the daemon forks.
+before the daemon forks. Its workers, forked from it, run without transparent huge pages
+(``huge_pages``): they are fresh processes, which first touch most of their memory.
 """
 
 from __future__ import annotations
@@ -46,5 +47,8 @@ def compiled_first(path: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    from ticdc_lake.huge_pages import disable_huge_pages
+
+    disable_huge_pages()
     sys.path[:] = compiled_first(sys.path)
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
