@@ -99,3 +99,15 @@ def test_disabling_huge_pages_holds_for_the_children_of_the_process():
     )
     fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert fresh.stdout.strip() == "0", fresh.stderr
+
+
+@needs_thp_status
+def test_a_stage_process_without_spark_runs_without_huge_pages_too():
+    """Jobs and commands hand their stage a LazySession: compaction may never build it."""
+    script = (
+        "from ticdc_lake.spark import LazySession; "
+        "LazySession(lambda: None); "
+        "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])"
+    )
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert fresh.stdout.strip() == "0", fresh.stderr

@@ -125,8 +125,9 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
-    # The driver's own arrays (compaction reduces on it) without huge pages; after the JVM
-    # started, which keeps its own choice.
+    # The driver's own arrays (compaction reduces on it) without huge pages. A JVM this
+    # process starts after a LazySession did this inherits it: it asks for none itself unless
+    # told to (-XX:+UseTransparentHugePages, which slowed the floor's job).
     disable_huge_pages()
     if not master.startswith("local"):
         check_executor_python(session)
@@ -140,6 +141,9 @@ class LazySession:
     the SparkContext takes 4-5 s of the job."""
 
     def __init__(self, build: Callable[[], SparkSession]):
+        # Here, not only when the session is built: a stage may do all its work on the driver
+        # (compaction reduces and writes there) and never start Spark.
+        disable_huge_pages()
         self._build = build
         self._session: SparkSession | None = None
         self._building = threading.Lock()  # compaction applies tables from several threads
