@@ -89,6 +89,12 @@ def test_the_driver_and_local_workers_run_without_transparent_huge_pages(spark):
     assert workers == ["0", "0"]
 
 
+def _printed_by_fresh_python(script: str) -> str:
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr
+    return fresh.stdout.strip()
+
+
 @needs_thp_status
 def test_disabling_huge_pages_holds_for_the_children_of_the_process():
     script = (
@@ -97,8 +103,7 @@ def test_disabling_huge_pages_holds_for_the_children_of_the_process():
         "print(subprocess.run(['grep', 'THP_enabled', '/proc/self/status'], "
         "capture_output=True, text=True).stdout.split()[1])"
     )
-    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert fresh.stdout.strip() == "0", fresh.stderr
+    assert _printed_by_fresh_python(script) == "0"
 
 
 @needs_thp_status
@@ -109,5 +114,4 @@ def test_a_stage_process_without_spark_runs_without_huge_pages_too():
         "LazySession(lambda: None); "
         "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])"
     )
-    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert fresh.stdout.strip() == "0", fresh.stderr
+    assert _printed_by_fresh_python(script) == "0"

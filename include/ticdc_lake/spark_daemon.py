@@ -3,9 +3,9 @@
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on its Python workers' path, and for a
 pip-installed pyspark that zip is a copy of the package, without bytecode: a daemon compiled
 pyspark for 0.7-1.0 s where the installed package imports in 0.15 s. ``build_session`` names
-this module as the task workers' daemon (for local masters); it must import nothing more
-before the daemon forks. Its workers, forked from it, run without transparent huge pages
-(``huge_pages``): they are fresh processes, which first touch most of their memory.
+this module as the task workers' daemon (for local masters); before the daemon forks it
+imports nothing more than ``huge_pages`` (ctypes), to turn transparent huge pages off for the
+workers it forks: fresh processes, which first touch most of their memory.
 """
 
 from __future__ import annotations
