@@ -276,6 +276,7 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     assert _counted(collected) == _counted(once)
     monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", 10**9)
     monkeypatch.setattr(gold_changes, "DRIVER_CHUNK_ROWS", 1)
+    monkeypatch.setattr(gold_changes, "RANK_ELEMENTS", 1)
     on_driver = compact(spark, config, rebuild=True)
     assert _counted(on_driver) == _counted(once)
     assert_gold_is_the_incremental_runs()

@@ -326,6 +326,7 @@ def test_the_driver_reduces_a_run_as_spark_does(spark, operations, fold):
             in_spark = reduce_changes(spark, layout, plan, timeline)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(gold_changes, "DRIVER_CHUNK_ROWS", 1)  # a chunk per row group
+            patch.setattr(gold_changes, "RANK_ELEMENTS", 1)  # ranked with those before
             by_chunk = reduce_changes(spark, layout, plan, timeline)
         on_driver = reduce_changes(spark, layout, plan, timeline)
         for driver in (on_driver, by_chunk):
