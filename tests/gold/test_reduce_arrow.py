@@ -282,6 +282,35 @@ def test_row_codes_are_numpys_unique_rows(matrix):
     assert reduce_arrow._row_codes(matrix).tolist() == expected.tolist()
 
 
+def _sort_column(rows: int):
+    """A column of ``rows`` values of one of the kinds the reduce sorts by: small codes, TSs,
+    Kafka offsets, flags, and ranges too wide to pack (int64's and uint64's extremes)."""
+    kinds = [
+        (st.integers(-3, 3), np.int64),
+        (st.integers(0, 100), np.int32),
+        (st.integers(2**62, 2**62 + 2**40), np.int64),
+        (st.booleans(), np.bool_),
+        (st.sampled_from([-(2**63), 0, 2**63 - 1]), np.int64),
+        (st.integers(0, 2**64 - 1), np.uint64),
+    ]
+    return st.sampled_from(kinds).flatmap(
+        lambda kind: st.lists(kind[0], min_size=rows, max_size=rows).map(
+            lambda values: np.array(values, kind[1])
+        )
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@example([np.array([2**32 - 1, 0]), np.array([2**31, 0])])  # together 2^63 values and more
+@given(
+    st.integers(0, 30).flatmap(lambda rows: st.lists(_sort_column(rows), min_size=1, max_size=7))
+)
+def test_lexsort_orders_as_numpys_lexsort(columns):
+    # Columns packed into one number where their ranges allow, and not where they do not.
+    expected = np.lexsort(tuple(reversed(columns)))
+    assert reduce_arrow._lexsort(columns).tolist() == expected.tolist()
+
+
 def same_grouping(codes: np.ndarray, ids: list) -> bool:
     """Equal codes exactly where the ids are equal."""
     return (

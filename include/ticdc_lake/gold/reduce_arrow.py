@@ -781,8 +781,50 @@ def _list_of(values: pa.Array, counts: np.ndarray, valid: np.ndarray, kind) -> p
 
 
 def _lexsort(columns: Sequence[np.ndarray]) -> np.ndarray:
-    """The order sorting by ``columns``, the first first."""
-    return np.lexsort(tuple(reversed(columns)))
+    """The order sorting by ``columns``, the first first (stably). Neighbouring integer columns
+    whose ranges fit one int64 together are sorted as one number: np.lexsort sorts once per
+    column it is given (a reduce's ranking by nine columns: 0.15 s against 0.31 s per 560k)."""
+    keys = _packed(columns)
+    if len(keys) == 1:
+        return np.argsort(keys[0], kind="stable")
+    return np.lexsort(tuple(reversed(keys)))
+
+
+_INT64_VALUES = 2**63  # how many values an int64 holds from 0 up
+
+
+def _packed(columns: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``columns`` as fewer keys that sort alike: a run of integer columns as one int64, each
+    column a digit of it, counted from the column's least value."""
+    keys: list[np.ndarray] = []
+    values = 0  # how many values the last key takes; 0: it takes no more digits
+    for column in columns:
+        if column.dtype.kind == "b":
+            column = column.view(np.uint8)
+        width = _width(column)
+        if width is None:
+            keys.append(column)
+            values = 0
+        elif values and values * width < _INT64_VALUES:
+            keys[-1] = keys[-1] * width + _digits(column)
+            values *= width
+        else:
+            keys.append(_digits(column))
+            values = width
+    return keys
+
+
+def _digits(column: np.ndarray) -> np.ndarray:
+    # Exact: each difference is below 2^63, and wraps around to it where int64 overflows.
+    return (column - column.dtype.type(column.min())).astype(np.int64)
+
+
+def _width(column: np.ndarray) -> int | None:
+    """How many values ``column``'s range spans, when it is of integers and below 2^63."""
+    if column.dtype.kind not in "iu" or not len(column):
+        return None
+    width = int(column.max()) - int(column.min()) + 1
+    return width if width < _INT64_VALUES else None
 
 
 def _row_codes(matrix: np.ndarray) -> np.ndarray:
