@@ -389,15 +389,14 @@ class _ChunkWinners:
             return None
         found: dict[SegmentKey, list[pa.Table]] = {}
         for part, alive in zip(self.parts, self.alive, strict=True):
-            kept = part if alive.all() else part.filter(pa.array(alive))
-            for key, rows in reduce_arrow.by_segment(kept).items():
+            for key, rows in reduce_arrow.by_segment(_alive_rows(part, alive)).items():
                 found.setdefault(key, []).append(rows)
         return {key: pa.concat_tables(parts) for key, parts in found.items()}
 
     def _rank(self) -> bool:
         if len(self.parts) > 1:
             ranks = pa.concat_tables(
-                part.select(reduce_arrow.RANK_COLUMNS).filter(pa.array(alive))
+                _alive_rows(part.select(reduce_arrow.RANK_COLUMNS), alive)
                 for part, alive in zip(self.parts, self.alive, strict=True)
             )
             won = np.zeros(ranks.num_rows, bool)
@@ -415,6 +414,11 @@ class _ChunkWinners:
         self.ranked = held + sum(int(alive.sum()) for alive in self.alive)
         self.unranked = 0
         return held <= DRIVER_REDUCE_ELEMENTS
+
+
+def _alive_rows(rows: pa.Table, alive: np.ndarray) -> pa.Table:
+    """``rows`` that are ``alive``: no copy when all are."""
+    return rows if alive.all() else rows.filter(pa.array(alive))
 
 
 def _widths(rows: pa.Table) -> np.ndarray:

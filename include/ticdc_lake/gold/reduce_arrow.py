@@ -117,17 +117,25 @@ def with_segment(
 ) -> pa.Table | None:
     """Add ``segment``: how many of its table's barriers (with a TS) each change is at or
     after. None when a table's barriers are not in TS order."""
+    if not _in_ts_order(barriers):
+        return None
     segment = np.zeros(changes.num_rows, np.int32)
     order_ts = _numpy(changes.column("order_ts"))
     rows = _rows_by_table(changes)
     for name, stamps in barriers.items():
-        known = np.array([ts for ts in stamps if ts is not None], np.int64)
-        if np.any(np.diff(known) < 0):
-            return None
+        known = _known(stamps)
         if len(known) and name in rows:
             at = rows[name]
             segment[at] = np.searchsorted(known, order_ts[at], side="right")
     return changes.append_column("segment", pa.array(segment))
+
+
+def _in_ts_order(barriers: Mapping[tuple[str, str], Sequence[int | None]]) -> bool:
+    return all(np.all(np.diff(_known(stamps)) >= 0) for stamps in barriers.values())
+
+
+def _known(stamps: Sequence[int | None]) -> np.ndarray:
+    return np.array([ts for ts in stamps if ts is not None], np.int64)
 
 
 def with_folds(
@@ -215,12 +223,12 @@ def reset_discards(
 ) -> np.ndarray | None:
     """Per change (silver's rows; schema, table and commit TS suffice) whether a folded reset
     (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_chunk``."""
+    ranges = fold_ranges(points)
+    if not any(fold_range.reset for fold_range in ranges):  # no row need be placed
+        return np.zeros(changes.num_rows, bool) if _in_ts_order(barriers) else None
     segmented = _segmented(changes, barriers)
     if segmented is None:
         return None
-    ranges = fold_ranges(points)
-    if not ranges:
-        return np.zeros(changes.num_rows, bool)
     return _discarded(_fold_of(segmented, ranges), ranges)
 
 
