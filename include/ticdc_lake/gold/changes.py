@@ -74,8 +74,8 @@ DRIVER_REDUCE_ELEMENTS = 30_000_000
 # The chunks' winners are ranked together (dropping those a later chunk's beat) once the
 # unranked ones hold as many columns as the ranked and at least this many (image columns, and
 # one per winner): a bound on what is held. A realistic 1M run's chunks beat 3-4% of the
-# winners before them; ranked from 125k winners on, it ranked three times before the last,
-# for 0.3 s more compaction.
+# winners before them; ranked from 125k winners on, it ranked twice before the last, for
+# 0.3 s more compaction.
 RANK_ELEMENTS = 10_000_000
 # Names of image columns, read dictionary-encoded: ~20% less time reading a chunk, and coded
 # by their dictionaries rather than each hashed.
