@@ -359,9 +359,10 @@ def _chunks(
 class _ChunkWinners:
     """Chunks' winners, each chunk's less those a later chunk's beat: ranked together
     (``reduce_arrow.latest``, over their keys and places, not their images) whenever the
-    unranked ones hold more image columns than the ranked and RANK_ELEMENTS, and a chunk's
-    copied without the beaten ones once they are half of it. So the images held stay under
-    twice the run's winners' or RANK_ELEMENTS, and are copied a few times at most."""
+    unranked ones hold as many columns (image columns, and one per winner) as the ranked and
+    RANK_ELEMENTS, and a chunk's copied without the beaten ones once they are half of it. So
+    what is held stays under twice the run's winners' columns or RANK_ELEMENTS and a chunk's,
+    whichever is more, and the images are copied a few times at most."""
 
     def __init__(self):
         self.parts: list[pa.Table] = []

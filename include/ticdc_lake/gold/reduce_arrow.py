@@ -791,7 +791,8 @@ def _list_of(values: pa.Array, counts: np.ndarray, valid: np.ndarray, kind) -> p
 def _lexsort(columns: Sequence[np.ndarray]) -> np.ndarray:
     """The order sorting by ``columns``, the first first (stably). Neighbouring integer columns
     whose ranges fit one int64 together are sorted as one number: np.lexsort sorts once per
-    column it is given (a reduce's ranking by nine columns: 0.15 s against 0.31 s per 560k)."""
+    column it is given (nine columns shaped like a reduce's ranking, 560k rows of random
+    values: 0.15 against 0.31 s)."""
     keys = _packed(columns)
     if len(keys) == 1:
         return np.argsort(keys[0], kind="stable")
