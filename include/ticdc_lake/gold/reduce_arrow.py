@@ -120,13 +120,14 @@ def with_segment(
     if not _in_ts_order(barriers):
         return None
     segment = np.zeros(changes.num_rows, np.int32)
-    order_ts = _numpy(changes.column("order_ts"))
-    rows = _rows_by_table(changes)
-    for name, stamps in barriers.items():
-        known = _known(stamps)
-        if len(known) and name in rows:
-            at = rows[name]
-            segment[at] = np.searchsorted(known, order_ts[at], side="right")
+    barrier_ts = {name: _known(stamps) for name, stamps in barriers.items()}
+    if any(len(known) for known in barrier_ts.values()):  # most runs fold every DDL
+        order_ts = _numpy(changes.column("order_ts"))
+        rows = _rows_by_table(changes)
+        for name, known in barrier_ts.items():
+            if len(known) and name in rows:
+                at = rows[name]
+                segment[at] = np.searchsorted(known, order_ts[at], side="right")
     return changes.append_column("segment", pa.array(segment))
 
 
