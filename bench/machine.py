@@ -20,7 +20,7 @@ def machine_report(load_start: tuple[float, float, float]) -> dict:
     }
 
 
-_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4 / 1024
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _rss_mb(pid: int) -> float:

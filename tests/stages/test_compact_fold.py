@@ -324,12 +324,16 @@ def test_the_driver_reduces_a_run_as_spark_does(spark, operations, fold):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
             in_spark = reduce_changes(spark, layout, plan, timeline)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(gold_changes, "DRIVER_CHUNK_ROWS", 1)  # a chunk per row group
-            patch.setattr(gold_changes, "RANK_ELEMENTS", 1)  # ranked with those before
-            by_chunk = reduce_changes(spark, layout, plan, timeline)
+        by_chunk = []
+        # A chunk per row group, its winners ranked with those before it after every chunk,
+        # or once, at the end.
+        for rank_elements in (1, 10**9):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(gold_changes, "DRIVER_CHUNK_ROWS", 1)
+                patch.setattr(gold_changes, "RANK_ELEMENTS", rank_elements)
+                by_chunk.append(reduce_changes(spark, layout, plan, timeline))
         on_driver = reduce_changes(spark, layout, plan, timeline)
-        for driver in (on_driver, by_chunk):
+        for driver in (on_driver, *by_chunk):
             assert driver[0].dataset is None  # reduced on the driver, not spilled
             assert _reduced_rows(driver[0]) == _reduced_rows(in_spark[0])
             assert driver[1:] == in_spark[1:]
