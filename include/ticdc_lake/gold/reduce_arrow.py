@@ -117,26 +117,33 @@ def with_segment(
 ) -> pa.Table | None:
     """Add ``segment``: how many of its table's barriers (with a TS) each change is at or
     after. None when a table's barriers are not in TS order."""
-    if not _in_ts_order(barriers):
+    barrier_ts = _barrier_ts(barriers)
+    if barrier_ts is None:
         return None
     segment = np.zeros(changes.num_rows, np.int32)
-    barrier_ts = {name: _known(stamps) for name, stamps in barriers.items()}
-    if any(len(known) for known in barrier_ts.values()):  # most runs fold every DDL
+    if barrier_ts:  # most runs fold every DDL: no change is after a barrier
         order_ts = _numpy(changes.column("order_ts"))
         rows = _rows_by_table(changes)
         for name, known in barrier_ts.items():
-            if len(known) and name in rows:
+            if name in rows:
                 at = rows[name]
                 segment[at] = np.searchsorted(known, order_ts[at], side="right")
     return changes.append_column("segment", pa.array(segment))
 
 
-def _in_ts_order(barriers: Mapping[tuple[str, str], Sequence[int | None]]) -> bool:
-    return all(np.all(np.diff(_known(stamps)) >= 0) for stamps in barriers.values())
-
-
-def _known(stamps: Sequence[int | None]) -> np.ndarray:
-    return np.array([ts for ts in stamps if ts is not None], np.int64)
+def _barrier_ts(
+    barriers: Mapping[tuple[str, str], Sequence[int | None]],
+) -> dict[tuple[str, str], np.ndarray] | None:
+    """The TSs of each table's barriers that have one (tables with none left out); None when
+    a table's are not in TS order."""
+    found = {}
+    for name, stamps in barriers.items():
+        known = np.array([ts for ts in stamps if ts is not None], np.int64)
+        if np.any(np.diff(known) < 0):
+            return None
+        if len(known):
+            found[name] = known
+    return found
 
 
 def with_folds(
@@ -226,7 +233,7 @@ def reset_discards(
     (TRUNCATE) discards it, as ``with_folds`` does; None as ``reduce_chunk``."""
     ranges = fold_ranges(points)
     if not any(fold_range.reset for fold_range in ranges):  # no row need be placed
-        return np.zeros(changes.num_rows, bool) if _in_ts_order(barriers) else None
+        return None if _barrier_ts(barriers) is None else np.zeros(changes.num_rows, bool)
     segmented = _segmented(changes, barriers)
     if segmented is None:
         return None
