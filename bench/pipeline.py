@@ -50,7 +50,7 @@ from deltalake import DeltaTable
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.spark import build_session
-from ticdc_lake.stages.bronze_splits import BATCH_RECORDS
+from ticdc_lake.stages.bronze_splits import batch_records
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import BRONZE_COLUMNS, PartitionDecoder, decode
 from ticdc_lake.stages.land import land
@@ -159,10 +159,12 @@ def decode_in_process(config) -> float:
     ddl-heavy's 3.8 GB of messages and what decoding them holds, drove this process out of
     memory)."""
     bronze = DeltaTable(str(LakeLayout(config.lake).bronze)).to_pyarrow_dataset()
-    scan = bronze.to_batches(columns=list(BRONZE_COLUMNS), batch_size=BATCH_RECORDS)
+    files = [fragment.metadata for fragment in bronze.get_fragments()]
+    size = batch_records([file.row_group(n) for file in files for n in range(file.num_row_groups)])
+    scan = bronze.to_batches(columns=list(BRONZE_COLUMNS), batch_size=size)
     decoder = PartitionDecoder.for_config(config)
     seconds = 0.0
-    while part := list(itertools.islice(scan, IN_PROCESS_RECORDS // BATCH_RECORDS)):
+    while part := list(itertools.islice(scan, max(1, IN_PROCESS_RECORDS // size))):
         started = time.perf_counter()
         for _ in decoder(iter(part)):
             pass

@@ -112,6 +112,30 @@ def test_a_row_group_is_read_a_few_records_at_a_time(files, count, monkeypatch):
     assert [row["offset"] for b in batches for row in b.to_pylist()] == list(range(64))
 
 
+def _groups(file: DataFile) -> list[pq.RowGroupMetaData]:
+    metadata = pq.ParquetFile(file.path).metadata
+    return [metadata.row_group(number) for number in range(metadata.num_row_groups)]
+
+
+@pytest.mark.parametrize("records", [1, 4, 7])
+def test_batches_hold_batch_bytes_of_records(files, records, monkeypatch):
+    """Records of many KB each (a realistic export's): batches by bytes, not by count."""
+    groups = _groups(files[2])
+    rows, size = sum(g.num_rows for g in groups), sum(g.total_byte_size for g in groups)
+    monkeypatch.setattr(bronze_splits, "BATCH_BYTES", -(-records * size // rows))
+    assert bronze_splits.batch_records(groups) == records
+    reader = SplitReader(tuple(even_splits(files[2:], 1)), COLUMNS, (1, 2))
+    batches = [batch for split in reader.splits for p in split for batch in reader.read(p)]
+    assert max(batch.num_rows for batch in batches) == records
+    assert [row["offset"] for b in batches for row in b.to_pylist()] == list(range(23, 64))
+
+
+def test_a_batch_holds_a_record_however_large(files, monkeypatch):
+    monkeypatch.setattr(bronze_splits, "BATCH_BYTES", 1)
+    assert bronze_splits.batch_records(_groups(files[0])) == 1
+    assert bronze_splits.batch_records([]) == 1
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 7])
 def test_a_split_reads_each_file_it_touches_in_one_piece(files, count):
     for split in even_splits(files, count):
