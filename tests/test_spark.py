@@ -29,6 +29,22 @@ def test_job_settings_hold_inside_the_block_and_are_as_before_after_it(spark):
         spark.conf.unset(SPLIT_BYTES)
 
 
+def test_python_workers_are_handed_arrow_batches_of_about_8_mb(spark):
+    """Not 10,000 rows whatever their size (build_session's maxBytesPerBatch)."""
+    from pyspark.sql import functions as F
+
+    def rows_per_batch(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            yield pa.record_batch([pa.array([batch.num_rows], pa.int64())], names=["rows"])
+
+    megabyte_rows = spark.range(0, 40, 1, 1).select(F.repeat(F.lit("x"), 1 << 20).alias("s"))
+    found = [row.rows for row in megabyte_rows.mapInArrow(rows_per_batch, "rows long").collect()]
+    assert sum(found) == 40
+    assert max(found) <= 9
+
+
 def _spark_home(root, name="site"):
     """A site directory holding pyspark and, as pip installs it, the zips Spark ships."""
     site = root / name
