@@ -104,8 +104,8 @@ def _cuts(groups: Sequence[tuple[int, int]], count: int) -> list[int]:
 
 
 def batch_records(groups: Sequence[pq.RowGroupMetaData]) -> int:
-    """Records per batch read from ``groups``: BATCH_BYTES of their average record, at most
-    BATCH_RECORDS, at least one."""
+    """Records per batch read from ``groups``: as many of their average size as fill
+    BATCH_BYTES, at most BATCH_RECORDS, at least one."""
     rows = sum(group.num_rows for group in groups)
     size = sum(group.total_byte_size for group in groups)
     return max(1, min(BATCH_RECORDS, BATCH_BYTES * rows // max(size, 1)))
