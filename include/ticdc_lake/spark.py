@@ -19,6 +19,13 @@ from pyspark.sql import SparkSession
 from ticdc_lake.huge_pages import disable_huge_pages
 from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS
 
+# What an Arrow batch handed to the Python workers holds at most: Spark's to land's tasks,
+# decode's own reads of bronze (bronze_splits). At 10,000 rows, 60 MB of realistic records, the
+# workers' allocator gave each batch's memory back to the system and faulted it in again for
+# the next: a decode worker spent 0.7 s of its 6.4 s in the kernel, 0.2-0.3 s at 6-15 MB (the
+# stage: 6.3-6.4 against 6.0-6.1 s); land's Python workers 0.1-0.3 s less.
+ARROW_BATCH_BYTES = 8 * 1024 * 1024
+
 # Settings for a laptop or a 2-core CI runner; a cluster's spark-submit overrides any of them.
 DEFAULT_CONF: dict[str, str] = {
     # Timestamps are instants: Spark must neither shift them by the machine's zone when it
@@ -30,11 +37,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Python data sources and mapInArrow start Python workers: reuse them across tasks.
     "spark.python.worker.reuse": "true",
-    # Arrow batches to the Python workers of about 8 MB, not 10,000 rows whatever their size:
-    # land's tasks were handed 60 MB batches of realistic records, whose memory the workers'
-    # allocator gave back to the system between batches and faulted in again (as decode's
-    # bronze_splits.BATCH_BYTES; land's Python workers 0.1-0.3 s less CPU in the kernel).
-    "spark.sql.execution.arrow.maxBytesPerBatch": str(8 * 1024 * 1024),
+    # Land's tasks were handed 10,000 rows whatever their size (see ARROW_BATCH_BYTES).
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_BATCH_BYTES),
     # Parquet written by pyarrow/delta-rs carries no Spark rebase metadata: dates and
     # timestamps before 1582 are proleptic Gregorian already and must be read as they are.
     "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",

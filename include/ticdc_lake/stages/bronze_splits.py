@@ -16,14 +16,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ticdc_lake.delta.read import DataFile
-from ticdc_lake.limits import MIB
+from ticdc_lake.spark import ARROW_BATCH_BYTES
 
 # Arrow batches handed to the decoder hold up to BATCH_BYTES of records (uncompressed, by their
-# row group's average) and BATCH_RECORDS records. A batch's memory is freed as the next is
-# read, and Arrow's allocator hands what sits unused back to the system, to be faulted in again:
-# at 10,000 realistic records (6 KB each, a 60 MB batch) a decode worker spent 0.7 s of its
-# 6.4 s in the kernel, 0.2-0.3 s at 6-15 MB (the stage: 6.3-6.4 against 6.0-6.1 s).
-BATCH_BYTES = 8 * MIB
+# row group's average record) and BATCH_RECORDS records.
+BATCH_BYTES = ARROW_BATCH_BYTES
 BATCH_RECORDS = 10_000
 
 
