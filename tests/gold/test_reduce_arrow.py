@@ -252,7 +252,21 @@ def test_chunks_reduced_two_at_a_time_come_back_in_order_and_stop_when_told():
     for found in changes.in_parallel(work, iter(delays)):
         if found == 1:
             break  # as reduce_on_driver stops at a chunk only Spark can reduce
-    assert sorted(started) == list(range(len(started))) and len(started) <= 3
+    # Two running, one waiting its turn, when the loop stopped after two.
+    assert sorted(started) == list(range(len(started))) and len(started) <= 4
+
+
+def test_a_thread_done_before_the_oldest_chunk_starts_the_next():
+    finished = {}
+
+    def work(number, delay):
+        time.sleep(delay)
+        finished[number] = time.perf_counter()
+        return number
+
+    delays = [(0, 0.3), (1, 0), (2, 0), (3, 0)]
+    assert list(changes.in_parallel(work, iter(delays))) == [0, 1, 2, 3]
+    assert finished[2] < finished[0]  # not held back until chunk 0 was done
 
 
 def test_a_failing_chunk_fails_the_reduce():

@@ -321,13 +321,14 @@ def rows_at(rows: pa.Table, numbers: np.ndarray) -> pa.Table:
 
 def in_parallel(work, arguments: Iterator[tuple], threads: int = DRIVER_THREADS) -> Iterator:
     """``work(*a)`` of each of ``arguments``, in their order, ``threads`` at once: pyarrow
-    and numpy let go of the GIL while they work. Stopping early drops the rest."""
+    and numpy let go of the GIL while they work. One more waits its turn, so a thread that
+    finishes before the oldest starts it at once. Stopping early drops the rest."""
     with ThreadPoolExecutor(threads) as pool:
         running: deque[Future] = deque()
         try:
             for argument in arguments:
                 running.append(pool.submit(work, *argument))
-                if len(running) == threads:
+                if len(running) > threads:
                     yield running.popleft().result()
             while running:
                 yield running.popleft().result()
@@ -401,7 +402,7 @@ class _ChunkWinners:
                 for part, alive in zip(self.parts, self.alive, strict=True)
             )
             won = np.zeros(ranks.num_rows, bool)
-            won[reduce_arrow.latest(ranks)] = True
+            won[_latest(ranks)] = True
             start = 0
             for number, alive in enumerate(self.alive):
                 at = np.flatnonzero(alive)
@@ -415,6 +416,19 @@ class _ChunkWinners:
         self.ranked = held + sum(int(alive.sum()) for alive in self.alive)
         self.unranked = 0
         return held <= DRIVER_REDUCE_ELEMENTS
+
+
+def _latest(ranks: pa.Table) -> np.ndarray:
+    """``reduce_arrow.latest`` of ``ranks``, a table at a time in parallel: a table's changes
+    never outrank another's."""
+    tables = reduce_arrow.rows_by_table(ranks).values()
+    if len(tables) < 2:
+        return reduce_arrow.latest(ranks)
+    found = in_parallel(
+        lambda rows: rows[reduce_arrow.latest(ranks.take(pa.array(rows)))],
+        ((rows,) for rows in tables),
+    )
+    return np.concatenate(list(found))
 
 
 def _alive_rows(rows: pa.Table, alive: np.ndarray) -> pa.Table:

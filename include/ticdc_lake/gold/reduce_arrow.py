@@ -123,7 +123,7 @@ def with_segment(
     segment = np.zeros(changes.num_rows, np.int32)
     if barrier_ts:  # most runs fold every DDL: no change is after a barrier
         order_ts = _numpy(changes.column("order_ts"))
-        rows = _rows_by_table(changes)
+        rows = rows_by_table(changes)
         for name, known in barrier_ts.items():
             if name in rows:
                 at = rows[name]
@@ -460,7 +460,7 @@ def _handles(
         return own
     fallback = np.zeros(changes.num_rows, np.int64)  # 0: the empty handle
     implied = [[]]
-    for name, at in _rows_by_table(changes).items():
+    for name, at in rows_by_table(changes).items():
         handle = fallback_handles.get(name)
         if handle:
             implied.append(list(handle))
@@ -648,7 +648,7 @@ def _fold_of(changes: pa.Table, ranges: Sequence[FoldRange]) -> np.ndarray:
     fold = np.full(changes.num_rows, -1, np.int64)
     order_ts = _numpy(changes.column("order_ts"))
     segment = _numpy(changes.column("segment"))
-    rows = _rows_by_table(changes)
+    rows = rows_by_table(changes)
     segments: dict[SegmentKey, list[int]] = {}
     for number, fold_range in enumerate(ranges):
         segments.setdefault((fold_range.schema, fold_range.table, fold_range.segment), []).append(
@@ -762,7 +762,7 @@ def _table_codes(changes: pa.Table) -> np.ndarray:
     return _codes(changes.column("schema")) * (tables.max(initial=-1) + 2) + tables + 1
 
 
-def _rows_by_table(changes: pa.Table) -> dict[tuple[str, str], np.ndarray]:
+def rows_by_table(changes: pa.Table) -> dict[tuple[str, str], np.ndarray]:
     """The row numbers of each (schema, table)."""
     codes = _table_codes(changes)
     order = np.argsort(codes, kind="stable")
