@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
 	bench-files clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(VENV)/.class-archive
 
 SPEEDUPS := $(wildcard include/ticdc_lake/*/_*speedups.[ch])
 
@@ -24,6 +24,12 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	$(VENV)/bin/uv pip install --quiet --no-cache --compile-bytecode --python $(PY) \
 		-r requirements.txt -c constraints.txt -e .
 	$(PY) -m compileall -q -j 0 include dags plugins spark_jobs
+	touch $@
+
+# The driver JVM's archive of Spark's classes (ticdc_lake.class_archive): every Spark driver
+# started from this environment maps it instead of loading the classes from the jars.
+$(VENV)/.class-archive: $(VENV)/.installed
+	$(PY) -m ticdc_lake.class_archive
 	touch $@
 
 demo: setup

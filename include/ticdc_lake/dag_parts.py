@@ -11,7 +11,7 @@ read). What the Spark jobs need comes from the environment, read here by name on
 | TICDC_LAKE_PYTHON              | the Python running Airflow (the venv's): driver, executors |
 | TICDC_LAKE_SPARK_SUBMIT        | ``spark-submit`` beside that Python (pyspark's)         |
 | TICDC_LAKE_RUN_DIR             | ``$AIRFLOW_HOME/ticdc_lake_runs``: each job's JSON result |
-| TICDC_LAKE_DRIVER_JAVA_OPTIONS | ``orchestration.DRIVER_JAVA_OPTIONS``; empty: none given |
+| TICDC_LAKE_DRIVER_JAVA_OPTIONS | ``orchestration.driver_java_options``; empty: none given |
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def spark_job(
 
 def _submit_conf(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
-    java_options = driver_java_options(environ)
+    java_options = driver_java_options(environ, python)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = java_options
     return conf

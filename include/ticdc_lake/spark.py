@@ -17,7 +17,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from ticdc_lake.huge_pages import disable_huge_pages
-from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS
+from ticdc_lake.orchestration import driver_java_options
 
 # What an Arrow batch handed to the Python workers holds at most: Spark's to land's tasks,
 # decode's own reads of bronze (bronze_splits). At 10,000 rows, 60 MB of realistic records, the
@@ -50,11 +50,10 @@ DEFAULT_CONF: dict[str, str] = {
     # a job of a task per path, which costs more than it saves on a local file system (land's
     # 2,000 export files: 8-9 s, against 0.5 s on the driver): never.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "2147483647",
-    # Why these, in orchestration.py (the DAGs give spark-submit the same). Only when Python
-    # starts the JVM; spark-submit has started it already.
-    "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
 }
 
+
+DRIVER_JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 
 # The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
 DAEMON_MODULE = "spark.python.daemon.module"
@@ -118,6 +117,11 @@ def build_session(
     if master is None:
         master = submitted.get("spark.master", "local[*]")
     settings = {k: v for k, v in DEFAULT_CONF.items() if not submitted.contains(k)}
+    # Why these, in orchestration.py (the DAGs give spark-submit the same). Only when Python
+    # starts the JVM; spark-submit has started it already.
+    java_options = driver_java_options(os.environ, sys.executable)
+    if java_options and not submitted.contains(DRIVER_JAVA_OPTIONS_KEY):
+        settings[DRIVER_JAVA_OPTIONS_KEY] = java_options
     if master.startswith("local"):
         # Local workers are forked from this machine: run them on this interpreter. (On a
         # cluster the executors' Python is the cluster's to configure.) Both the variable,

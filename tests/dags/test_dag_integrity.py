@@ -74,11 +74,13 @@ def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
 
 
 def test_spark_jobs_get_the_sessions_driver_java_options(demo_report, tmp_path):
-    from ticdc_lake.spark import DRIVER_JAVA_OPTIONS
+    from ticdc_lake.orchestration import driver_java_options
 
     tasks = demo_report["dags"]["ticdc_lake"]["tasks"]
     for stage in ("land", "decode", "watermark", "compact", "quality_gold"):
-        assert tasks[stage]["conf"]["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
+        options = tasks[stage]["conf"]["spark.driver.extraJavaOptions"]
+        assert options == driver_java_options({}, sys.executable)
+        assert "-XX:SharedArchiveFile=" in options
     replaced = parse_dags(tmp_path / "replaced", TICDC_LAKE_DRIVER_JAVA_OPTIONS="-Xss4m")
     none = parse_dags(tmp_path / "none", TICDC_LAKE_DRIVER_JAVA_OPTIONS=" ")
     for report, expected in ((replaced, "-Xss4m"), (none, None)):
