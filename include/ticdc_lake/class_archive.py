@@ -90,7 +90,7 @@ def _submit(
         raise ClassArchiveError(f"{what} exited {done.returncode}:\n{done.stderr[-3000:]}")
 
 
-def run_sample(scratch: Path) -> None:
+def run_every_stage(scratch: Path) -> None:
     """The sample, through every stage and check, in this spark-submit's session."""
     from ticdc_lake.demo import prepare_sample, run_sample
     from ticdc_lake.spark import build_session
@@ -120,6 +120,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [RUN_SAMPLE]:
-        run_sample(Path(sys.argv[2]))
+        run_every_stage(Path(sys.argv[2]))
     else:
         sys.exit(main())
