@@ -50,8 +50,8 @@ def class_archive(python: str) -> Path:
 def driver_java_options(environ: Mapping[str, str], python: str) -> str:
     """DRIVER_JAVA_OPTIONS and the class archive of ``python``'s environment, or what
     DRIVER_JAVA_OPTIONS_ENV says instead (empty: none). A JVM whose archive is missing starts
-    without it, silently; one whose archive another JVM or Spark wrote says so and starts
-    without it."""
+    without it, silently; one whose archive another JDK or other jars wrote warns and starts
+    without it (one cut short would crash it: ``class_archive`` installs none such)."""
     if DRIVER_JAVA_OPTIONS_ENV in environ:
         return environ[DRIVER_JAVA_OPTIONS_ENV].strip()
     archive = str(class_archive(python))
