@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from ticdc_lake.class_archive import ClassArchiveError, build, verify
+from ticdc_lake.cli import main as cli_main
 from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS, class_archive, driver_java_options
 
 
@@ -36,6 +38,24 @@ def test_the_archive_setup_built_maps_into_a_spark_submit_driver():
     archive = class_archive(sys.executable)
     assert archive.is_file(), f"{archive} missing: `make setup` builds it"
     verify(archive)  # -Xshare:on: a driver that cannot map it does not start
+
+
+def test_a_spark_submit_of_ones_own_maps_the_archive_with_the_printed_options(capsys):
+    assert cli_main(["java-options"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == driver_java_options(os.environ, sys.executable)
+    assert f'"-XX:SharedArchiveFile={class_archive(sys.executable)}"' in printed
+    # As the README gives it: --conf spark.driver.extraJavaOptions="$(ticdc-lake java-options)";
+    # -Xshare:on fails the driver's start unless the archive maps.
+    submit = Path(sys.executable).parent / "spark-submit"
+    options = f"spark.driver.extraJavaOptions=-Xshare:on {printed}"
+    done = subprocess.run(
+        [str(submit), "--conf", options, "--version"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_an_archive_cut_short_is_refused_not_mapped(tmp_path):

@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_generate(commands)
     _add_airflow(commands)
     _add_dq_report(commands)
+    _add_java_options(commands)
     return parser
 
 
@@ -512,6 +513,26 @@ def _run_dq_report(args) -> int:
         print(render_summary(view))
         print(f"Report: {report}")
     return 1 if view.failed_stages else 0
+
+
+def _add_java_options(commands) -> None:
+    options = commands.add_parser(
+        "java-options",
+        help="the driver JVM options the DAGs give spark-submit, for a spark-submit of your own",
+        description="Print the driver JVM options the DAGs give each job's spark-submit and "
+        "the sessions ticdc-lake starts get (the parallel collector, C1 only, and this "
+        "environment's class archive; TICDC_LAKE_DRIVER_JAVA_OPTIONS replaces them), e.g. "
+        'spark-submit --conf "spark.driver.extraJavaOptions=$(ticdc-lake java-options)" '
+        "spark_jobs/land.py --config pipeline.yaml",
+    )
+    options.set_defaults(run=_run_java_options)
+
+
+def _run_java_options(args) -> int:
+    from ticdc_lake.orchestration import driver_java_options
+
+    print(driver_java_options(os.environ, sys.executable))
+    return 0
 
 
 def _add_demo(commands) -> None:
