@@ -27,7 +27,13 @@ from pathlib import Path
 
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.orchestration import QUALITY_AFTER, STAGES, driver_java_options, quality_task_id
+from ticdc_lake.orchestration import (
+    QUALITY_AFTER,
+    STAGES,
+    quality_task_id,
+    spark_submit_binary,
+    spark_submit_conf,
+)
 
 from bench.machine import machine_report
 from bench.pipeline import (
@@ -56,12 +62,10 @@ def spark_submit(script: Path, arguments: list[str], folder: Path) -> float:
     """Seconds for one ``spark-submit`` as ``dag_parts.spark_job`` makes it, run in ``folder``;
     raises, with the job's output, when it fails."""
     python = sys.executable
-    java_options = driver_java_options(os.environ, python)
+    conf = spark_submit_conf(os.environ, python)
     command = [
-        str(Path(python).parent / "spark-submit"), "--master", MASTER,
-        "--conf", f"spark.pyspark.python={python}",
-        "--conf", f"spark.pyspark.driver.python={python}",
-        *(["--conf", f"spark.driver.extraJavaOptions={java_options}"] if java_options else []),
+        spark_submit_binary(os.environ, python), "--master", MASTER,
+        *(part for key, value in conf.items() for part in ("--conf", f"{key}={value}")),
         str(script), *arguments,
     ]  # fmt: skip
     environ = os.environ | {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}

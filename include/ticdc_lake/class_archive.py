@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS, class_archive
+from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS, class_archive, spark_submit_binary
 
 # The demo's smallest sample: every stage and check runs, in seconds.
 SAMPLE_PROTOCOL = "open-protocol"
@@ -74,7 +74,7 @@ def verify(
 def _submit(
     python: str, environ: Mapping[str, str], arguments: list[str], folder: Path, what: str
 ) -> None:
-    submit = environ.get("TICDC_LAKE_SPARK_SUBMIT") or str(Path(python).parent / "spark-submit")
+    submit = spark_submit_binary(environ, python)
     command = [
         submit,
         *("--conf", f"spark.pyspark.python={python}"),

@@ -28,9 +28,10 @@ from airflow.sdk import Asset, AssetAlias, get_current_context, task
 from ticdc_lake.orchestration import (
     POOL,
     PipelineSource,
-    driver_java_options,
     run_dir,
     spark_jobs_dir,
+    spark_submit_binary,
+    spark_submit_conf,
 )
 
 OWNER = "data-platform"
@@ -108,7 +109,7 @@ def spark_job(
     file: spark_jobs/ is found beside its folder; ``task_args`` go to the operator."""
     environ = os.environ if environ is None else environ
     python = environ.get("TICDC_LAKE_PYTHON") or sys.executable
-    binary = environ.get("TICDC_LAKE_SPARK_SUBMIT") or str(Path(python).parent / "spark-submit")
+    binary = spark_submit_binary(environ, python)
     application = spark_jobs_dir(environ, dags_file) / f"{job}.py"
     return SparkSubmitOperator(
         task_id=task_id or job,
@@ -123,20 +124,12 @@ def spark_job(
         conn_id="spark_default",
         spark_binary=binary,
         name=f"ticdc-lake-{job}",
-        conf=_submit_conf(python, environ),
+        conf=spark_submit_conf(environ, python),
         env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
         pool=POOL,
         outlets=list(outlets),
         **task_args,
     )
-
-
-def _submit_conf(python: str, environ: Mapping[str, str]) -> dict[str, str]:
-    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
-    java_options = driver_java_options(environ, python)
-    if java_options:
-        conf["spark.driver.extraJavaOptions"] = java_options
-    return conf
 
 
 def summary_task(source: PipelineSource, jobs: Sequence[str], **event_extra):

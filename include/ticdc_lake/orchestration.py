@@ -60,6 +60,21 @@ def driver_java_options(environ: Mapping[str, str], python: str) -> str:
     return f'{DRIVER_JAVA_OPTIONS} "-XX:SharedArchiveFile={archive}"'
 
 
+def spark_submit_binary(environ: Mapping[str, str], python: str) -> str:
+    """TICDC_LAKE_SPARK_SUBMIT, else the ``spark-submit`` beside ``python`` (pyspark's)."""
+    return environ.get("TICDC_LAKE_SPARK_SUBMIT") or str(Path(python).parent / "spark-submit")
+
+
+def spark_submit_conf(environ: Mapping[str, str], python: str) -> dict[str, str]:
+    """What every job's spark-submit is given: ``python`` for the driver and executors, and
+    the driver's JVM options (``driver_java_options``)."""
+    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+    java_options = driver_java_options(environ, python)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+    return conf
+
+
 # The data-quality checks that follow a stage (stage -> the checks' stage), run before the next
 # stage starts so that data failing a `fail` check stops the run before it spreads.
 QUALITY_AFTER = {"land": "bronze", "decode": "silver", "compact": "gold"}
