@@ -1,6 +1,7 @@
-"""Spark's Parquet reader as land's fast path: the same rows as the export reader on every
-Spark Kafka Parquet file it takes, the files it leaves to the export reader, and land falling
-back to the export reader when Spark's read fails or its rows do not add up."""
+"""Spark's Parquet reader, for the batches of plain Parquet files land's pass leaves to it: the
+same rows as the export reader on every Spark Kafka Parquet file it takes, the files it leaves
+to the export reader, and land falling back to the export reader when Spark's read fails or
+its rows do not add up."""
 
 from __future__ import annotations
 
@@ -203,11 +204,13 @@ def parquet_landing(tmp_path, generated, topic="orders"):
 
 
 @pytest.mark.spark
-def test_a_parquet_landing_area_is_read_by_spark_and_lands_exactly(spark, generated, tmp_path):
+def test_a_parquet_landing_area_lands_exactly_and_a_re_export_is_read_by_spark(
+    spark, generated, tmp_path
+):
     config, records = parquet_landing(tmp_path, generated)
-    first = land(spark, config)
-    assert (first.reader, first.reader_fallback) == (SPARK_PARQUET, "")
-    assert "read by Spark's Parquet reader" in str(first)
+    first = land(spark, config)  # new offsets: land's pass
+    assert (first.reader, first.reader_fallback) == (EXPORT_READER, "")
+    assert "read by the export reader" in str(first)
     tables = LandTables.of(LakeLayout(config.lake))
     everything = [r for stream in records.values() for r in stream]
     assert bronze_records(tables) == expected(everything)

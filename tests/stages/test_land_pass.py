@@ -1,6 +1,6 @@
-"""A land batch in one pass: a batch of new offsets, read by Spark's Parquet reader, lands in
-one Spark job whose tasks write bronze's files and tally them; any other batch leaves no file
-of that pass behind and is sorted as before."""
+"""A land batch in one pass: a batch of new offsets in plain Parquet files lands in one Spark
+job whose tasks read the files, write bronze's files and tally them; any other batch leaves no
+file of that pass behind and is sorted as before."""
 
 from __future__ import annotations
 
@@ -14,13 +14,20 @@ from deltalake import DeltaTable
 from ticdc_lake import exports
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import land_batch, land_pass
+from ticdc_lake.stages import export_source, land_batch, land_pass
 from ticdc_lake.stages.land import LandTables, land
-from ticdc_lake.stages.land_batch import SPARK_PARQUET
+from ticdc_lake.stages.land_batch import EXPORT_READER, SPARK_PARQUET
 from ticdc_lake.stages.land_pass import IS_RECORD, TALLIED, OffsetSpan, PassTally, TaskTally
 
-from tests.stages.test_export_parquet import parquet_landing
-from tests.stages.test_land import SimulatedKill, bronze_records, expected, retopic, write_config
+from tests.stages.test_export_parquet import ODD_ROWS, kafka_table, parquet_landing, write
+from tests.stages.test_land import (
+    SimulatedKill,
+    bronze_records,
+    expected,
+    retopic,
+    table,
+    write_config,
+)
 
 
 def tally(*spans: tuple[int, int, int, int]) -> PassTally:
@@ -128,7 +135,7 @@ def test_a_batch_of_new_offsets_lands_in_one_spark_job(spark, generated, tmp_pat
     config, records = parquet_landing(tmp_path, generated)
     result, jobs = spark_jobs(spark, lambda: land(spark, config))
     assert jobs == 1
-    assert result.reader == SPARK_PARQUET
+    assert result.reader == EXPORT_READER
     everything = [r for stream in records.values() for r in stream]
     assert (result.records_added, result.duplicates, result.conflicts) == (len(everything), 0, 0)
     tables = LandTables.of(LakeLayout(config.lake))
@@ -152,7 +159,8 @@ def test_a_batch_that_is_not_all_new_leaves_no_file_of_its_pass(spark, generated
 
 @pytest.fixture
 def file_per_task(spark):
-    """Spark reads each file in a task of its own (it packs small files into one task)."""
+    """Spark's reader, sorting a batch, reads each file in a task of its own (it packs small
+    files into one task); land's pass deals two files of about one size to two tasks itself."""
     name = "spark.sql.files.openCostInBytes"
     before = spark.conf.get(name)
     spark.conf.set(name, str(1 << 30))
@@ -231,4 +239,74 @@ def test_a_pass_killed_before_its_commit_is_landed_whole_by_the_next_run(
     assert result.recovered
     everything = [r for stream in records.values() for r in stream]
     assert bronze_records(tables) == expected(everything)
+    assert not unreferenced_files(tables)
+
+
+def test_tasks_share_the_partitions_in_order_in_runs_of_about_equal_size():
+    file = export_source.ExportFile("/x", 100, 0, "parquet", "none")
+    sizes = [40, 10, 10, 30, 5, 5, 60, 20, 20]
+    partitions = [export_source.ExportPartition(n, file, size=size) for n, size in enumerate(sizes)]
+    runs = land_pass.shares(partitions, 3)
+    assert [p for run in runs for p in run] == partitions  # each once, in the planned order
+    # Each in the run whose third of the 200 bytes holds its middle: the 60 (bytes 100-160) in
+    # the second.
+    assert [sum(p.size for p in run) for run in runs] == [60, 100, 40]
+    assert land_pass.shares(partitions[:1], 4) == [(partitions[0],)]  # no task without work
+    empty = [export_source.ExportPartition(0, file, size=0)] * 2
+    assert land_pass.shares(empty, 2) == [tuple(empty)]
+
+
+def landed_bronze(tables: LandTables) -> list[dict]:
+    """Bronze's rows, all but the landing time, in coordinate order."""
+    rows = [dict(row, landed_at=None) for row in table(tables.bronze)]
+    return sorted(rows, key=lambda row: (row["topic"], row["partition"], row["offset"]))
+
+
+@pytest.mark.spark
+def test_the_pass_lands_what_spark_s_reader_and_the_sorting_lands(spark, tmp_path, monkeypatch):
+    """Every column of bronze, record_hash among them, alike either way, over files with µs,
+    INT96 and ms timestamps in another zone, headers with null values, null keys and values, an
+    extra column, small row groups and an empty file."""
+    odd = kafka_table([row for row in ODD_ROWS if _has_coordinates(row)])
+    millis = kafka_table(ODD_ROWS[:1] * 3, pa.timestamp("ms", tz="Europe/Paris"))
+    millis = millis.set_column(4, "offset", pa.array([20, 21, 22], pa.int64()))
+    millis = millis.append_column("extra", pa.array([1, 2, 3]))
+    landing = tmp_path / "landing"
+    write(landing / "odd.parquet", odd, row_group_size=2)
+    int96 = odd.set_column(4, "offset", pa.array(range(30, 30 + odd.num_rows), pa.int64()))
+    write(landing / "int96.parquet", int96, use_deprecated_int96_timestamps=True)
+    write(landing / "ms.parquet", millis, coerce_timestamps="ms", allow_truncated_timestamps=True)
+    write(landing / "empty.parquet", kafka_table([]))
+    lakes = []
+    for name in ("pass", "sorted"):
+        (tmp_path / name).mkdir()
+        config = load_config(write_config(tmp_path / name, ["t"]))
+        config = dataclasses.replace(config, inputs=(str(landing / "*"),))
+        with monkeypatch.context() as patch:
+            if name == "sorted":
+                patch.setattr(land_batch, "land_in_one_pass", lambda *args: None)
+            result = land(spark, config)
+        assert result.records_added == 2 * odd.num_rows + 3 and result.errors == 0
+        assert result.reader == (EXPORT_READER if name == "pass" else SPARK_PARQUET)
+        lakes.append(LandTables.of(LakeLayout(config.lake)))
+    assert landed_bronze(lakes[0]) == landed_bronze(lakes[1])
+
+
+def _has_coordinates(row: dict) -> bool:
+    coordinates = [row.get(name) for name in ("topic", "partition", "offset")]
+    return None not in coordinates and coordinates[1] >= 0 and coordinates[2] >= 0
+
+
+@pytest.mark.spark
+def test_rows_without_coordinates_leave_the_batch_to_spark_s_reader(spark, generated, tmp_path):
+    config, records = parquet_landing(tmp_path, generated)
+    exports_errors = kafka_table([{"topic": "orders", "partition": 1, "offset": None}])
+    write(tmp_path / "landing" / "no-offset.parquet", exports_errors)
+    result, jobs = spark_jobs(spark, lambda: land(spark, config))
+    assert jobs > 1 and result.reader == SPARK_PARQUET  # the pass's files deleted
+    assert result.errors == 1
+    tables = LandTables.of(LakeLayout(config.lake))
+    assert bronze_records(tables) == expected(r for stream in records.values() for r in stream)
+    (error,) = table(tables.export_errors)
+    assert error["source_file"].endswith("no-offset.parquet")
     assert not unreferenced_files(tables)

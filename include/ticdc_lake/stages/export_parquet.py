@@ -1,4 +1,5 @@
-"""Spark Kafka Parquet exports read by Spark's own Parquet reader: land's fast path.
+"""Spark Kafka Parquet exports read by Spark's own Parquet reader: the batches land's pass
+leaves (a re-export, a repeated offset, a row without coordinates) are sorted from its rows.
 
 ``read_kafka_parquet(spark, files, indices)`` gives the rows ``export_source`` gives for those
 files (``EXPORT_ROWS_SCHEMA`` plus ``source_file``) without a Python worker; ``footer_rows``

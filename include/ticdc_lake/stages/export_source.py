@@ -104,7 +104,8 @@ def describe_file(path: str) -> ExportFile:
 class ExportPartition:
     """A whole file; or row groups [start, stop) of a Parquet file, whose first row is row
     ``first_row`` (0-based) of the file; or bytes [start, end) (end None: to the end) of a
-    JSON Lines file, starting at line ``first_line`` (1-based)."""
+    JSON Lines file, starting at line ``first_line`` (1-based). ``size``: the bytes it holds
+    (a Parquet file's uncompressed, when it has a footer), to share partitions out evenly."""
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class ExportPartition:
         first_row: int = 0,
         byte_range: tuple[int, int | None] | None = None,
         first_line: int = 1,
+        size: int | None = None,
     ):
         self.file_index = file_index
         self.file = file
@@ -121,6 +123,7 @@ class ExportPartition:
         self.first_row = first_row
         self.byte_range = byte_range
         self.first_line = first_line
+        self.size = file.size if size is None else size
 
 
 def plan_partitions(files: Sequence[ExportFile]) -> list[ExportPartition]:
@@ -176,13 +179,14 @@ def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
     except (OSError, pa.ArrowException):
         return [ExportPartition(index, file)]  # the reader reports what is wrong with it
     if metadata.num_row_groups <= 1:
-        return [ExportPartition(index, file)]
+        size = metadata.row_group(0).total_byte_size if metadata.num_row_groups else 0
+        return [ExportPartition(index, file, size=size)]
     parts, start, first_row, rows, size = [], 0, 0, 0, 0
     for group in range(metadata.num_row_groups):
         size += metadata.row_group(group).total_byte_size
         rows += metadata.row_group(group).num_rows
         if size >= SPLIT_BYTES or group == metadata.num_row_groups - 1:
-            parts.append(ExportPartition(index, file, (start, group + 1), first_row))
+            parts.append(ExportPartition(index, file, (start, group + 1), first_row, size=size))
             start, first_row, size = group + 1, first_row + rows, 0
             rows = 0
     return parts

@@ -38,15 +38,22 @@ from ticdc_lake.delta.read import table_path
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.write import plan_write, write_tasks
 from ticdc_lake.limits import Limits
-from ticdc_lake.spark import job_settings, min_splits
 from ticdc_lake.stages.export_parquet import footer_rows, read_kafka_parquet
 from ticdc_lake.stages.export_source import (
     HEADERS_TYPE,
     ExportFile,
     looked_up,
+    plan_partitions,
     read_export_files,
 )
-from ticdc_lake.stages.land_pass import IS_RECORD, REPORT_SCHEMA, BronzeTask, PassTally
+from ticdc_lake.stages.land_pass import (
+    IS_RECORD,
+    REPORT_SCHEMA,
+    BronzeStamp,
+    ExportsToBronze,
+    PassTally,
+    shares,
+)
 from ticdc_lake.stages.land_tables import (
     APP_ID,
     BRONZE_PARTITION_BY,
@@ -155,7 +162,9 @@ def _run_batch(
         records.release()
     gaps = commits.offset_runs(merge_runs(old_runs, sorted_records.new_runs))
     commits.landed_files(sorted_records.per_file)
-    return BatchOutcome(sorted_records.totals, gaps, records.reader)
+    # The pass that landed the batch read it with the export reader in its own tasks.
+    reader = EXPORT_READER if sorted_records.landed else records.reader
+    return BatchOutcome(sorted_records.totals, gaps, reader)
 
 
 class BatchRecords:
@@ -165,6 +174,7 @@ class BatchRecords:
         self, spark: SparkSession, plan: LandPlan, limits: Limits | None, spark_parquet: bool
     ):
         files = plan.files
+        self.limits = limits or Limits()
         # Per file, the rows its footer says it holds when Spark's Parquet reader reads it.
         self.footer_rows = [footer_rows(f, limits) if spark_parquet else None for f in files]
         by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
@@ -197,11 +207,19 @@ class BatchRecords:
 
     def check_footers(self, per_file: list[RecordCounts], files: Sequence[ExportFile]) -> None:
         """Spark's Parquet reader gave each of its files' rows, as many as the footer says."""
+        differs = self.footers_differ(per_file, files)
+        if differs is not None:
+            raise SparkParquetFailed(differs)
+
+    def footers_differ(
+        self, per_file: list[RecordCounts], files: Sequence[ExportFile]
+    ) -> str | None:
+        """The first file read for other than the rows its footer says, with both counts."""
         for counts, rows, file in zip(per_file, self.footer_rows, files, strict=True):
-            if rows is not None and counts.read + counts.errors != rows:
-                raise SparkParquetFailed(
-                    f"{file.path}: {counts.read + counts.errors} rows read, its footer has {rows}"
-                )
+            read = counts.read + counts.errors
+            if rows is not None and read != rows:
+                return f"{file.path}: {read} rows read, its footer has {rows}"
+        return None
 
     @contextmanager
     def falling_back(self) -> Iterator[None]:
@@ -274,44 +292,45 @@ def sort_records(
     return _summarize(status.persist(StorageLevel.MEMORY_AND_DISK), per_file, plan.batch_id)
 
 
-# The pass's tasks (write_tasks: a bronze file each) take the files' splits in runs: three
-# 30 MB files in three splits made tasks of two files and of one (2.5 and 3.7 s). Cut finer,
-# the runs even out (the realistic 1M's land alone: 3.7-4.8 s against 4.3-5.1 s).
-SPLITS_PER_CORE = 4
-
-
 def land_in_one_pass(
     commits: BatchCommits, records: BatchRecords, old_runs: Runs
 ) -> SortedRecords | None:
-    """The common batch (files Spark's Parquet reader reads, holding new offsets, each once)
-    sorted and landed by one Spark job, as a plain copy of the files would be: its tasks
-    write every record to bronze's files and tally what they wrote (``land_pass``). The files
-    are committed when the tally shows every record new; otherwise they are deleted and None
-    returned, for ``sort_records`` to sort the batch. None too for a batch read otherwise, or
-    already in bronze (a rerun: ``sort_records`` counts it)."""
+    """The common batch (plain Parquet files, holding new offsets, each once) sorted and
+    landed by one Spark job, as a plain copy of the files would be: its tasks read the files
+    with the export reader, write every record to bronze's files and tally what they wrote
+    (``land_pass``). The files are committed when the tally shows every record new and every
+    file read whole and clean; otherwise they are deleted and None returned, for
+    ``sort_records`` to sort the batch (Spark's Parquet reader then reads it, or says why
+    not). None too for a batch of other files, or already in bronze (a rerun:
+    ``sort_records`` counts it)."""
     if not records.spark_read_only:
         return None
     is_record = F.col("error").isNull().alias(IS_RECORD)
     rows = commits.conform(with_record_hash(records.raw), BRONZE_SCHEMA, ["file_index", is_record])
-    bronze = rows.drop("file_index", IS_RECORD).schema  # what the tasks write
+    bronze = rows.drop("file_index", IS_RECORD).schema  # what the tasks write (not run)
     incoming = TableSchema.from_spark(bronze, BRONZE_PARTITION_BY)
     write = plan_write(table_path(commits.tables.bronze), incoming, **commits.version)
     if write is None:
         return None
-    spark = rows.sparkSession
-    rows = rows.coalesce(write_tasks(spark, commits.size_hint_bytes, write.max_file_bytes))
-    splits = min_splits(spark, SPLITS_PER_CORE * spark.sparkContext.defaultParallelism)
+    spark, plan = commits.spark, commits.plan
+    files = plan.files
+    tasks = shares(
+        plan_partitions(files),
+        write_tasks(spark, commits.size_hint_bytes, write.max_file_bytes),
+    )
+    stamp = BronzeStamp(plan.batch_id, plan.landed_at_us, tuple(file.path for file in files))
+    task = ExportsToBronze(tuple(tasks), records.limits, stamp, write)
     try:
-        with job_settings(spark, splits):
-            reports = rows.mapInArrow(BronzeTask(write), from_arrow_schema(REPORT_SCHEMA)).collect()
+        numbers = spark.range(len(tasks), numPartitions=len(tasks))
+        reports = numbers.mapInArrow(task, from_arrow_schema(REPORT_SCHEMA)).collect()
         tally = PassTally.of([json.loads(row.report) for row in reports])
-        extents, per_file = _extents_of(tally.cells, len(commits.plan.files))
-        records.check_footers(per_file, commits.plan.files)
+        extents, per_file = _extents_of(tally.cells, len(files))
         present = records.slim.where(F.col("is_record")).drop("is_record")
         unique = False if overlap_windows(extents, old_runs) else tally.offsets_unique()
         if unique is None:  # the tasks' offset spans of a partition meet: the offsets say
             unique = _offsets_unique(present, extents)
-        if not unique:
+        clean = not any(counts.errors for counts in per_file)
+        if not (unique and clean and records.footers_differ(per_file, files) is None):
             delete_write(write.path, write.write_id)
             return None
         landed = _all_new(present, extents, per_file)

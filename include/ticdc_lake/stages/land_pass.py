@@ -1,9 +1,12 @@
-"""A land batch in one pass: each Spark task writes its records to bronze's files and tallies
-their coordinates, so the driver learns what the batch holds from the job that wrote it.
+"""A land batch in one pass: each Spark task reads its share of the export files, writes their
+records to bronze's files and tallies their coordinates, so the driver learns what the batch
+holds from the job that wrote it.
 
-``BronzeTask`` is the ``mapInArrow`` function; ``PassTally`` the driver's sum of its reports.
-Nothing is committed here: the driver commits the files only if the tally shows every record
-new (``land_batch.land_in_one_pass``), and otherwise deletes them.
+``ExportsToBronze`` is the ``mapInArrow`` function: the export reader's rows go straight to
+``BronzeTask``'s writer, so the files' bytes never pass through the JVM. ``PassTally`` is the
+driver's sum of the tasks' reports. Nothing is committed here: the driver commits the files
+only if the tally shows every record new (``land_batch.land_in_one_pass``), and otherwise
+deletes them.
 """
 
 from __future__ import annotations
@@ -14,9 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ticdc_lake.delta.files import TaskFiles, WritePlan
+from ticdc_lake.limits import Limits
+from ticdc_lake.stages.export_source import ExportPartition, read_partition
+from ticdc_lake.stages.record_hash import record_hashes
 
 IS_RECORD = "is_record"  # false: a row the export reader would report (no usable coordinates)
 TALLIED = ("file_index", "topic", "partition", "offset", IS_RECORD)
@@ -45,6 +53,77 @@ class BronzeTask:
             raise
         report = {"adds": adds, **tally.report()}
         yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]}, REPORT_SCHEMA)
+
+
+@dataclass(frozen=True)
+class BronzeStamp:
+    """What every row of a batch is given besides the record: the batch's id, its landing
+    time and the path of the file the row came from (by ``file_index``)."""
+
+    batch_id: int
+    landed_at_us: int
+    paths: tuple[str, ...]
+
+    def rows(self, read: pa.RecordBatch) -> pa.RecordBatch:
+        """The export reader's rows (``export_source.ARROW_SCHEMA``) as ``BronzeTask`` takes
+        them: bronze's columns, headers none made [] (as ``land_batch.with_record_hash``
+        does), ``file_index`` and IS_RECORD."""
+        count = read.num_rows
+        headers = read.column("headers")
+        headers = pc.fill_null(headers, pa.scalar([], headers.type))
+        columns = {
+            name: read.column(name)
+            for name in ("topic", "partition", "offset", "timestamp", "timestamp_type")
+        }
+        columns.update(
+            key=read.column("key"),
+            value=read.column("value"),
+            headers=headers,
+            record_hash=record_hashes(read.column("key"), read.column("value"), headers),
+            source_file=pa.array(self.paths, pa.string()).take(read.column("file_index")),
+            batch_id=pa.array(np.full(count, self.batch_id, np.int64)),
+            landed_at=pa.array(np.full(count, self.landed_at_us, np.int64)).view(
+                pa.timestamp("us", tz="UTC")
+            ),
+            file_index=read.column("file_index"),
+            **{IS_RECORD: pc.is_null(read.column("error"))},
+        )
+        return pa.RecordBatch.from_pydict(columns)
+
+
+@dataclass(frozen=True)
+class ExportsToBronze:
+    """A task per number it is handed: the export reader reads that task's share of the
+    partitions (``shares``), within ``limits``, and ``BronzeTask`` writes and tallies them."""
+
+    shares: tuple[tuple[ExportPartition, ...], ...]
+    limits: Limits
+    stamp: BronzeStamp
+    plan: WritePlan
+
+    def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return BronzeTask(self.plan)(self._rows(numbers))
+
+    def _rows(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in numbers:
+            for number in batch.column(0).to_pylist():
+                for partition in self.shares[number]:
+                    for read in read_partition(partition, self.limits):
+                        yield self.stamp.rows(read)
+
+
+def shares(partitions: list[ExportPartition], tasks: int) -> list[tuple[ExportPartition, ...]]:
+    """``partitions`` cut, in their planned order, into up to ``tasks`` runs of about equal
+    size: a task's tally merges the spans of a file's splits that follow one another, so a
+    run must not skip a split another task reads."""
+    total = sum(partition.size for partition in partitions) or 1
+    dealt: list[list[ExportPartition]] = [[] for _ in range(tasks)]
+    before = 0
+    for partition in partitions:
+        middle = before + partition.size / 2
+        dealt[min(tasks - 1, int(middle * tasks / total))].append(partition)
+        before += partition.size
+    return [tuple(run) for run in dealt if run]
 
 
 def _records(batch: pa.RecordBatch) -> pa.RecordBatch:
