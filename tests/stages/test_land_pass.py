@@ -144,6 +144,21 @@ def test_a_batch_of_new_offsets_lands_in_one_spark_job(spark, generated, tmp_pat
 
 
 @pytest.mark.spark
+def test_a_batch_the_pass_lands_never_plans_spark_s_reader(spark, generated, tmp_path, monkeypatch):
+    """Its frames take a few hundred ms of the driver's planning: made only when used."""
+    config, records = parquet_landing(tmp_path, generated)
+
+    def unused(*args):
+        raise AssertionError("Spark's Parquet reader planned for a batch the pass lands")
+
+    monkeypatch.setattr(land_batch, "read_kafka_parquet", unused)
+    result = land(spark, config)
+    assert (result.reader, result.reader_fallback) == (EXPORT_READER, "")
+    everything = [r for stream in records.values() for r in stream]
+    assert bronze_records(LandTables.of(LakeLayout(config.lake))) == expected(everything)
+
+
+@pytest.mark.spark
 def test_a_batch_that_is_not_all_new_leaves_no_file_of_its_pass(spark, generated, tmp_path):
     config, records = parquet_landing(tmp_path, generated)
     land(spark, config)

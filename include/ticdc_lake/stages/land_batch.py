@@ -47,7 +47,6 @@ from ticdc_lake.stages.export_source import (
     read_export_files,
 )
 from ticdc_lake.stages.land_pass import (
-    IS_RECORD,
     REPORT_SCHEMA,
     BronzeStamp,
     ExportsToBronze,
@@ -152,10 +151,11 @@ def _run_batch(
                 spark, tables, plan, records, old_runs
             )
         try:
-            with records.falling_back():
-                commits.bronze(records.records, sorted_records)
-            commits.export_errors(records.errors(), sorted_records.totals)
-            commits.conflicts(records.records, sorted_records)
+            if not sorted_records.landed:  # else committed by the pass: no error, no conflict
+                with records.falling_back():
+                    commits.bronze(records.records, sorted_records)
+                commits.export_errors(records.errors(), sorted_records.totals)
+                commits.conflicts(records.records, sorted_records)
         finally:
             sorted_records.release()
     finally:
@@ -168,38 +168,55 @@ def _run_batch(
 
 
 class BatchRecords:
-    """The batch's records as Spark reads them, and the cache of what it holds."""
+    """The batch's records as Spark reads them, and the cache of what it holds. The Spark
+    frames are made when first used: a batch land's pass lands needs none of them."""
 
     def __init__(
         self, spark: SparkSession, plan: LandPlan, limits: Limits | None, spark_parquet: bool
     ):
-        files = plan.files
+        self.spark, self.files = spark, plan.files
         self.limits = limits or Limits()
         # Per file, the rows its footer says it holds when Spark's Parquet reader reads it.
-        self.footer_rows = [footer_rows(f, limits) if spark_parquet else None for f in files]
-        by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
-        parsed = [i for i, rows in enumerate(self.footer_rows) if rows is None]
-        self.reader = _readers(len(by_spark), len(parsed))
-        self.spark_read_only = bool(by_spark) and not parsed
+        self.footer_rows = [footer_rows(f, limits) if spark_parquet else None for f in self.files]
+        self.by_spark = [i for i, rows in enumerate(self.footer_rows) if rows is not None]
+        self.parsed = [i for i, rows in enumerate(self.footer_rows) if rows is None]
+        self.reader = _readers(len(self.by_spark), len(self.parsed))
+        self.spark_read_only = bool(self.by_spark) and not self.parsed
+        self.cached: list[DataFrame] = []
+
+    @functools.cached_property
+    def raw(self) -> DataFrame:
         # Spark prunes Parquet columns itself: the coordinates are a cheap first look, and the
         # files cheap to read again for the records.
-        frames = [read_kafka_parquet(spark, files, by_spark)] if by_spark else []
-        self.cached = []
-        if parsed or not by_spark:
+        files = self.files
+        frames = [read_kafka_parquet(self.spark, files, self.by_spark)] if self.by_spark else []
+        if self.parsed or not self.by_spark:
             # Records parsed in Python: parse once, keep them. (Parsed again, a file could
             # break where its first look did not: its records would be counted, not landed.)
-            rows = read_export_files(spark, [files[i] for i in parsed], limits=limits)
+            parsed = [files[i] for i in self.parsed]
+            rows = read_export_files(self.spark, parsed, limits=self.limits)
             # The files' places in the batch.
-            rows = looked_up(rows, F.col("file_index"), enumerate(parsed), _PLACE, IntegerType())
+            places = enumerate(self.parsed)
+            rows = looked_up(rows, F.col("file_index"), places, _PLACE, IntegerType())
             rows = rows.withColumn("file_index", F.col(_PLACE)).drop(_PLACE)
             self.cached.append(rows.persist(StorageLevel.MEMORY_AND_DISK))
             frames.append(rows)
-        self.raw = functools.reduce(DataFrame.unionByName, frames)
-        self.records = with_record_hash(self.raw.where(F.col("error").isNull()))
-        self.slim = self.raw.select(
-            *COORDINATES, F.col("error").isNull().alias("is_record")
-        ).persist(StorageLevel.MEMORY_AND_DISK)
-        self.cached.append(self.slim)
+        return functools.reduce(DataFrame.unionByName, frames)
+
+    @functools.cached_property
+    def records(self) -> DataFrame:
+        return with_record_hash(self.raw.where(F.col("error").isNull()))
+
+    @functools.cached_property
+    def slim(self) -> DataFrame:
+        slim = self.raw.select(*COORDINATES, F.col("error").isNull().alias("is_record"))
+        self.cached.append(slim.persist(StorageLevel.MEMORY_AND_DISK))
+        return slim
+
+    @functools.cached_property
+    def present(self) -> DataFrame:
+        """The coordinates of the batch's records."""
+        return self.slim.where(F.col("is_record")).drop("is_record")
 
     def errors(self) -> DataFrame:
         """The rows ``exports`` could not read, with why (not cached: rare, maybe long)."""
@@ -283,9 +300,8 @@ def sort_records(
     extents, per_file = _extents(records.slim, len(plan.files))
     records.check_footers(per_file, plan.files)
     windows = overlap_windows(extents, old_runs)
-    present = records.slim.where(F.col("is_record")).drop("is_record")
-    if not windows and _offsets_unique(present, extents):
-        return _all_new(present, extents, per_file)
+    if not windows and _offsets_unique(records, extents):
+        return _all_new(records, extents, per_file)
     # Which copy is which takes the records' bytes (their hashes).
     hashed = records.records.select(*COORDINATES, "record_hash")
     status = classify(hashed, _bronze_copies(spark, tables, plan, windows))
@@ -305,10 +321,7 @@ def land_in_one_pass(
     ``sort_records`` counts it)."""
     if not records.spark_read_only:
         return None
-    is_record = F.col("error").isNull().alias(IS_RECORD)
-    rows = commits.conform(with_record_hash(records.raw), BRONZE_SCHEMA, ["file_index", is_record])
-    bronze = rows.drop("file_index", IS_RECORD).schema  # what the tasks write (not run)
-    incoming = TableSchema.from_spark(bronze, BRONZE_PARTITION_BY)
+    incoming = TableSchema.from_spark(BRONZE_SCHEMA, BRONZE_PARTITION_BY)
     write = plan_write(table_path(commits.tables.bronze), incoming, **commits.version)
     if write is None:
         return None
@@ -325,15 +338,14 @@ def land_in_one_pass(
         reports = numbers.mapInArrow(task, from_arrow_schema(REPORT_SCHEMA)).collect()
         tally = PassTally.of([json.loads(row.report) for row in reports])
         extents, per_file = _extents_of(tally.cells, len(files))
-        present = records.slim.where(F.col("is_record")).drop("is_record")
         unique = False if overlap_windows(extents, old_runs) else tally.offsets_unique()
         if unique is None:  # the tasks' offset spans of a partition meet: the offsets say
-            unique = _offsets_unique(present, extents)
+            unique = _offsets_unique(records, extents)
         clean = not any(counts.errors for counts in per_file)
         if not (unique and clean and records.footers_differ(per_file, files) is None):
             delete_write(write.path, write.write_id)
             return None
-        landed = _all_new(present, extents, per_file)
+        landed = _all_new(records, extents, per_file)
         commit_files(write, tally.adds)
     except BaseException:
         discard_uncommitted(write)
@@ -423,15 +435,15 @@ def _extents_of(rows: Iterable[Sequence], files: int) -> tuple[Extents, list[Rec
     return extents, per_file
 
 
-def _offsets_unique(records: DataFrame, extents: Extents) -> bool:
+def _offsets_unique(records: BatchRecords, extents: Extents) -> bool:
     """Whether no (topic, partition, offset) occurs twice in the batch."""
     if any(count > high - low + 1 for low, high, count in extents.values()):
         return False  # more records than offsets in their span
-    distinct = records.select("topic", "partition", "offset").distinct().count()
+    distinct = records.present.select("topic", "partition", "offset").distinct().count()
     return distinct == sum(count for _, _, count in extents.values())
 
 
-def _all_new(records: DataFrame, extents: Extents, per_file: list[RecordCounts]):
+def _all_new(records: BatchRecords, extents: Extents, per_file: list[RecordCounts]):
     """Every record is new; when each partition's offsets are dense, its run is its
     [lowest, highest], known without reading anything again."""
     for counts in per_file:
@@ -440,7 +452,7 @@ def _all_new(records: DataFrame, extents: Extents, per_file: list[RecordCounts])
         dense = {key: [(low, high)] for key, (low, high, _) in extents.items()}
         return SortedRecords(per_file, dense)
     # Some partition has holes: its runs take a sort (rare: holes are lost records).
-    return SortedRecords(per_file, collect_runs(records))
+    return SortedRecords(per_file, collect_runs(records.present))
 
 
 def _summarize(status: DataFrame, per_file: list[RecordCounts], batch_id: int) -> SortedRecords:
