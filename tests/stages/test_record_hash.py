@@ -8,6 +8,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 from ticdc_lake.stages.export_source import HEADERS_TYPE
 from ticdc_lake.stages.land_batch import with_record_hash
@@ -76,3 +77,20 @@ def test_null_headers_hash_as_none():
     none = pa.array([None, None], ARROW_HEADERS)
     empty = pa.array([[], []], ARROW_HEADERS)
     assert record_hashes(keys, values, none) == record_hashes(keys, values, empty)
+
+
+@pytest.mark.spark
+def test_a_header_key_that_is_not_utf8_hashes_its_bytes_as_spark_does(spark):
+    """A Parquet string holds whatever bytes it was given: Spark hashes them as they are."""
+    key = pa.array([b"\xff\xfe", b"ok"]).view(pa.string())
+    pairs = pa.StructArray.from_arrays([key, pa.array([b"x", None])], names=["key", "value"])
+    headers = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), pairs)
+    frame = spark.createDataFrame(
+        [(b"k", b"v", b"\xff\xfe", b"ok")], "key binary, value binary, a binary, b binary"
+    )
+    as_strings = [F.struct(F.col(n).cast("string").alias("key"), value.alias("value")) for
+                  n, value in (("a", F.lit(b"x")), ("b", F.lit(None).cast("binary")))]  # fmt: skip
+    frame = frame.select("key", "value", F.array(*as_strings).alias("headers"))
+    (expected,) = [row.record_hash for row in with_record_hash(frame).collect()]
+    ours = record_hashes(pa.array([b"k"]), pa.array([b"v"]), headers)
+    assert ours.to_pylist() == [expected]

@@ -93,8 +93,9 @@ class BronzeStamp:
 
 @dataclass(frozen=True)
 class ExportsToBronze:
-    """A task per number it is handed: the export reader reads that task's share of the
-    partitions (``shares``), within ``limits``, and ``BronzeTask`` writes and tallies them."""
+    """The ``mapInArrow`` function of land's pass: the task handed number n reads the
+    partitions of ``shares[n]`` with the export reader, within ``limits``, and
+    ``BronzeTask`` writes and tallies their rows."""
 
     shares: tuple[tuple[ExportPartition, ...], ...]
     limits: Limits

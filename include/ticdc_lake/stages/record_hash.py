@@ -17,6 +17,7 @@ SEED = 42  # Spark's xxhash64 seed
 _TRUE, _FALSE = (1).to_bytes(4, "little"), (0).to_bytes(4, "little")
 _hash = xxhash.xxh64_intdigest
 _NULL_KEY, _KEY_PRESENT = _hash(_TRUE, SEED), _hash(_FALSE, SEED)
+_BYTE_HEADERS = pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))
 
 
 def record_hashes(keys: pa.Array, values: pa.Array, headers: pa.Array) -> pa.Array:
@@ -32,7 +33,7 @@ def record_hashes(keys: pa.Array, values: pa.Array, headers: pa.Array) -> pa.Arr
             if pair is None:
                 continue
             if pair["key"] is not None:
-                seed = _hash(pair["key"].encode(), seed)
+                seed = _hash(pair["key"], seed)
             if pair["value"] is not None:
                 seed = _hash(pair["value"], seed)
         found.append(seed)
@@ -57,8 +58,10 @@ def _bytes(array: pa.Array) -> list[memoryview | None]:
 
 
 def _headers(headers: pa.Array) -> list | tuple:
-    """Each row's headers as dicts; rows of none (nearly always all of them) as None."""
+    """Each row's headers as dicts of bytes; rows of none (nearly always all of them) as
+    None. Keys as bytes: Spark hashes a string's bytes, valid UTF-8 or not, where Python
+    would refuse to decode them."""
     lengths = pc.list_value_length(headers)
     if not pc.max(lengths).as_py():
         return (None,) * len(headers)
-    return headers.to_pylist()
+    return headers.cast(_BYTE_HEADERS).to_pylist()
