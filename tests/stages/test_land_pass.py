@@ -5,6 +5,7 @@ file of that pass behind and is sorted as before."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
 from pathlib import Path
 
@@ -156,6 +157,23 @@ def test_a_batch_the_pass_lands_never_plans_spark_s_reader(spark, generated, tmp
     assert (result.reader, result.reader_fallback) == (EXPORT_READER, "")
     everything = [r for stream in records.values() for r in stream]
     assert bronze_records(LandTables.of(LakeLayout(config.lake))) == expected(everything)
+
+
+@pytest.mark.spark
+def test_the_pass_runs_whole_rounds_of_the_cores(spark, generated, tmp_path, monkeypatch):
+    """Three tasks of one size on two cores would take two rounds, the second on one core."""
+    config, records = parquet_landing(tmp_path, generated)
+    monkeypatch.setattr(land_batch, "write_tasks", lambda *args: 3)
+    dealt = []
+
+    def shares(partitions, tasks):
+        dealt.append(tasks)
+        return land_pass.shares(partitions, tasks)
+
+    monkeypatch.setattr(land_batch, "shares", shares)
+    result = land(spark, config)
+    assert dealt == [2 * math.ceil(3 / 2)] and spark.sparkContext.defaultParallelism == 2
+    assert result.records_added == sum(len(stream) for stream in records.values())
 
 
 @pytest.mark.spark
