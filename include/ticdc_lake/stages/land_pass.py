@@ -5,8 +5,8 @@ holds from the job that wrote it.
 ``ExportsToBronze`` is the ``mapInArrow`` function: the export reader's rows go straight to
 ``BronzeTask``'s writer, so the files' bytes never pass through the JVM. ``PassTally`` is the
 driver's sum of the tasks' reports. Nothing is committed here: the driver commits the files
-only if the tally shows every record new (``land_batch.land_in_one_pass``), and otherwise
-deletes them.
+only if the tally shows a clean batch of new records (``land_batch.land_in_one_pass``), and
+otherwise deletes them.
 """
 
 from __future__ import annotations
@@ -66,29 +66,26 @@ class BronzeStamp:
 
     def rows(self, read: pa.RecordBatch) -> pa.RecordBatch:
         """The export reader's rows (``export_source.ARROW_SCHEMA``) as ``BronzeTask`` takes
-        them: bronze's columns, headers none made [] (as ``land_batch.with_record_hash``
-        does), ``file_index`` and IS_RECORD."""
-        count = read.num_rows
-        headers = read.column("headers")
-        headers = pc.fill_null(headers, pa.scalar([], headers.type))
-        columns = {
-            name: read.column(name)
-            for name in ("topic", "partition", "offset", "timestamp", "timestamp_type")
-        }
-        columns.update(
-            key=read.column("key"),
-            value=read.column("value"),
-            headers=headers,
-            record_hash=record_hashes(read.column("key"), read.column("value"), headers),
-            source_file=pa.array(self.paths, pa.string()).take(read.column("file_index")),
-            batch_id=pa.array(np.full(count, self.batch_id, np.int64)),
-            landed_at=pa.array(np.full(count, self.landed_at_us, np.int64)).view(
-                pa.timestamp("us", tz="UTC")
-            ),
-            file_index=read.column("file_index"),
-            **{IS_RECORD: pc.is_null(read.column("error"))},
+        them: bronze's columns (null headers as [], as ``land_batch.with_record_hash`` makes
+        them), ``file_index`` and IS_RECORD."""
+        count, file_index = read.num_rows, read.column("file_index")
+        headers = pc.fill_null(
+            read.column("headers"), pa.scalar([], read.schema.field("headers").type)
         )
-        return pa.RecordBatch.from_pydict(columns)
+        copied = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value")
+        landed_at = pa.array(np.full(count, self.landed_at_us, np.int64))
+        return pa.RecordBatch.from_pydict(
+            {
+                **{name: read.column(name) for name in copied},
+                "headers": headers,
+                "record_hash": record_hashes(read.column("key"), read.column("value"), headers),
+                "source_file": pa.array(self.paths, pa.string()).take(file_index),
+                "batch_id": pa.array(np.full(count, self.batch_id, np.int64)),
+                "landed_at": landed_at.view(pa.timestamp("us", tz="UTC")),
+                "file_index": file_index,
+                IS_RECORD: pc.is_null(read.column("error")),
+            }
+        )
 
 
 @dataclass(frozen=True)
