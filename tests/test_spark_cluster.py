@@ -138,7 +138,8 @@ def test_an_executor_python_without_the_project_is_refused_up_front(master, samp
     done = submit(master, "land", sample / "pipeline.yaml", str(bare / "bin" / "python"))
     output = done.stdout + done.stderr  # spark-submit merges the Python driver's stderr in
     assert done.returncode == 2, output[-3000:]
-    assert "cannot import pyarrow, deltalake, ticdc_lake: point spark.pyspark.python" in output
+    missing = "pyarrow, deltalake, xxhash, ticdc_lake"
+    assert f"cannot import {missing}: point spark.pyspark.python" in output
     assert not LakeLayout(load_config(sample / "pipeline.yaml").lake).bronze.exists()
 
 

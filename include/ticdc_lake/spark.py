@@ -58,8 +58,9 @@ DRIVER_JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 # The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
 DAEMON_MODULE = "spark.python.daemon.module"
 
-# What the pipeline's Python workers import: its Arrow functions run there.
-WORKER_MODULES = ("pyarrow", "deltalake", "ticdc_lake")
+# What the pipeline's Python workers import: its Arrow functions run there (xxhash: land's
+# pass hashes the records it reads; a project installed without its dependencies lacks it).
+WORKER_MODULES = ("pyarrow", "deltalake", "xxhash", "ticdc_lake")
 
 
 # How many pieces, at least, Spark's file scans cut their files into.
