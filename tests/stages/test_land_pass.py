@@ -299,7 +299,7 @@ def landed_bronze(tables: LandTables) -> list[dict]:
 def test_the_pass_lands_what_spark_s_reader_and_the_sorting_lands(spark, tmp_path, monkeypatch):
     """Every column of bronze, record_hash among them, alike either way, over files with µs,
     INT96 and ms timestamps in another zone, headers with null values, null keys and values, an
-    extra column, small row groups and an empty file."""
+    extra column, small row groups, an empty file, and files without headers or timestamps."""
     odd = kafka_table([row for row in ODD_ROWS if _has_coordinates(row)])
     millis = kafka_table(ODD_ROWS[:1] * 3, pa.timestamp("ms", tz="Europe/Paris"))
     millis = millis.set_column(4, "offset", pa.array([20, 21, 22], pa.int64()))
@@ -310,6 +310,14 @@ def test_the_pass_lands_what_spark_s_reader_and_the_sorting_lands(spark, tmp_pat
     write(landing / "int96.parquet", int96, use_deprecated_int96_timestamps=True)
     write(landing / "ms.parquet", millis, coerce_timestamps="ms", allow_truncated_timestamps=True)
     write(landing / "empty.parquet", kafka_table([]))
+    # Spark's Kafka source without includeHeaders, and a file without timestamps at all.
+    offsets = pa.array(range(60, 60 + odd.num_rows), pa.int64())
+    write(
+        landing / "no-headers.parquet", odd.set_column(4, "offset", offsets).drop_columns("headers")
+    )
+    offsets = pa.array(range(90, 90 + odd.num_rows), pa.int64())
+    bare = odd.set_column(4, "offset", offsets).drop_columns(["timestamp", "timestampType"])
+    write(landing / "bare.parquet", bare)
     lakes = []
     for name in ("pass", "sorted"):
         (tmp_path / name).mkdir()
@@ -319,7 +327,7 @@ def test_the_pass_lands_what_spark_s_reader_and_the_sorting_lands(spark, tmp_pat
             if name == "sorted":
                 patch.setattr(land_batch, "land_in_one_pass", lambda *args: None)
             result = land(spark, config)
-        assert result.records_added == 2 * odd.num_rows + 3 and result.errors == 0
+        assert result.records_added == 4 * odd.num_rows + 3 and result.errors == 0
         assert result.reader == (EXPORT_READER if name == "pass" else SPARK_PARQUET)
         lakes.append(LandTables.of(LakeLayout(config.lake)))
     assert landed_bronze(lakes[0]) == landed_bronze(lakes[1])
