@@ -33,6 +33,7 @@ from ticdc_lake.orchestration import (
     quality_task_id,
     spark_submit_binary,
     spark_submit_conf,
+    spark_submit_env,
 )
 
 from bench.machine import machine_report
@@ -68,7 +69,7 @@ def spark_submit(script: Path, arguments: list[str], folder: Path) -> float:
         *(part for key, value in conf.items() for part in ("--conf", f"{key}={value}")),
         str(script), *arguments,
     ]  # fmt: skip
-    environ = os.environ | {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    environ = os.environ | spark_submit_env(python)
     started = time.perf_counter()
     done = subprocess.run(command, env=environ, cwd=folder, capture_output=True, text=True)
     seconds = time.perf_counter() - started

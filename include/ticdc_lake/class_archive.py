@@ -19,7 +19,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS, class_archive, spark_submit_binary
+from ticdc_lake.orchestration import (
+    DRIVER_JAVA_OPTIONS,
+    class_archive,
+    spark_submit_binary,
+    spark_submit_env,
+)
 
 # The demo's smallest sample: every stage and check runs, in seconds.
 SAMPLE_PROTOCOL = "open-protocol"
@@ -81,7 +86,7 @@ def _submit(
         *("--conf", f"spark.pyspark.driver.python={python}"),
         *arguments,
     ]
-    env = {**environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    env = {**environ, **spark_submit_env(python)}
     try:
         done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True)
     except OSError as exc:

@@ -32,6 +32,7 @@ from ticdc_lake.orchestration import (
     spark_jobs_dir,
     spark_submit_binary,
     spark_submit_conf,
+    spark_submit_env,
 )
 
 OWNER = "data-platform"
@@ -125,7 +126,7 @@ def spark_job(
         spark_binary=binary,
         name=f"ticdc-lake-{job}",
         conf=spark_submit_conf(environ, python),
-        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
+        env_vars=spark_submit_env(python),
         pool=POOL,
         outlets=list(outlets),
         **task_args,

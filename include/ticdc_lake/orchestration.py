@@ -65,6 +65,11 @@ def spark_submit_binary(environ: Mapping[str, str], python: str) -> str:
     return environ.get("TICDC_LAKE_SPARK_SUBMIT") or str(Path(python).parent / "spark-submit")
 
 
+def spark_submit_env(python: str) -> dict[str, str]:
+    """The environment every job's spark-submit adds: ``python`` for the driver and workers."""
+    return {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+
+
 def spark_submit_conf(environ: Mapping[str, str], python: str) -> dict[str, str]:
     """What every job's spark-submit is given: ``python`` for the driver and executors, and
     the driver's JVM options (``driver_java_options``)."""
