@@ -389,9 +389,15 @@ class _ChunkWinners:
         DRIVER_REDUCE_ELEMENTS image columns."""
         if self.unranked and not self._rank():
             return None
+        # Each chunk's survivors copied on its own thread (4M realistic changes: 1.9 s on the
+        # main thread alone).
+        split = in_parallel(
+            lambda part, alive: reduce_arrow.by_segment(_alive_rows(part, alive)),
+            zip(self.parts, self.alive, strict=True),
+        )
         found: dict[SegmentKey, list[pa.Table]] = {}
-        for part, alive in zip(self.parts, self.alive, strict=True):
-            for key, rows in reduce_arrow.by_segment(_alive_rows(part, alive)).items():
+        for segments in split:
+            for key, rows in segments.items():
                 found.setdefault(key, []).append(rows)
         return {key: pa.concat_tables(parts) for key, parts in found.items()}
 
