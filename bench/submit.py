@@ -69,7 +69,7 @@ def spark_submit(script: Path, arguments: list[str], folder: Path) -> float:
         *(part for key, value in conf.items() for part in ("--conf", f"{key}={value}")),
         str(script), *arguments,
     ]  # fmt: skip
-    environ = os.environ | spark_submit_env(python)
+    environ = os.environ | spark_submit_env(python, script.stem)
     started = time.perf_counter()
     done = subprocess.run(command, env=environ, cwd=folder, capture_output=True, text=True)
     seconds = time.perf_counter() - started

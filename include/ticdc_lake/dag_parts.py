@@ -126,7 +126,7 @@ def spark_job(
         spark_binary=binary,
         name=f"ticdc-lake-{job}",
         conf=spark_submit_conf(environ, python),
-        env_vars=spark_submit_env(python),
+        env_vars=spark_submit_env(python, job),
         pool=POOL,
         outlets=list(outlets),
         **task_args,

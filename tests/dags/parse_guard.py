@@ -89,6 +89,7 @@ def describe(dag: DAG, file: str) -> dict:
                 "outlets": [getattr(o, "name", str(o)) for o in task.outlets],
                 "arguments": [str(a) for a in getattr(task, "application_args", None) or []],
                 "conf": dict(getattr(task, "conf", None) or {}),
+                "env": dict(getattr(task, "env_vars", None) or {}),
             }
             for task in dag.tasks
         },

@@ -90,6 +90,17 @@ def test_spark_jobs_get_the_sessions_driver_java_options(demo_report, tmp_path):
                     assert task["conf"].get("spark.driver.extraJavaOptions") == expected
 
 
+def test_only_compact_keeps_the_memory_its_driver_frees(demo_report):
+    for dag in demo_report["dags"].values():
+        for task_id, task in dag["tasks"].items():
+            if task["operator"] != "SparkSubmitOperator":
+                continue
+            env = task["env"]
+            assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+            expected = "-1" if task_id == "compact" else None
+            assert env.get("MIMALLOC_PURGE_DELAY") == expected, task_id
+
+
 def test_backfill_checks_before_spark_and_shares_the_pool(demo_report):
     dag = demo_report["dags"]["ticdc_lake_backfill"]
     assert dag["timetable"] == "CronDataIntervalTimetable"
