@@ -69,9 +69,10 @@ def spark_submit_binary(environ: Mapping[str, str], python: str) -> str:
 # - compact: its driver keeps the memory it frees. pyarrow's allocator (mimalloc) reads this as
 #   it loads, so it is a process's setting, and each job is a process that ends with its stage.
 #   Compaction reduces silver a chunk at a time, and the pages each chunk handed back to the
-#   kernel the next faulted in again: alone on the realistic 4M run, 11.9-12.1 s against
-#   13.1-13.7 s (1.4-1.5M page faults against 2.4-2.6M, a peak 0.3-0.4 GB higher), and 1M
-#   2.94-3.02 s against 3.10-3.18 s. Land's and decode's workers gained nothing and held more.
+#   kernel the next faulted in again. As a spark-submit of its own on the realistic 4M run,
+#   the stage took 12.1-12.4 s against 13.0-13.3 s (1.4-1.5M page faults against 2.4-2.6M, a
+#   peak 0.3-0.4 GB higher), and 3.13-3.14 s against 3.25-3.33 s on the 1M one. Land's and
+#   decode's workers gained nothing from it and held more.
 JOB_ENV = {"compact": {"MIMALLOC_PURGE_DELAY": "-1"}}
 
 
