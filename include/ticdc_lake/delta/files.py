@@ -15,7 +15,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,15 +264,21 @@ class WriteTask:
     plan: WritePlan
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        files = TaskFiles(self.plan)
-        try:
-            for batch in batches:
-                files.write(batch)
-            adds = files.close()
-        except BaseException:
-            files.discard()
-            raise
+        adds = write_files(self.plan, batches)
         yield pa.RecordBatch.from_pydict({"add": [json.dumps(a) for a in adds]}, ADDS_SCHEMA)
+
+
+def write_files(plan: WritePlan, batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """Write the rows to files of the plan, not committed yet; their add actions. The files
+    are deleted if writing fails."""
+    files = TaskFiles(plan)
+    try:
+        for batch in batches:
+            files.write(batch)
+        return files.close()
+    except BaseException:
+        files.discard()
+        raise
 
 
 def discard_uncommitted(plan: WritePlan) -> None:

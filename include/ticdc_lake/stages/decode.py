@@ -11,7 +11,7 @@ topic's protocol and settings from the pipeline config (``codecs.topic_decoder``
 factory too; each topic's decoder built once per Python worker) and writes the rows, already in
 the silver formats (lake/silver.py), to Parquet files of each table itself (``SilverFiles``):
 Spark never converts them to rows. The tasks report their files and counts; the driver
-reconciles the counts and commits the files to:
+reconciles the counts, writes the decode log's few rows itself and commits the files to:
 
 - ``layout.changes`` (silver.CHANGES_SCHEMA) and ``layout.ddl`` (silver.DDL_SCHEMA);
 - ``layout.resolved``: every resolved event (topic, partition, ts, offset, index, bronze_batch);
@@ -62,14 +62,19 @@ from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, TopicConfig
 from ticdc_lake.delta import (
     delta_table_exists,
-    merge_delta,
     open_table,
     read_delta,
     read_table,
     spanning,
-    write_delta,
 )
-from ticdc_lake.delta.files import TaskFiles, WritePlan, commit_files, delete_files, delete_write
+from ticdc_lake.delta.files import (
+    TaskFiles,
+    WritePlan,
+    commit_files,
+    delete_files,
+    delete_write,
+    write_files,
+)
 from ticdc_lake.delta.read import (
     DataFile,
     check_plain_files,
@@ -95,8 +100,11 @@ from ticdc_lake.stages.bronze_splits import SplitReader, even_splits
 APP_PREFIX = "decode-"
 PARTITION_BY = ("bronze_batch",)
 # Write order: resolved after changes and DDL (a watermark never runs ahead of its changes),
-# the log last (it is the mark that a batch is done).
+# the log last (it is the mark that a batch is done). The tasks write the silver tables' files,
+# the driver the log's.
 SILVER_TABLES = ("changes", "ddl", "resolved", "quarantine")
+LOG = "log"
+DECODE_TABLES = (*SILVER_TABLES, LOG)
 OPS = ("insert", "update", "delete")
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -163,6 +171,7 @@ SILVER_SCHEMAS = {
     "ddl": silver.DDL_SCHEMA,
     "resolved": silver.RESOLVED_SCHEMA,
     "quarantine": QUARANTINE_SCHEMA,
+    LOG: DECODE_LOG_SCHEMA,
 }
 _KIND_OF = {"changes": CHANGE, "ddl": DDL, "resolved": RESOLVED, "quarantine": QUARANTINE}
 # What each decoding task reports to the driver: one JSON document (SilverFiles).
@@ -231,9 +240,8 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     records = BronzeBatches.read(snapshot, pending)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="decode")
     try:
-        for name in SILVER_TABLES:
+        for name in DECODE_TABLES:
             run.commit(name)
-        _append(run.log(), layout.decode_log, f"{APP_PREFIX}log", version)
     finally:
         run.release()
     return run.result()
@@ -307,7 +315,7 @@ def check_topics(config: PipelineConfig) -> None:
 
 
 def _path(layout: LakeLayout, name: str):
-    return getattr(layout, name)
+    return layout.decode_log if name == LOG else getattr(layout, name)
 
 
 def _first_missing(path, app_id: str, version: int) -> int | None:
@@ -321,23 +329,14 @@ def _first_missing(path, app_id: str, version: int) -> int | None:
     return None if recorded >= version else recorded + 1
 
 
-def _append(rows: DataFrame, path, app_id: str, version: int) -> None:
-    """Append the rows of batches the table does not hold yet, recording ``version``."""
-    first = _first_missing(path, app_id, version)
-    if first is None:
-        return
-    rows = rows.where(F.col("bronze_batch") >= first)
-    write_delta(rows, path, partition_by=PARTITION_BY, app_id=app_id, version=version)
-
-
 def silver_plans(
     layout: LakeLayout, *, version: int | None = None, replace: Sequence[int] | None = None
 ) -> dict[str, WritePlan]:
-    """How a run writes each silver table: appended with app id ``decode-<table>`` and
-    ``version`` (tables that already record it are left out), or with the partitions of the
-    bronze batches ``replace`` replaced."""
+    """How a run writes each silver table and the decode log: appended with app id
+    ``decode-<table>`` and ``version`` (tables that already record it are left out), or with
+    the partitions of the bronze batches ``replace`` replaced."""
     plans = {}
-    for name in SILVER_TABLES:
+    for name in DECODE_TABLES:
         incoming = TableSchema.from_spark(from_arrow_schema(SILVER_SCHEMAS[name]), PARTITION_BY)
         if replace is not None:
             options = {"mode": "overwrite", "replace_where": {"bronze_batch": list(replace)}}
@@ -363,7 +362,6 @@ class DecodedRun:
     bronze_version: int
     run: str
     started_at: dt.datetime
-    spark: SparkSession
     committed: set[str] = field(default_factory=set)
 
     def commit(self, name: str) -> None:
@@ -382,10 +380,6 @@ class DecodedRun:
             adds = kept
         commit_files(plan, adds)
         self.committed.add(name)
-
-    def log(self) -> DataFrame:
-        table = pa.Table.from_pylist(self.summary, schema=DECODE_LOG_SCHEMA)
-        return self.spark.createDataFrame(table)
 
     def release(self) -> None:
         """Delete the files of tables not committed (the run failed, or they were done)."""
@@ -466,7 +460,9 @@ def decode_batches(
     batches = tuple(sorted(expected))
     splits = even_splits(bronze.files, bronze.split_count(spark))
     reader = SplitReader(tuple(splits), BRONZE_COLUMNS, batches)
-    task = DecodeTask(reader, SilverFiles(PartitionDecoder.for_config(config), plans, started_at))
+    decoder = PartitionDecoder.for_config(config)
+    by_tasks = {name: plan for name, plan in plans.items() if name != LOG}
+    task = DecodeTask(reader, SilverFiles(decoder, by_tasks, started_at))
     try:
         numbers = spark.range(len(splits), numPartitions=max(1, len(splits)))
         rows = numbers.mapInArrow(task, from_arrow_schema(REPORT_SCHEMA)).collect()
@@ -480,14 +476,17 @@ def decode_batches(
         summary = _summary(reports)
         _check_fatal(summary)
         _reconcile(summary, expected)
+        log = [
+            _log_row(row, bronze_version, run, started_at)
+            for row in sorted(summary, key=lambda r: r["bronze_batch"])
+        ]
+        if LOG in plans:  # a few rows: written here, where a Spark job would cost more
+            log_rows = pa.RecordBatch.from_pylist(log, schema=DECODE_LOG_SCHEMA)
+            adds[LOG] = write_files(plans[LOG], [log_rows])
     except BaseException:
         _delete_files(plans, adds)
         raise
-    log = [
-        _log_row(row, bronze_version, run, started_at)
-        for row in sorted(summary, key=lambda r: r["bronze_batch"])
-    ]
-    return DecodedRun(plans, adds, log, batches, bronze_version, run, started_at, spark)
+    return DecodedRun(plans, adds, log, batches, bronze_version, run, started_at)
 
 
 def _batch_of(add: dict[str, Any]) -> int:
@@ -878,8 +877,8 @@ def _count(out: pa.RecordBatch, counts: dict[int, dict[str, Any]]) -> None:
             row["quarantine_rows"] += number
         elif kind in (DDL, RESOLVED):
             row[kind] += number
-    rare = out.filter(pc.is_in(kinds, pa.array([TALLY, FATAL])))
-    for row in rare.select(["kind", "bronze_batch", TALLY, FATAL]).to_pylist():
+    rare = out.select(["kind", "bronze_batch", TALLY, FATAL])  # filtered without the images
+    for row in rare.filter(pc.is_in(kinds, pa.array([TALLY, FATAL]))).to_pylist():
         counted = counts.setdefault(row["bronze_batch"], _zero_counts(row["bronze_batch"]))
         if row["kind"] == FATAL:
             counted[FATAL] = counted[FATAL] or row[FATAL]
@@ -987,10 +986,8 @@ def redecode(
     records = BronzeBatches.read(snapshot, chosen)
     run = decode_batches(spark, config, records, expected, bronze_version, plans, run="redecode")
     try:
-        for name in SILVER_TABLES:
+        for name in DECODE_TABLES:
             run.commit(name)
-        merge_delta(pa.Table.from_pylist(run.summary, DECODE_LOG_SCHEMA), layout.decode_log,
-                    keys=["bronze_batch"])  # fmt: skip
     finally:
         run.release()
     return run.result()
