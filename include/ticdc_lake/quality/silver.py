@@ -22,6 +22,16 @@ from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
 EARLIEST_MS = 1_420_070_400_000  # 2015-01-01: TiDB's first release is later
+UNROLLED_KEY_COLUMNS = 4
+# What a failing row event of each row check is, for people (the SQL is row_predicates').
+ROW_CHECK_MEANINGS = {
+    "op_allowed": "row events whose op is not insert, update or delete",
+    "commit_ts_plausible": (
+        "row events without the commit TS their protocol carries, or with one before 2015 or "
+        "after now (plus the allowed clock skew)"
+    ),
+    "handle_key_present": "row events whose handle key names a column that neither image holds",
+}
 _SHOWN_COLUMNS = ("topic", "partition", "offset", "index", "schema", "table", "op", "commit_ts",
                   "handle_key")  # fmt: skip
 _SHOWN = ", ".join(f"`{name}`" for name in _SHOWN_COLUMNS)
@@ -57,12 +67,26 @@ def row_predicates(ctx: QualityContext) -> dict[str, str]:
             f"{missing} OR commit_ts <= 0 OR shiftright(commit_ts, 18) < {EARLIEST_MS} "
             f"OR shiftright(commit_ts, 18) > {latest_ms}"
         ),
-        "handle_key_present": (
-            f"{no_handle} OR NOT forall(handle_key, k -> "
-            "coalesce(array_contains(columns.name, k), false) "
-            "OR coalesce(array_contains(old_columns.name, k), false))"
-        ),
+        "handle_key_present": f"{no_handle} OR {key_not_in_images()}",
     }
+
+
+def key_not_in_images() -> str:
+    """SQL: a column of the row's handle key is named in neither image. Unrolled for keys of up
+    to UNROLLED_KEY_COLUMNS columns: Spark evaluates a lambda row by row, interpreted (``forall``
+    over the keys took 4.6-5.4 s of 1M realistic rows, unrolled 1.5 s); longer keys take it."""
+
+    def named(key: str) -> str:
+        return (f"coalesce(array_contains(columns.name, {key}), false) "
+                f"OR coalesce(array_contains(old_columns.name, {key}), false)")  # fmt: skip
+
+    cases = " ".join(
+        f"WHEN {size} THEN NOT ("
+        + " AND ".join(f"({named(f'try_element_at(handle_key, {n})')})" for n in range(1, size + 1))
+        + ")"
+        for size in range(1, UNROLLED_KEY_COLUMNS + 1)
+    )
+    return f"CASE size(handle_key) {cases} ELSE NOT forall(handle_key, k -> {named('k')}) END"
 
 
 def _quoted(names) -> str:
@@ -93,9 +117,9 @@ def change_checks(ctx: QualityContext, changes: DataFrame) -> list[CheckOutcome]
                 gxe.UnexpectedRowsExpectation(
                     unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE fails_{name}"
                 ),
-                message=f"row events failing: {predicate}",
+                message=ROW_CHECK_MEANINGS[name],
             )
-            for name, predicate in predicates.items()
+            for name in predicates
         ]
         return ctx.validator.run(failing, checks)
 
