@@ -16,6 +16,8 @@ from ticdc_lake import cli
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.pipeline import job_main
+from ticdc_lake.quality.bronze import may_miss_payloads
+from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.run import check_stage, validate_stage
 from ticdc_lake.quality.settings import quality_settings
 from ticdc_lake.quality.validator import Validator
@@ -126,6 +128,34 @@ def test_duplicate_offset_fails_the_bronze_job_naming_the_check(spark, sample, c
     assert {row["check"] for row in report["latest"]["bronze"] if not row["success"]} >= {
         "bronze_offset_unique"
     }
+
+
+def test_a_batch_repeating_an_offset_or_landing_a_record_without_key_or_value_is_caught(
+    spark, sample, validator
+):
+    config = load_config(sample / "pipeline.yaml")
+    layout = LakeLayout(config.lake)
+    ctx = QualityContext(spark, config, quality_settings(config.quality), validator, 0.0)
+    assert not validate_stage(spark, config, "bronze", validator=validator).failed
+    landed = rows(layout.bronze)
+    clean = sorted({row["batch_id"] for row in landed})
+    assert not may_miss_payloads(ctx, clean)  # the log's null counts rule such records out
+    later, batch = max(row["offset"] for row in landed) + 100, max(clean) + 1
+    twice = landed[0] | {"offset": later, "batch_id": batch, "source_file": "late.jsonl"}
+    empty = twice | {"offset": later + 1, "key": None, "value": None}
+    append(layout.bronze, [twice, twice, empty])
+    append(layout.landed_files, [rows(layout.landed_files)[0] | {"path": "late.jsonl",
+                                                                 "batch_id": batch}])  # fmt: skip
+    assert may_miss_payloads(ctx, [batch]) and not may_miss_payloads(ctx, clean)
+
+    found = _outcomes(validate_stage(spark, config, "bronze", validator=validator))
+
+    unique, _ = found["bronze_offset_unique"]
+    assert not unique.success and unique.unexpected_count == 2  # both copies
+    assert {row["offset"] for row in unique.sample} == {later}
+    present, policy = found["bronze_value_present"]
+    assert policy == "warn" and not present.success and present.unexpected_count == 1
+    assert [row["offset"] for row in present.sample] == [later + 1]
 
 
 def _export(path, topic: str, partition: int, offsets: range) -> None:

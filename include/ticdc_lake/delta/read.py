@@ -164,6 +164,27 @@ def _may_hold(actions: pa.Table, within: ValueRange) -> list[bool]:
     ]
 
 
+def may_hold_nulls(
+    table: DeltaTable, columns: Sequence[str], within: ValueRange | None = None
+) -> bool:
+    """Whether a file of the snapshot (of ``within``, see ``data_files``) may hold a row in
+    which every one of ``columns`` is null, by the log's null counts (a file without them
+    may): what a reader skipping files by their statistics would read for such rows."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    kept = _may_hold(actions, within) if within else [True] * actions.num_rows
+    unknown = [None] * actions.num_rows
+    nulls = [
+        actions.column(f"null_count.{column}").to_pylist()
+        if f"null_count.{column}" in actions.column_names
+        else unknown
+        for column in columns
+    ]
+    return any(
+        keep and all(count is None or count > 0 for count in counts)
+        for keep, counts in zip(kept, zip(*nulls, strict=True), strict=True)
+    )
+
+
 def missing_files(table: DeltaTable) -> list[str]:
     """The snapshot's data files that are not on disk (deleted or moved from under it)."""
     return [path for path in snapshot_files(table) if not os.path.isfile(path)]

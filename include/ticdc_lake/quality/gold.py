@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
 from ticdc_lake.quality import lakeview
-from ticdc_lake.quality.context import QualityContext
+from ticdc_lake.quality.context import QualityContext, computed_once, copies
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -78,27 +78,28 @@ def key_frame(ctx: QualityContext, states: Sequence[dict]) -> DataFrame | None:
 
 
 def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
+    """Both checks, validated on the keys' rows that can fail either (see ``copies``)."""
     gxe = expectations()
-    return ctx.validator.run(
-        keys,
-        [
-            Expectation(
-                "gold_key_unique",
-                gxe.ExpectCompoundColumnsToBeUnique(column_list=["table", "key"]),
-                message="two gold rows with one handle key",
+    checks = [
+        Expectation(
+            "gold_key_unique",
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["table", "key"]),
+            message="two gold rows with one handle key",
+        ),
+        Expectation(
+            "gold_ts_bound",
+            gxe.UnexpectedRowsExpectation(
+                unexpected_rows_query=(
+                    "SELECT `table`, key, commit_ts, ts_bound FROM {batch} "
+                    "WHERE commit_ts > ts_bound"
+                )
             ),
-            Expectation(
-                "gold_ts_bound",
-                gxe.UnexpectedRowsExpectation(
-                    unexpected_rows_query=(
-                        "SELECT `table`, key, commit_ts, ts_bound FROM {batch} "
-                        "WHERE commit_ts > ts_bound"
-                    )
-                ),
-                message="gold rows whose commit TS is above the TS the state says they reflect",
-            ),
-        ],
-    )
+            message="gold rows whose commit TS is above the TS the state says they reflect",
+        ),
+    ]
+    suspects = keys.withColumn("copies", copies(["table", "key"]))
+    with computed_once(suspects.where("copies > 1 OR commit_ts > ts_bound")) as failing:
+        return ctx.validator.run(failing, checks)
 
 
 def expected_rows(path: str, start: int | None, rows_before: int) -> int | None:
