@@ -93,7 +93,8 @@ def validate_stage(
         result = write_delta(quarantine, layout.quality_quarantine, app_id=app_id(stage),
                              version=key)  # fmt: skip
         validation.quarantined = result.num_records
-    # A few rows: written from the driver (a Spark job's write took 0.5 s of a checks job).
+    # A few rows, written from the driver: as a Spark job, the job's first write, they took
+    # about a second of a checks job run as a spark-submit.
     written = write_arrow(
         results_table(validation), layout.quality_results, app_id=app_id(stage), version=key
     )
