@@ -70,9 +70,9 @@ def spark_submit_binary(environ: Mapping[str, str], python: str) -> str:
 #   it loads, so it is a process's setting, and each job is a process that ends with its stage.
 #   Compaction reduces silver a chunk at a time, and the pages each chunk handed back to the
 #   kernel the next faulted in again. As a spark-submit of its own on the realistic 4M run,
-#   the stage took 12.1-12.4 s against 13.0-13.3 s (1.4-1.5M page faults against 2.4-2.6M, a
-#   peak 0.3-0.4 GB higher), and 3.13-3.14 s against 3.25-3.33 s on the 1M one. Land's and
-#   decode's workers gained nothing from it and held more.
+#   the stage took 12.1-12.4 s against 13.0-13.3 s, and 3.13-3.14 s against 3.25-3.33 s on the
+#   1M one (in one process at 4M: 1.4-1.5M page faults against 2.4-2.6M, a peak 0.3-0.4 GB
+#   higher). Land's and decode's workers gained nothing from it and held more.
 JOB_ENV = {"compact": {"MIMALLOC_PURGE_DELAY": "-1"}}
 
 

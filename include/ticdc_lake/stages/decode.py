@@ -471,7 +471,7 @@ def decode_batches(
             delete_write(plan.path, plan.write_id)
         raise
     reports = [json.loads(row.report) for row in rows]
-    adds = {name: [add for r in reports for add in r["adds"].get(name, [])] for name in plans}
+    adds = {name: [add for r in reports for add in r["adds"].get(name, [])] for name in by_tasks}
     try:
         summary = _summary(reports)
         _check_fatal(summary)
