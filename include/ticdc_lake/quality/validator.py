@@ -12,9 +12,13 @@ into one CheckOutcome. GE's import costs seconds, so it happens on first use.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import itertools
 import logging
+import sys
 import threading
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +29,42 @@ from ticdc_lake.quality.results import CheckOutcome
 # up, a suite being built) can see it half-initialised, so it is imported under one lock.
 _IMPORTING = threading.RLock()
 
+# Modules GE imports with itself for expectations no check here uses: scipy.stats for its
+# Kolmogorov-Smirnov metrics, altair for the charts of its KL-divergence expectation.
+DEFERRED_MODULES = ("scipy.stats", "altair")
+
+
+class DeferredModule(types.ModuleType):
+    """Stands in ``sys.modules`` for a module not imported yet, and imports it at the first
+    attribute anything asks of it: what uses the module gets it whole, what only imports it
+    never pays for it."""
+
+    def __getattr__(self, name: str) -> Any:
+        with _IMPORTING:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+                try:
+                    loaded = importlib.import_module(self.__name__)
+                except BaseException:
+                    sys.modules.setdefault(self.__name__, self)
+                    raise
+                self.__dict__.update(vars(loaded))
+        return getattr(sys.modules[self.__name__], name)
+
+
+def defer_unused_modules(names: Sequence[str] = DEFERRED_MODULES) -> None:
+    """Put a DeferredModule in place of each of ``names`` that is installed and not yet
+    imported."""
+    with _IMPORTING:
+        for name in names:
+            if name not in sys.modules and importlib.util.find_spec(name) is not None:
+                sys.modules[name] = DeferredModule(name)
+
 
 def expectations():
     """``great_expectations.expectations``, imported quietly on first use."""
     with _IMPORTING:
+        defer_unused_modules()
         logging.getLogger("great_expectations").setLevel(logging.WARNING)
         import great_expectations.expectations as gxe
 
@@ -69,6 +105,7 @@ class Validator:
         not pay for GE's import."""
         with self._building, _IMPORTING:
             if self._context is None:
+                defer_unused_modules()
                 logging.getLogger("great_expectations").setLevel(logging.WARNING)
                 import great_expectations as gx
                 from great_expectations.data_context.types.base import ProgressBarsConfig
