@@ -49,13 +49,15 @@ def test_a_deferred_module_imports_itself_at_its_first_attribute():
         "from colorsys import rgb_to_hsv\n"
         "print(json.dumps({'kept': kept, 'standing': standing, 'hsv': rgb_to_hsv(1, 0, 0), "
         "'loaded': type(sys.modules['colorsys']).__name__, "
-        "'same': colorsys.hls_to_rgb is sys.modules['colorsys'].hls_to_rgb}))"
+        "'same': colorsys.hls_to_rgb is sys.modules['colorsys'].hls_to_rgb, "
+        "'unloaded': (sys.modules.pop('colorsys') and hasattr(colorsys, 'no_such_name'))}))"
     )
     assert found["kept"] == "module"  # already imported: left as it was
     assert found["standing"] is True  # imported by name only: not loaded yet
     assert found["hsv"] == [0.0, 1.0, 1]
     assert found["loaded"] == "module"
     assert found["same"] is True  # the stand-in serves the loaded module's own objects
+    assert found["unloaded"] is False  # a name it lacks is an AttributeError, as for a module
 
 
 def test_a_deferred_module_that_cannot_import_raises_at_each_use():

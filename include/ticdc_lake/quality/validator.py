@@ -49,7 +49,10 @@ class DeferredModule(types.ModuleType):
                     sys.modules.setdefault(self.__name__, self)
                     raise
                 self.__dict__.update(vars(loaded))
-        return getattr(sys.modules[self.__name__], name)
+        module = sys.modules.get(self.__name__)
+        if module is None or module is self:  # taken out of sys.modules since
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return getattr(module, name)
 
 
 def defer_unused_modules(names: Sequence[str] = DEFERRED_MODULES) -> None:
