@@ -42,16 +42,19 @@ def test_a_deferred_module_imports_itself_at_its_first_attribute():
     found = run_fresh(
         "import json, sys\n"
         "from ticdc_lake.quality.validator import DeferredModule, defer_unused_modules\n"
-        "defer_unused_modules(['json.decoder', 'colorsys'])\n"
+        "defer_unused_modules(['json.decoder', 'colorsys', 'no_such_package.module'])\n"
+        "absent = 'no_such_package.module' not in sys.modules\n"
         "kept = type(sys.modules['json.decoder']).__name__\n"
         "import colorsys\n"
         "standing = isinstance(sys.modules['colorsys'], DeferredModule)\n"
         "from colorsys import rgb_to_hsv\n"
-        "print(json.dumps({'kept': kept, 'standing': standing, 'hsv': rgb_to_hsv(1, 0, 0), "
+        "print(json.dumps({'absent': absent, 'kept': kept, 'standing': standing, "
+        "'hsv': rgb_to_hsv(1, 0, 0), "
         "'loaded': type(sys.modules['colorsys']).__name__, "
         "'same': colorsys.hls_to_rgb is sys.modules['colorsys'].hls_to_rgb, "
         "'unloaded': (sys.modules.pop('colorsys') and hasattr(colorsys, 'no_such_name'))}))"
     )
+    assert found["absent"] is True  # not installed: nothing stands in for it
     assert found["kept"] == "module"  # already imported: left as it was
     assert found["standing"] is True  # imported by name only: not loaded yet
     assert found["hsv"] == [0.0, 1.0, 1]

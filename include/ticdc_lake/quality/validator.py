@@ -60,8 +60,15 @@ def defer_unused_modules(names: Sequence[str] = DEFERRED_MODULES) -> None:
     imported."""
     with _IMPORTING:
         for name in names:
-            if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            if name not in sys.modules and _installed(name):
                 sys.modules[name] = DeferredModule(name)
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a submodule of a package that is not installed
+        return False
 
 
 def expectations():
