@@ -1,5 +1,6 @@
-"""The validator's deferred imports: GE builds without scipy.stats and altair, and an expectation
-that needs them still runs (each in a fresh interpreter, where nothing imported them yet)."""
+"""The validator's deferred imports: GE builds without scipy.stats and altair, an expectation
+that needs them still runs, and a stand-in answers as the module it stands for (run in fresh
+interpreters, where nothing imported them yet)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ class DeferredModule(types.ModuleType):
                     raise
                 self.__dict__.update(vars(loaded))
         module = sys.modules.get(self.__name__)
-        if module is None or module is self:  # taken out of sys.modules since
+        if module is None or module is self:  # no such module loaded (taken out of sys.modules)
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         return getattr(module, name)
 
