@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, spanning
 from ticdc_lake.delta.read import may_hold_nulls
-from ticdc_lake.quality.context import QualityContext, computed_once, copies
+from ticdc_lake.quality.context import QualityContext, candidates, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -86,9 +86,10 @@ def schema_checks(ctx: QualityContext, records: DataFrame) -> list[CheckOutcome]
 
 def record_checks(ctx: QualityContext, records: DataFrame) -> list[CheckOutcome]:
     """The row checks over the batches' narrow records (``narrow``), validated on the records
-    that can fail one (see ``copies``)."""
+    that can fail one (see ``candidates``)."""
     gxe = expectations()
     missing = " OR ".join(f"`{c}` IS NULL" for c in REQUIRED)
+    landed_before, no_payload = "seen_before", "payload_missing"
     checks = [
         Expectation(
             "bronze_required_fields",
@@ -105,21 +106,20 @@ def record_checks(ctx: QualityContext, records: DataFrame) -> list[CheckOutcome]
         Expectation(
             "bronze_offset_unique",
             gxe.UnexpectedRowsExpectation(
-                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE seen_before"
+                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE {landed_before}"
             ),
             message="offsets an earlier batch already landed",
         ),
         Expectation(
             "bronze_value_present",
             gxe.UnexpectedRowsExpectation(
-                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE payload_missing"
+                unexpected_rows_query=f"SELECT {_SHOWN} FROM {{batch}} WHERE {no_payload}"
             ),
             message="records with neither key nor value (not a resolved event or tombstone)",
         ),
     ]
-    suspects = records.withColumn("copies", copies(KEY))
-    failing = f"copies > 1 OR {missing} OR seen_before OR payload_missing"
-    with computed_once(suspects.where(failing)) as found:
+    suspects = candidates(records, KEY, [missing, landed_before, no_payload])
+    with computed_once(suspects) as found:
         return ctx.validator.run(found, checks)
 
 

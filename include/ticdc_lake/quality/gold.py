@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
 from ticdc_lake.quality import lakeview
-from ticdc_lake.quality.context import QualityContext, computed_once, copies
+from ticdc_lake.quality.context import QualityContext, candidates, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
 
@@ -78,8 +78,9 @@ def key_frame(ctx: QualityContext, states: Sequence[dict]) -> DataFrame | None:
 
 
 def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
-    """Both checks, validated on the keys' rows that can fail either (see ``copies``)."""
+    """Both checks, validated on the keys' rows that can fail either (see ``candidates``)."""
     gxe = expectations()
+    above_bound = "commit_ts > ts_bound"
     checks = [
         Expectation(
             "gold_key_unique",
@@ -90,15 +91,13 @@ def key_checks(ctx: QualityContext, keys: DataFrame) -> list[CheckOutcome]:
             "gold_ts_bound",
             gxe.UnexpectedRowsExpectation(
                 unexpected_rows_query=(
-                    "SELECT `table`, key, commit_ts, ts_bound FROM {batch} "
-                    "WHERE commit_ts > ts_bound"
+                    f"SELECT `table`, key, commit_ts, ts_bound FROM {{batch}} WHERE {above_bound}"
                 )
             ),
             message="gold rows whose commit TS is above the TS the state says they reflect",
         ),
     ]
-    suspects = keys.withColumn("copies", copies(["table", "key"]))
-    with computed_once(suspects.where("copies > 1 OR commit_ts > ts_bound")) as failing:
+    with computed_once(candidates(keys, ["table", "key"], [above_bound])) as failing:
         return ctx.validator.run(failing, checks)
 
 
