@@ -1335,13 +1335,11 @@ static const SilverSink *silver_sink; /* set by configure_sink */
 
 #define SINK_STACK_COLUMNS 32
 
-/* One image's columns as read: new references, in the order sent, each with its name_hash.
- * `seen` has bit name_hash % 256 set for each name read so far, which tells most new names
- * from all of them with no compare. Past SINK_STACK_COLUMNS names, a table of the columns'
- * places by hash (`slots`, open addressing) finds a name in a compare or two, so a wide row
- * costs compares in proportion to its columns, not to their square. An escaped name (whose
- * bytes are not its text, so whose hash is not its text's) turns both off for the rest of the
- * image (`escaped`): names are then compared one by one. */
+/* One image's columns as read: new references, in the order sent, each with its name's hash
+ * (column_hash). `seen` has bit hash % 256 set for each name read so far, which tells most new
+ * names from all of them with no compare. Past SINK_STACK_COLUMNS names, a table of the
+ * columns' places by hash (`slots`, open addressing) finds a name in a compare or two, so a
+ * wide row costs compares in proportion to its columns, not to their square. */
 typedef struct {
     SinkColumn *columns;
     uint32_t *hashes;
@@ -1349,7 +1347,6 @@ typedef struct {
     uint64_t seen[4];
     Py_ssize_t *slots; /* per slot, a column's index + 1, or 0 when free; NULL: no table */
     size_t slot_mask;
-    int escaped;
     SinkColumn stack[SINK_STACK_COLUMNS];
     uint32_t hash_stack[SINK_STACK_COLUMNS];
 } SinkImage;
@@ -1364,7 +1361,6 @@ sink_image_init(SinkImage *image)
     memset(image->seen, 0, sizeof image->seen);
     image->slots = NULL;
     image->slot_mask = 0;
-    image->escaped = 0;
 }
 
 static void
@@ -1400,13 +1396,23 @@ same_name(PyObject *a, PyObject *b)
     return size == 0 || (x[size - 1] == y[size - 1] && memcmp(x, y, size) == 0);
 }
 
-/* sink_image_find past the filter: through the slot table, else name by name (their hashes
- * first, unless the names are escaped, when the hashes say nothing). */
-static Py_ssize_t
-sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
+/* A name's hash in an image's index: str's own, so the same for a name however it was
+ * escaped, and keyed per process, so no message can choose names whose hashes collide (the
+ * names of a 10 MiB image would then cost seconds per message in compares). A str's hash is
+ * computed once, and the names read lately are the same strs again (recent_string). */
+static inline uint32_t
+column_hash(PyObject *name)
 {
-    int by_hash = hashed && !image->escaped;
-    if (by_hash && image->slots != NULL) {
+    Py_uhash_t hash = (Py_uhash_t)PyObject_Hash(name); /* a str's cannot fail */
+    return (uint32_t)(hash ^ (hash >> 32));
+}
+
+/* sink_image_find past the filter: through the slot table, else name by name (their hashes
+ * first). */
+static Py_ssize_t
+sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash)
+{
+    if (image->slots != NULL) {
         for (size_t at = hash & image->slot_mask; image->slots[at];
              at = (at + 1) & image->slot_mask) {
             Py_ssize_t i = image->slots[at] - 1;
@@ -1416,20 +1422,18 @@ sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int has
         return -1;
     }
     for (Py_ssize_t i = 0; i < image->count; i++)
-        if ((!by_hash || image->hashes[i] == hash) && same_name(image->columns[i].name, name))
+        if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
             return i;
     return -1;
 }
 
-/* The index of the column of `image` named `name`, or -1. `hash` is the name's name_hash, and
- * `hashed` 0 when it has none (an escaped name): then every name is compared. */
+/* The index of the column of `image` named `name` (whose column_hash is `hash`), or -1. */
 static inline Py_ssize_t
-sink_image_find(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
+sink_image_find(const SinkImage *image, PyObject *name, uint32_t hash)
 {
-    if (hashed && !image->escaped
-        && !(image->seen[(hash / 64) % 4] & ((uint64_t)1 << (hash % 64))))
+    if (!(image->seen[(hash / 64) % 4] & ((uint64_t)1 << (hash % 64))))
         return -1; /* most names: new, and told so by the filter */
-    return sink_image_search(image, name, hash, hashed);
+    return sink_image_search(image, name, hash);
 }
 
 /* Column `i` into the first free slot from its hash's. */
@@ -1489,7 +1493,7 @@ sink_image_append(SinkImage *image, SinkColumn column, uint32_t hash)
     image->columns[i] = column;
     image->hashes[i] = hash;
     image->seen[(hash / 64) % 4] |= (uint64_t)1 << (hash % 64);
-    if (image->escaped || image->count <= SINK_STACK_COLUMNS)
+    if (image->count <= SINK_STACK_COLUMNS)
         return 1;
     if (image->slots != NULL && 4 * (size_t)image->count <= image->slot_mask + 1) {
         sink_image_slot(image, i);
@@ -1700,17 +1704,17 @@ sink_image_in_place(Text *text, SinkImage *image)
         int escaped;
         if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
             return 0;
-        uint32_t hash = escaped ? 0 : name_hash(start, length);
         SinkColumn column;
-        column.name = recent_string_hashed(start, length, escaped, hash);
+        column.name = recent_string_hashed(start, length, escaped,
+                                           escaped ? 0 : name_hash(start, length));
         if (column.name == NULL)
             return 0;
         if (!sink_column_in_place(text, &column)) {
             Py_DECREF(column.name);
             return 0;
         }
-        image->escaped |= escaped;
-        Py_ssize_t earlier = sink_image_find(image, column.name, hash, !escaped);
+        uint32_t hash = column_hash(column.name);
+        Py_ssize_t earlier = sink_image_find(image, column.name, hash);
         if (earlier >= 0) {
             SinkColumn *kept = &image->columns[earlier];
             Py_DECREF(column.name);
@@ -1739,7 +1743,7 @@ sink_same_names(const SinkImage *a, const SinkImage *b)
     while (i < b->count && same_name(a->columns[i].name, b->columns[i].name))
         i++;
     for (; i < b->count; i++)
-        if (sink_image_find(a, b->columns[i].name, b->hashes[i], !b->escaped) < 0)
+        if (sink_image_find(a, b->columns[i].name, b->hashes[i]) < 0)
             return 0;
     return 1;
 }
