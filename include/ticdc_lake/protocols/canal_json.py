@@ -475,10 +475,11 @@ class CanalJsonDecoder(Decoder):
             pk_names = ()
         elif type(pk_names) is not list or any(type(name) is not str for name in pk_names):
             raise DecodeError(f"pkNames must be a list of column names, not {pk_names!r:.200}")
+        keys = set(pk_names)  # a list's `in` per column is quadratic in a hostile wide row
         specs = {}
         for name, type_text in mysql_types.items():
             convert, type_code, flags, full = self._spec(name, type_text)
-            if name in pk_names:
+            if name in keys:
                 flags |= _KEY_FLAGS
             specs[name] = (convert, type_code, flags, full)
         return specs
