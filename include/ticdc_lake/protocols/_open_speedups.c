@@ -1334,12 +1334,22 @@ python_or_error:
 static const SilverSink *silver_sink; /* set by configure_sink */
 
 #define SINK_STACK_COLUMNS 32
+/* Slots probed for one name before its message is left to the Python reader: names whose
+ * hashes crowd one part of the table (FNV can be made to collide) would cost compares in
+ * proportion to their square. Four slots per column keep a fair probe to a few. */
+#define SINK_PROBE_LIMIT 64
+/* sink_image_find's answers besides an index. */
+enum { SINK_ABSENT = -1, SINK_DECLINE = -2 };
 
-/* One image's columns as read: new references, in the order sent, each with its name's hash
- * (column_hash). `seen` has bit hash % 256 set for each name read so far, which tells most new
- * names from all of them with no compare. Past SINK_STACK_COLUMNS names, a table of the
- * columns' places by hash (`slots`, open addressing) finds a name in a compare or two, so a
- * wide row costs compares in proportion to its columns, not to their square. */
+/* One image's columns as read: new references, in the order sent, each with its name_hash.
+ * `seen` has bit name_hash % 256 set for each name read so far, which tells most new names
+ * from all of them with no compare. Past SINK_STACK_COLUMNS names, a table of the columns'
+ * places by hash (`slots`, open addressing) finds a name in a compare or two, so a wide row
+ * costs compares in proportion to its columns, not to their square. An escaped name (whose
+ * bytes are not its text, so whose hash is not its text's) turns both off for the rest of the
+ * image (`escaped`): names are then compared one by one, and an image past SINK_STACK_COLUMNS
+ * names of which one is escaped is left to the Python reader (rare: TiCDC escapes only quotes,
+ * backslashes, control characters and <, >, &). */
 typedef struct {
     SinkColumn *columns;
     uint32_t *hashes;
@@ -1347,6 +1357,7 @@ typedef struct {
     uint64_t seen[4];
     Py_ssize_t *slots; /* per slot, a column's index + 1, or 0 when free; NULL: no table */
     size_t slot_mask;
+    int escaped;
     SinkColumn stack[SINK_STACK_COLUMNS];
     uint32_t hash_stack[SINK_STACK_COLUMNS];
 } SinkImage;
@@ -1361,6 +1372,7 @@ sink_image_init(SinkImage *image)
     memset(image->seen, 0, sizeof image->seen);
     image->slots = NULL;
     image->slot_mask = 0;
+    image->escaped = 0;
 }
 
 static void
@@ -1396,58 +1408,58 @@ same_name(PyObject *a, PyObject *b)
     return size == 0 || (x[size - 1] == y[size - 1] && memcmp(x, y, size) == 0);
 }
 
-/* A name's hash in an image's index: str's own, so the same for a name however it was
- * escaped, and keyed per process, so no message can choose names whose hashes collide (the
- * names of a 10 MiB image would then cost seconds per message in compares). A str's hash is
- * computed once, and the names read lately are the same strs again (recent_string). */
-static inline uint32_t
-column_hash(PyObject *name)
-{
-    Py_uhash_t hash = (Py_uhash_t)PyObject_Hash(name); /* a str's cannot fail */
-    return (uint32_t)(hash ^ (hash >> 32));
-}
-
 /* sink_image_find past the filter: through the slot table, else name by name (their hashes
- * first). */
+ * first, unless the names are escaped, when the hashes say nothing). */
 static Py_ssize_t
-sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash)
+sink_image_search(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
 {
-    if (image->slots != NULL) {
+    int by_hash = hashed && !image->escaped;
+    if (by_hash && image->slots != NULL) {
+        int probes = 0;
         for (size_t at = hash & image->slot_mask; image->slots[at];
              at = (at + 1) & image->slot_mask) {
             Py_ssize_t i = image->slots[at] - 1;
             if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
                 return i;
+            if (++probes == SINK_PROBE_LIMIT)
+                return SINK_DECLINE;
         }
-        return -1;
+        return SINK_ABSENT;
     }
+    if (!by_hash && image->count > SINK_STACK_COLUMNS)
+        return SINK_DECLINE;
     for (Py_ssize_t i = 0; i < image->count; i++)
-        if (image->hashes[i] == hash && same_name(image->columns[i].name, name))
+        if ((!by_hash || image->hashes[i] == hash) && same_name(image->columns[i].name, name))
             return i;
-    return -1;
+    return SINK_ABSENT;
 }
 
-/* The index of the column of `image` named `name` (whose column_hash is `hash`), or -1. */
+/* The index of the column of `image` named `name`, SINK_ABSENT, or SINK_DECLINE when finding
+ * out would cost too many compares. `hash` is the name's name_hash, and `hashed` 0 when it has
+ * none (an escaped name): then every name is compared. */
 static inline Py_ssize_t
-sink_image_find(const SinkImage *image, PyObject *name, uint32_t hash)
+sink_image_find(const SinkImage *image, PyObject *name, uint32_t hash, int hashed)
 {
-    if (!(image->seen[(hash / 64) % 4] & ((uint64_t)1 << (hash % 64))))
-        return -1; /* most names: new, and told so by the filter */
-    return sink_image_search(image, name, hash);
+    if (hashed && !image->escaped
+        && !(image->seen[(hash / 64) % 4] & ((uint64_t)1 << (hash % 64))))
+        return SINK_ABSENT; /* most names: new, and told so by the filter */
+    return sink_image_search(image, name, hash, hashed);
 }
 
-/* Column `i` into the first free slot from its hash's. */
-static inline void
+/* Column `i` into the first free slot from its hash's; 0 past SINK_PROBE_LIMIT probes. */
+static inline int
 sink_image_slot(SinkImage *image, Py_ssize_t i)
 {
     size_t at = image->hashes[i] & image->slot_mask;
-    while (image->slots[at])
-        at = (at + 1) & image->slot_mask;
+    for (int probes = 0; image->slots[at]; at = (at + 1) & image->slot_mask)
+        if (++probes == SINK_PROBE_LIMIT)
+            return 0;
     image->slots[at] = i + 1;
+    return 1;
 }
 
 /* The slot table built anew, at least four slots per column so probes stay short; 0 on no
- * memory. */
+ * memory or past SINK_PROBE_LIMIT. */
 static int
 sink_image_index(SinkImage *image)
 {
@@ -1461,12 +1473,13 @@ sink_image_index(SinkImage *image)
     image->slots = slots;
     image->slot_mask = size - 1;
     for (Py_ssize_t i = 0; i < image->count; i++)
-        sink_image_slot(image, i);
+        if (!sink_image_slot(image, i))
+            return 0;
     return 1;
 }
 
-/* `column` (its name's hash `hash`) after the image's columns; 0 on no memory, the column then
- * still the caller's. */
+/* `column` (its name's hash `hash`) after the image's columns; 0 on no memory or past
+ * SINK_PROBE_LIMIT, the column then still the caller's. */
 static int
 sink_image_append(SinkImage *image, SinkColumn column, uint32_t hash)
 {
@@ -1493,13 +1506,12 @@ sink_image_append(SinkImage *image, SinkColumn column, uint32_t hash)
     image->columns[i] = column;
     image->hashes[i] = hash;
     image->seen[(hash / 64) % 4] |= (uint64_t)1 << (hash % 64);
-    if (image->count <= SINK_STACK_COLUMNS)
+    if (image->escaped || image->count <= SINK_STACK_COLUMNS)
         return 1;
-    if (image->slots != NULL && 4 * (size_t)image->count <= image->slot_mask + 1) {
-        sink_image_slot(image, i);
-        return 1;
-    }
-    if (!sink_image_index(image)) {
+    int placed = image->slots != NULL && 4 * (size_t)image->count <= image->slot_mask + 1
+                     ? sink_image_slot(image, i)
+                     : sink_image_index(image);
+    if (!placed) {
         image->count--;
         return 0;
     }
@@ -1704,17 +1716,22 @@ sink_image_in_place(Text *text, SinkImage *image)
         int escaped;
         if (!string_span(text, &start, &length, &escaped) || !take(text, ':'))
             return 0;
+        uint32_t hash = escaped ? 0 : name_hash(start, length);
         SinkColumn column;
-        column.name = recent_string_hashed(start, length, escaped,
-                                           escaped ? 0 : name_hash(start, length));
+        column.name = recent_string_hashed(start, length, escaped, hash);
         if (column.name == NULL)
             return 0;
         if (!sink_column_in_place(text, &column)) {
             Py_DECREF(column.name);
             return 0;
         }
-        uint32_t hash = column_hash(column.name);
-        Py_ssize_t earlier = sink_image_find(image, column.name, hash);
+        image->escaped |= escaped;
+        Py_ssize_t earlier = sink_image_find(image, column.name, hash, !escaped);
+        if (earlier == SINK_DECLINE) {
+            Py_DECREF(column.name);
+            Py_XDECREF(column.value);
+            return 0;
+        }
         if (earlier >= 0) {
             SinkColumn *kept = &image->columns[earlier];
             Py_DECREF(column.name);
@@ -1743,7 +1760,7 @@ sink_same_names(const SinkImage *a, const SinkImage *b)
     while (i < b->count && same_name(a->columns[i].name, b->columns[i].name))
         i++;
     for (; i < b->count; i++)
-        if (sink_image_find(a, b->columns[i].name, b->hashes[i]) < 0)
+        if (sink_image_find(a, b->columns[i].name, b->hashes[i], !b->escaped) < 0)
             return 0;
     return 1;
 }
