@@ -1292,8 +1292,7 @@ def test_a_wide_image_of_escaped_names_is_read_in_time_proportional_to_its_names
 
 def wide_image(names) -> str:
     """An image of `id` (the handle key) and an INT column per name."""
-    columns = ",".join(f'"{name}":{{"t":3,"f":0,"v":{len(name)}}}' for name in names)
-    return "{" + ID_COLUMN + "," + columns + "}"
+    return "{" + ID_COLUMN + "," + _columns(names) + "}"
 
 
 WIDE = [f"c{i:03d}" for i in range(200)]

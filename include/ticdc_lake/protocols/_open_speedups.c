@@ -1348,8 +1348,8 @@ enum { SINK_ABSENT = -1, SINK_DECLINE = -2 };
  * costs compares in proportion to its columns, not to their square. An escaped name (whose
  * bytes are not its text, so whose hash is not its text's) turns both off for the rest of the
  * image (`escaped`): names are then compared one by one, and an image past SINK_STACK_COLUMNS
- * names of which one is escaped is left to the Python reader (rare: TiCDC escapes only quotes,
- * backslashes, control characters and <, >, &). */
+ * names of which one is escaped is left to the Python reader (rare: TiCDC's Go encoder escapes
+ * only quotes, backslashes, control characters, <, >, & and U+2028/U+2029). */
 typedef struct {
     SinkColumn *columns;
     uint32_t *hashes;
