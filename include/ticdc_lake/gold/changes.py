@@ -49,9 +49,8 @@ from ticdc_lake.quality.quarantine import (
 # loaded by the executors, and other segments are brought to the driver (for merge_delta) one
 # at a time. Below it, one collect serves the whole run.
 COLLECT_LIMIT = 200_000
-# A large run's reduced change set is written under <lake>/SCRATCH/compact-<changefeed>/ for
+# A large run's reduced change set is written under layout.scratch("compact", changefeed) for
 # the run, in one directory per SPILL_BUCKET (a hash of table and segment).
-SCRATCH = "_scratch"
 SPILL_BUCKET = "segment_bucket"
 REDUCED_COLUMNS = tuple(reduce_arrow.REDUCED_SCHEMA.names)
 # A run of up to this many silver changes (by the log's file statistics) is counted on the
@@ -255,7 +254,7 @@ def reduce_changes(
     bucketed = actions.withColumn(SPILL_BUCKET, F.xxhash64("schema", "table", "segment"))
     reduced = last_per_key(bucketed, ahead=[SPILL_BUCKET], replays=replays)
     reduced = reduced.select(*REDUCED_COLUMNS, SPILL_BUCKET)
-    spill = layout.root / SCRATCH / f"compact-{plan.name}"
+    spill = layout.scratch("compact", plan.name)
     return Reduced.spilled(reduced, spill), counts, batches
 
 
