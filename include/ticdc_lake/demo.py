@@ -180,7 +180,7 @@ def render_demo(reports: list[DemoReport], seconds: float) -> str:
         first = reports[0].sample
         lines += [
             "Query a gold table with plain deltalake, e.g.:",
-            f"  {query_hint(first.config, 'shop.orders')}",
+            f"  {query_hint(first.config, 'shop', 'orders')}",
             "Run the stages again (they add nothing when nothing is new):",
             f"  ticdc-lake run --config {first.config.source}",
         ]

@@ -413,10 +413,11 @@ def render_summary(result: PipelineResult, *, gold_tables: bool = True) -> str:
     return "\n".join(lines)
 
 
-def query_hint(config: PipelineConfig, table: str | None = None) -> str:
-    """A one-line command that reads a gold table with plain deltalake."""
-    schema, name = (table or "<schema>.<table>").split(".", 1)
-    path = LakeLayout(config.lake).gold(schema, name)
+def query_hint(config: PipelineConfig, schema: str | None = None, table: str | None = None) -> str:
+    """A one-line command that reads a gold table with plain deltalake (``<schema>`` and
+    ``<table>`` placeholders when no table is given)."""
+    layout = LakeLayout(config.lake)
+    path = layout.gold(schema, table) if schema and table else layout.gold_root / "<schema>/<table>"
     return (
         f"python -c \"from deltalake import DeltaTable; print(DeltaTable('{path}').to_pandas())\""
     )

@@ -27,6 +27,7 @@ from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.names import qualified_name, split_name
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.stages.compact import CompactResult, compact
 from ticdc_lake.stages.decode import DecodeResult, decode
@@ -244,7 +245,7 @@ def held_deletes(lake: Lake, cutoff: int) -> set[tuple[str, tuple[str, ...]]]:
                 continue
             following = next((e.commit_ts for e in rows[index + 1 :] if e.commit_ts), None)
             if previous <= cutoff and (following is None or cutoff < following):
-                name = f"{event.schema}.{event.table}"
+                name = qualified_name(event.schema, event.table)
                 keys = lake.workload.expected.handle_keys[name]
                 held.add((name, key_text(event.old_columns, keys)))
     return held
@@ -262,7 +263,7 @@ def last_writers(workload: Workload, ts: int) -> dict[str, dict[tuple[str, ...],
     for event in workload.events:
         if isinstance(event, ResolvedEvent) or event.commit_ts > ts:
             continue
-        name = f"{event.schema}.{event.table}"
+        name = qualified_name(event.schema, event.table)
         if isinstance(event, DdlEvent):
             if event.ddl_type == mysql.ACTION_TRUNCATE_TABLE:
                 writers[name].clear()
@@ -277,7 +278,7 @@ def last_writers(workload: Workload, ts: int) -> dict[str, dict[tuple[str, ...],
 
 def gold_rows(layout: LakeLayout, name: str, version: int | None = None) -> list[dict]:
     """A gold table's rows as plain ``deltalake`` reads them."""
-    schema, table = name.split(".")
+    schema, table = split_name(name)
     path = str(layout.gold(schema, table))
     return DeltaTable(path, version=version).to_pyarrow_table().to_pylist()
 
@@ -336,7 +337,7 @@ def kept_rows(workload: Workload, ts: int, time_zone: str, held) -> dict[str, di
     for event in workload.events:
         if not isinstance(event, RowEvent) or event.commit_ts > ts or event.op == "delete":
             continue
-        name = f"{event.schema}.{event.table}"
+        name = qualified_name(event.schema, event.table)
         key = key_text(event.columns, workload.expected.handle_keys[name])
         if (name, key) in held:
             kept[name][key] = {
@@ -370,7 +371,7 @@ def dropped_columns(workload: Workload, ts: int) -> dict[str, set[str]]:
     for event in workload.ddl_events:
         match = _DROPPED.search(event.query)
         if match and event.commit_ts <= ts:
-            dropped[f"{event.schema}.{event.table}"].add(match.group(1))
+            dropped[qualified_name(event.schema, event.table)].add(match.group(1))
     return dropped
 
 
@@ -379,7 +380,9 @@ def untruncated_tables(workload: Workload) -> set[str]:
     no DDL at all, and Canal-JSON without the extension sends a TRUNCATE to partition 0 with
     no commit TS, so nothing orders it against the rows of the other partitions."""
     truncate = mysql.ACTION_TRUNCATE_TABLE
-    truncated = {f"{e.schema}.{e.table}" for e in workload.ddl_events if e.ddl_type == truncate}
+    truncated = {
+        qualified_name(e.schema, e.table) for e in workload.ddl_events if e.ddl_type == truncate
+    }
     assert truncated, "the workload truncates a table"
     return set(workload.expected.handle_keys) - truncated
 

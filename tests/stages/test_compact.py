@@ -25,6 +25,7 @@ from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.state import TableState, read_state
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.names import split_name
 from ticdc_lake.protocols import CodecSettings
 from ticdc_lake.stages.compact import compact, target_of
 from ticdc_lake.stages.watermark import ChangefeedWatermark, watermark
@@ -39,7 +40,7 @@ ZONE = "Asia/Shanghai"  # the TiCDC zone the main lake's TIMESTAMP text is read 
 
 
 def gold_rows(layout: LakeLayout, name: str, version: int | None = None) -> list[dict]:
-    schema, table = name.split(".")
+    schema, table = split_name(name)
     return (
         DeltaTable(str(layout.gold(schema, table)), version=version).to_pyarrow_table().to_pylist()
     )
@@ -480,12 +481,12 @@ class _Log:
         watermark(spark, config)
         return config, layout
 
-    def ddl(self, ts: int, query: str, table: str = "x"):
-        self.events.append(DdlEvent(ts, "s", table, query, None, **self._next()))
+    def ddl(self, ts: int, query: str, table: str = "x", schema: str = "s"):
+        self.events.append(DdlEvent(ts, schema, table, query, None, **self._next()))
 
-    def row(self, ts, table, op, new=None, old=None, *, key_only=False):
+    def row(self, ts, table, op, new=None, old=None, *, key_only=False, schema: str = "s"):
         self.events.append(
-            RowEvent(ts, "s", table, op, new, old, **self._next(), handle_key_only=key_only)
+            RowEvent(ts, schema, table, op, new, old, **self._next(), handle_key_only=key_only)
         )
 
     def resolved(self, ts: int):

@@ -31,6 +31,7 @@ from deltalake import DeltaTable
 
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.names import qualified_name
 from ticdc_lake.orchestration import BackfillParamError, check_range, describe_ts
 
 # As in stages/decode.py: a quarantined record stamped this long before the range's start may
@@ -138,7 +139,7 @@ def plan_backfill(
     ``airflow backfill create`` holding the watermark); a range given by hand must end below."""
     layout = LakeLayout(config.lake)
     state = _state(layout)
-    owners = {f"{row['schema']}.{row['table']}": row["changefeed"] for row in state}
+    owners = {qualified_name(row["schema"], row["table"]): row["changefeed"] for row in state}
     wanted = tuple(sorted({name.strip() for name in tables if name.strip()}))
     unknown = [name for name in wanted if name not in owners]
     if unknown:
@@ -158,7 +159,7 @@ def plan_backfill(
     for path in (layout.changes, layout.ddl):
         rows = _in_range(path, ["schema", "table", "bronze_batch"], "commit_ts", start_ts, end_ts)
         batches |= set(rows.column("bronze_batch").to_pylist())
-        touched |= {f"{r['schema']}.{r['table']}" for r in rows.to_pylist() if r["table"]}
+        touched |= {qualified_name(r["schema"], r["table"]) for r in rows.to_pylist() if r["table"]}
     resolved = _in_range(layout.resolved, ["bronze_batch"], "ts", start_ts, end_ts)
     batches |= set(resolved.column("bronze_batch").to_pylist())
     batches |= _quarantined_batches(layout, start_ts)
@@ -218,7 +219,8 @@ def lake_versions(layout: LakeLayout) -> dict[str, int]:
     -1 for a table not there."""
     paths = {name: path for name, path in layout.tables().items()}
     for row in _state(layout):
-        paths[f"gold:{row['schema']}.{row['table']}"] = layout.gold(row["schema"], row["table"])
+        name = qualified_name(row["schema"], row["table"])
+        paths[f"gold:{name}"] = layout.gold(row["schema"], row["table"])
     versions = {}
     for name, path in sorted(paths.items()):
         try:

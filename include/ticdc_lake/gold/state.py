@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, fields
 import pyarrow as pa
 
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table
+from ticdc_lake.names import qualified_name
 
 WATERMARK = "watermark"
 CUTOFF = "cutoff"
@@ -83,7 +84,7 @@ class TableState:
 
     @property
     def full_name(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return qualified_name(self.schema, self.table)
 
     @property
     def column_types(self) -> dict[str, str]:

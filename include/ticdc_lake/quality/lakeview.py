@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.names import qualified_name
 from ticdc_lake.quality.settings import QualitySettings, quality_settings
 
 STAGES = ("bronze", "silver", "gold")
@@ -254,7 +255,7 @@ def gold_views(config: PipelineConfig) -> list[GoldView]:
         (
             GoldView(
                 row["changefeed"],
-                f"{row['schema']}.{row['table']}",
+                qualified_name(row["schema"], row["table"]),
                 row["mode"],
                 row["watermark"],
                 row["rows"] or 0,

@@ -29,6 +29,7 @@ from typing import Any
 
 from ticdc_lake import mysql
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.names import qualified_name, split_name
 from ticdc_lake.workload.expected import ExpectedLog
 from ticdc_lake.workload.generator import Workload
 
@@ -100,7 +101,7 @@ class ExpectedGold:
             (table.full_name, [(c.name, c.mysql_type) for c in table.columns])
             for table in workload.tables
         ]
-        ddl = [(f"{e.schema}.{e.table}", e.query) for e in workload.ddl_events]
+        ddl = [(qualified_name(e.schema, e.table), e.query) for e in workload.ddl_events]
         return cls(workload.expected, column_types(tables, ddl))
 
     @classmethod
@@ -149,7 +150,7 @@ def read_gold(layout: LakeLayout, name: str) -> tuple[list[str], Rows] | None:
     """A gold table's columns and rows as plain ``deltalake`` reads them (None: no table)."""
     from deltalake import DeltaTable
 
-    schema, table = name.split(".", 1)
+    schema, table = split_name(name)
     path = layout.gold(schema, table)
     if not (path / "_delta_log").is_dir():
         return None

@@ -27,6 +27,7 @@ import yaml
 from ticdc_lake import exports
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.gc_pause import gc_paused
+from ticdc_lake.names import qualified_name
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
@@ -314,7 +315,7 @@ def manifest_of(
         "ddl": [
             {
                 "commit_ts": event.commit_ts,
-                "table": f"{event.schema}.{event.table}",
+                "table": qualified_name(event.schema, event.table),
                 "ddl_type": event.ddl_type,
                 "query": event.query,
             }

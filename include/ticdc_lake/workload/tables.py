@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, ColumnType
 from ticdc_lake.events import Column
+from ticdc_lake.names import qualified_name
 
 SCHEMA = "shop"
 PRIMARY = "primary"
@@ -65,7 +66,7 @@ class TableDef:
 
     @property
     def full_name(self) -> str:
-        return f"{self.schema}.{self.name}"
+        return qualified_name(self.schema, self.name)
 
     @property
     def quoted(self) -> str:
