@@ -36,6 +36,7 @@ from ticdc_lake.delta.exceptions import (
     UnsupportedTableError,
 )
 from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.spark_columns import named_column
 
 if TYPE_CHECKING:  # the driver's reads import it; the tasks importing this module need not
     import pyarrow.dataset as ds
@@ -424,4 +425,4 @@ def read_table(
         # The files' root, as delta-rs resolved it: a path through a symlink is not theirs.
         reader = reader.option("basePath", table_location(table))
     # Spark puts partition columns last; give the table's column order back.
-    return reader.parquet(*map(spark_path, files)).select(*schema.names)
+    return reader.parquet(*map(spark_path, files)).select(*map(named_column, schema.names))

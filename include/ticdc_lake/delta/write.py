@@ -37,6 +37,7 @@ from ticdc_lake.delta.txn import (
     commit_properties,
     find_commit,
 )
+from ticdc_lake.spark_columns import map_in_arrow
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def write_delta(
     if size_hint_bytes is not None:
         df = df.coalesce(write_tasks(df.sparkSession, size_hint_bytes, max_file_bytes))
     try:
-        adds = df.mapInArrow(WriteTask(plan), from_arrow_schema(ADDS_SCHEMA)).collect()
+        adds = map_in_arrow(df, WriteTask(plan), from_arrow_schema(ADDS_SCHEMA)).collect()
         commit_files(plan, [json.loads(row.add) for row in adds])
     except BaseException:
         discard_uncommitted(plan)

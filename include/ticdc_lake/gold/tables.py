@@ -34,6 +34,7 @@ from ticdc_lake.gold import catalog
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, column_values, convert
 from ticdc_lake.gold.exceptions import ConversionError, GoldError
+from ticdc_lake.spark_columns import map_in_arrow, named_column
 
 COMMIT_TS = "_commit_ts"
 DELETED = "_deleted"  # the merge's delete flag; never stored
@@ -124,6 +125,11 @@ class GoldTable:
     def rows(self) -> int:
         table = self._open()
         return 0 if table is None else _row_count(table)
+
+    def written_by(self, app_ids: list[str]) -> bool:
+        """Whether a commit of the table carries one of these app transactions."""
+        table = self._open()
+        return table is not None and any(table.transaction_version(a) is not None for a in app_ids)
 
     def done(self, version: int) -> bool:
         """Whether the step with this version was committed already (a rerun)."""
@@ -321,7 +327,7 @@ def _row_count(table: DeltaTable) -> int:
 
 def drop_columns(names: tuple[str, ...]):
     def transform(frame: DataFrame) -> DataFrame:
-        return frame.drop(*[n for n in names if n in frame.columns])
+        return frame.select(*[named_column(n) for n in frame.columns if n not in names])
 
     return transform
 
@@ -344,7 +350,7 @@ def reshaped(
             if f.name in values:
                 columns.append(_literal(values[f.name]).alias(f.name))
             elif source is not None and source in frame.columns:
-                columns.append(F.col(f"`{source}`").cast(delta_type).alias(f.name))
+                columns.append(named_column(source).cast(delta_type).alias(f.name))
             else:
                 columns.append(F.lit(None).cast(delta_type).alias(f.name))
         return frame.select(*columns)
@@ -371,7 +377,7 @@ def alter_column(old: str, new: str, target: pa.DataType | None):
     def transform(frame: DataFrame) -> DataFrame:
         columns = []
         for name in frame.columns:
-            value = F.col(f"`{name}`")
+            value = named_column(name)
             if name == old:
                 if target is not None:
                     value = value.cast(gold_types.delta_type_name(target))
@@ -384,25 +390,25 @@ def alter_column(old: str, new: str, target: pa.DataType | None):
 
 def partition_condition(rows: catalog.PartitionRows) -> Column:
     """True for the rows a DROP/TRUNCATE PARTITION removes."""
-    column = F.col(f"`{rows.column}`")
+    value = named_column(rows.column)
     if rows.kind == "hash":
-        remainder = F.coalesce(F.abs(column) % rows.modulus, F.lit(0))
+        remainder = F.coalesce(F.abs(value) % rows.modulus, F.lit(0))
         return remainder.isin(list(rows.remainders))
     if rows.kind == "list":
         values = [v for v in rows.values if v is not None]
-        condition = column.isin(values) if values else F.lit(False)
+        condition = value.isin(values) if values else F.lit(False)
         if any(v is None for v in rows.values):
-            condition = condition | column.isNull()
+            condition = condition | value.isNull()
         return F.coalesce(condition, F.lit(False))
     condition = F.lit(False)
     for low, high in rows.ranges:
         part = F.lit(True)
         if low is not None:
-            part = part & (column >= F.lit(low))
+            part = part & (value >= F.lit(low))
         if high is not None:
-            part = part & (column < F.lit(high))
+            part = part & (value < F.lit(high))
         if low is None:
-            part = part | column.isNull()
+            part = part | value.isNull()
         condition = condition | F.coalesce(part, F.lit(False))
     return condition
 
@@ -589,7 +595,7 @@ def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> D
             yield from apply_plan(plan, rows, zones).data.drop_columns([DELETED]).to_batches()
 
     upserts = frame.where(~F.coalesce(F.col("deleted"), F.lit(False)))
-    return upserts.mapInArrow(typed, arrow_struct(plan.schema))
+    return map_in_arrow(upserts, typed, arrow_struct(plan.schema))
 
 
 def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, gold_types.ColumnSpec]]:
