@@ -230,3 +230,31 @@ def test_a_record_past_max_message_bytes_is_refused_before_it_is_parsed(workload
         largest.partition,
         largest.offset,
     )
+
+
+def image_width(events) -> int:
+    widths = [len(image) for e in events if isinstance(e, RowEvent)
+              for image in (e.columns, e.old_columns) if image is not None]  # fmt: skip
+    return max(widths, default=0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_row_image_past_max_table_columns_is_refused(workload, protocol):
+    """TiDB allows 4096 columns; a wider image (a hostile export) goes to quarantine before
+    gold would make a table of it, whichever reader takes the message."""
+    routing, settings, _ = run(workload, protocol, replays=0)
+    records = [r for s in encode_routing(routing, settings).values() for r in s.records]
+    plain = make_decoder(protocol, settings)
+    widest = max(records, key=lambda r: image_width(plain.decode(r)))
+    width = image_width(plain.decode(widest))
+
+    def decoder(limit: int):
+        limited = dataclasses.replace(settings, limits=Limits(max_table_columns=limit))
+        return make_decoder(protocol, limited)
+
+    assert decoder(width).decode(widest)  # exactly at the limit: decoded
+    changes = ChangeRows()
+    assert not decoder(width - 1).decode_into(widest, changes, 1) and not len(changes)
+    with pytest.raises(LimitExceededError) as refused:
+        decoder(width - 1).decode(widest)
+    assert f"its column count ({width:,}) exceeds limits.max-table-columns" in str(refused.value)

@@ -26,6 +26,10 @@ class Limits:
     # Fields of an Avro record (Avro arrays and maps are refused: TiCDC writes none), columns
     # of a row, events of a batched message.
     max_collection_count: int = 1_000_000
+    # Columns of one table: TiDB allows 4096 at most. A row image, a CREATE TABLE or ADD COLUMN
+    # with more goes to quarantine; a gold table would take more (changes naming other columns)
+    # fails instead of growing: a table's cost in the JVM grows with the square of its columns.
+    max_table_columns: int = 4096
     # A claim-check object as stored (its JSON wrapping base64: about 4/3 of the message).
     max_claim_check_bytes: int = 16 * MIB
     # One line of a JSON Lines export, after the file's gzip/zstd is undone.

@@ -6,8 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ticdc_lake.cases import COLUMN_TYPES
+from ticdc_lake.events import DdlEvent
 from ticdc_lake.gold import ddl
+from ticdc_lake.gold.ddl import defined_columns
 from ticdc_lake.gold.exceptions import DdlParseError
+from ticdc_lake.limits import LimitExceededError, Limits
+from ticdc_lake.stages.decode import check_ddl_widths
 from ticdc_lake.workload import generate_workload
 from ticdc_lake.workload.tables import PRIMARY, canonical_tables
 
@@ -307,3 +311,21 @@ def test_any_quoted_names_and_canonical_types_round_trip(table, columns):
         for i, (name, column_type, nullable) in enumerate(columns)
     ]
     assert action.primary_key == (columns[0][0],)
+
+
+def _create(columns: int) -> str:
+    return "CREATE TABLE s.t (" + ", ".join(f"c{i} int" for i in range(columns)) + ")"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [_create(5000), "ALTER TABLE s.t " + ", ".join(f"ADD COLUMN c{i} int" for i in range(5000))],
+)
+def test_a_ddl_defining_more_columns_than_the_limit_goes_to_quarantine(query):
+    """Checked as decode reads the DDL, so no such table reaches gold (TiDB allows 4096)."""
+    event = DdlEvent(1, "s", "t", query, None, "topic", 0, 7)
+    with pytest.raises(LimitExceededError, match=r"\(5,000\) exceeds limits.max-table-columns"):
+        check_ddl_widths([event], Limits())
+    check_ddl_widths([event], Limits(max_table_columns=5000))  # raised by the config
+    assert defined_columns(_create(4096), "s", 4096) == 4096
+    assert defined_columns(_create(100), "s", 4096) == 0  # too short to pass it: not parsed

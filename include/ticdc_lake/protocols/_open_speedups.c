@@ -1478,11 +1478,17 @@ sink_image_index(SinkImage *image)
     return 1;
 }
 
-/* `column` (its name's hash `hash`) after the image's columns; 0 on no memory or past
- * SINK_PROBE_LIMIT, the column then still the caller's. */
+/* The most columns an image may hold (limits.max-table-columns): decode_into sets it for the
+ * message it writes; a wider image is declined, and the events path names the limit. */
+static Py_ssize_t sink_max_columns = PY_SSIZE_T_MAX;
+
+/* `column` (its name's hash `hash`) after the image's columns; 0 on no memory, past
+ * SINK_PROBE_LIMIT or past sink_max_columns, the column then still the caller's. */
 static int
 sink_image_append(SinkImage *image, SinkColumn column, uint32_t hash)
 {
+    if (image->count >= sink_max_columns)
+        return 0;
     if (image->count == image->capacity) {
         Py_ssize_t capacity = image->capacity * 2;
         SinkColumn *columns = PyMem_Malloc((size_t)capacity * sizeof *columns);
@@ -1926,15 +1932,22 @@ sink_message(const uint8_t *key, Py_ssize_t key_size, const uint8_t *value,
 }
 
 /* decode_into(key, value, decompress, topic, partition, offset, buffers, bronze_batch,
- * handle_flag) -> bool */
+ * handle_flag, max_columns) -> bool */
 static PyObject *
 open_decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!configured)
         return not_configured("_open_speedups");
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "decode_into(key, value, decompress, topic, partition, "
-                                         "offset, buffers, bronze_batch, handle_flag)");
+                                         "offset, buffers, bronze_batch, handle_flag, "
+                                         "max_columns)");
+        return NULL;
+    }
+    Py_ssize_t max_columns = PyLong_AsSsize_t(args[9]);
+    if (max_columns < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "decode_into: max_columns must not be negative");
         return NULL;
     }
     PyObject *buffers = args[6];
@@ -1947,6 +1960,7 @@ open_decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t rows = silver_sink->rows(buffers);
+    sink_max_columns = max_columns;
     int written = sink_message((const uint8_t *)PyBytes_AS_STRING(args[0]),
                                PyBytes_GET_SIZE(args[0]),
                                (const uint8_t *)PyBytes_AS_STRING(args[1]),
@@ -2095,8 +2109,9 @@ static PyMethodDef open_methods[] = {
      "the reader declines"},
     {"decode_into", (PyCFunction)(void (*)(void))open_decode_into, METH_FASTCALL,
      "decode_into(key, value, decompress, topic, partition, offset, buffers, bronze_batch, "
-     "handle_flag) -> True when the message's row events were written into silver's "
-     "ChangeBuffers; False (nothing written) leaves it to decode"},
+     "handle_flag, max_columns) -> True when the message's row events were written into "
+     "silver's ChangeBuffers, no image wider than max_columns; False (nothing written) "
+     "leaves it to decode"},
     {"configure_sink", open_configure_sink, METH_O,
      "configure_sink(sink): bind silver's compiled buffers (_silver_speedups.sink) for "
      "decode_into"},

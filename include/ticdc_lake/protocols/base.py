@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
 from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
-from ticdc_lake.events import Event
+from ticdc_lake.events import Event, RowEvent
 from ticdc_lake.limits import Limits, check_limit
+from ticdc_lake.names import qualified_name
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.values import check_events, events_problem
 
@@ -63,11 +64,11 @@ class Decoder(ABC):
             if events is not None and (
                 self._values_surely_fit(events) or events_problem(events) is None
             ):
-                return events
+                return check_image_widths(events, self.settings.limits)
             events = self._decode(record)
             if not self._values_surely_fit(events):
                 check_events(events)
-            return events
+            return check_image_widths(events, self.settings.limits)
         except DecodeError as exc:
             exc.located(
                 protocol=self.protocol,
@@ -133,6 +134,20 @@ class Decoder(ABC):
         with compiled speedups answers through their `events_fit`); False: values.py decides."""
         speedups = getattr(self, "speedups", None)
         return speedups is not None and speedups.events_fit(events)
+
+
+def check_image_widths(events: list[Event], limits: Limits) -> list[Event]:
+    """``events``, after checking that no row image has more columns than
+    ``limits.max_table_columns`` (LimitExceededError naming the table otherwise)."""
+    limit = limits.max_table_columns
+    for event in events:
+        if type(event) is RowEvent:
+            for image in (event.columns, event.old_columns):
+                if image is not None and len(image) > limit:
+                    name = qualified_name(event.schema, event.table)
+                    what = f"a row image of {name}: its column count"
+                    check_limit(what, limits, "max_table_columns", len(image))
+    return events
 
 
 def fits_record_size(record: KafkaRecord, limits: Limits) -> bool:

@@ -206,7 +206,7 @@ class OpenProtocolDecoder(Decoder):
             return False
         return self.speedups.decode_into(
             *compiled_input, self._decompress, topic, partition, offset, buffers, bronze_batch,
-            FLAG_HANDLE_KEY,
+            FLAG_HANDLE_KEY, self.settings.limits.max_table_columns,
         )  # fmt: skip
 
     def _decode(self, record: KafkaRecord) -> list[Event]:

@@ -86,9 +86,11 @@ from ticdc_lake.delta.write import plan_write
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.gc_pause import gc_paused
+from ticdc_lake.gold.ddl import defined_columns
 from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.limits import MIB, Limits
+from ticdc_lake.limits import MIB, Limits, check_limit
+from ticdc_lake.names import qualified_name
 from ticdc_lake.protocols import Decoder
 from ticdc_lake.protocols.base import MALFORMED_INPUT_ERRORS
 from ticdc_lake.records import KafkaRecord
@@ -904,6 +906,7 @@ def decode_record(entry: TopicDecoder, record: KafkaRecord, source_file: str) ->
         events = decoder.decode(record)
     except DecodeError as error:
         raise error.located(source_file=source_file) from None
+    check_ddl_widths(events, decoder.settings.limits)
     too_large = _too_large_ts(events)
     if too_large is not None:
         event, ts = too_large
@@ -914,6 +917,16 @@ def decode_record(entry: TopicDecoder, record: KafkaRecord, source_file: str) ->
             **where,
         )
     return events
+
+
+def check_ddl_widths(events: list[Event], limits: Limits) -> None:
+    """LimitExceededError for a CREATE TABLE or ADD COLUMN defining more columns than
+    ``limits.max_table_columns``: the record goes to quarantine, never reaching gold."""
+    for event in events:
+        if type(event) is DdlEvent:
+            found = defined_columns(event.query, event.schema, limits.max_table_columns)
+            name = qualified_name(event.schema, event.table)
+            check_limit(f"DDL of {name}: its column count", limits, "max_table_columns", found)
 
 
 def _quarantine_row(
