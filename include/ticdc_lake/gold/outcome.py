@@ -11,8 +11,10 @@ from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import Timeline
 from ticdc_lake.gold.reasons import FAILED, carried_reasons, failed, held_reason, join_reasons
 from ticdc_lake.gold.state import INCONSISTENT, TableState
-from ticdc_lake.gold.steps import STEPS_PER_RUN, TableWork
+from ticdc_lake.gold.steps import STEPS_PER_RUN, TableWork, failure_text
 from ticdc_lake.gold.tables import GoldSnapshot, describe_schema
+
+FAILED_MODE = "failed"  # a TableResult's mode when the table could not be compacted
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def outcome_of(
     states, results = [], []
     items = sorted(work.items(), key=lambda pair: str(pair[0]))
     # Each table's log read at once with a few others (a run over 600 tables: 2.1 s one by one).
-    snapshots = in_parallel(lambda item: item.gold.snapshot(), ((item,) for _, item in items))
+    snapshots = in_parallel(_snapshot, ((item,) for _, item in items))
     for (name, item), gold in zip(items, snapshots, strict=True):
         count = counts.get(name, TableCounts())
         if item.failed:
@@ -72,7 +74,7 @@ def outcome_of(
             results.append(
                 TableResult(
                     str(name),
-                    "failed",
+                    FAILED_MODE,
                     None,
                     prior.applied_ts if prior else None,
                     reason=item.reasons[-1],
@@ -84,6 +86,15 @@ def outcome_of(
         results.append(_table_result(plan, item, count, state))
     version = plan.target if plan.consistent else (settled + 1) * STEPS_PER_RUN
     return Outcome(states, results, version)
+
+
+def _snapshot(item: TableWork) -> GoldSnapshot:
+    """The gold table as it is now; one that cannot be read fails (the others are recorded)."""
+    try:
+        return item.gold.snapshot()
+    except Exception as exc:  # one table's failure: recorded, the others go on
+        item.fail(f"its gold table cannot be read: {failure_text(exc)}")
+        return GoldSnapshot(None, None, 0)
 
 
 def _reason(plan: FeedPlan, item: TableWork, count: TableCounts) -> tuple[str, str | None]:

@@ -43,6 +43,7 @@ from ticdc_lake.gold.plan import Barrier, ColumnTrail, Segment, Timeline
 from ticdc_lake.gold.state import TableState
 from ticdc_lake.gold.tables import (
     COMMIT_TS,
+    DELETED,
     GoldTable,
     SegmentStats,
     TypedSegment,
@@ -54,7 +55,9 @@ from ticdc_lake.gold.tables import (
     typed_frame,
 )
 from ticdc_lake.gold.types import ColumnSpec, gold_type
+from ticdc_lake.spark_columns import named_column
 
+DDL = ":ddl"  # the app id of a table's DDL effects: its merges' app id + DDL
 # Room for this many DDL effects on one table at one commit TS (versions are TS x 8 + n; a TSO
 # x 8 still fits a long until the year 2100).
 EFFECTS_PER_DDL = 8
@@ -81,9 +84,10 @@ class Steps:
     folded into them) and the barriers that split tables. A failing table is marked failed in
     ``failures`` and skipped from then on; the others go on."""
 
-    def __init__(self, zones: dict[str, str], failures: dict[str, str]):
+    def __init__(self, zones: dict[str, str], failures: dict[str, str], max_columns: int):
         self.zones = zones  # topic -> the time zone its TIMESTAMP text is read in
         self.failures = failures
+        self.max_columns = max_columns  # limits.max_table_columns: no gold table grows past it
 
     def execute(
         self,
@@ -136,6 +140,7 @@ class Steps:
         version = versions.merge(segment.end, number)
         try:
             shape = self._shape(item, segment)
+            self._check_width(shape.schema)
             if step.key not in reduced.keys and shape.reset:
                 # A DDL's version: the merge version (end TS - 1) can be the last run's target
                 # when no change lies between, and would be taken as done.
@@ -150,9 +155,8 @@ class Steps:
             if step.key not in reduced.keys:
                 return
             stats = self._apply(item, info, shape, reduced, step.key, version)
-        except (GoldError, ValueError, pa.ArrowException) as exc:
-            item.fail(str(exc))
-            self.failures[str(item.name)] = str(exc)
+        except Exception as exc:  # one table's failure: recorded, the others go on
+            self._fail(item, failure_text(exc))
             return
         item.upserts += stats.upserts
         item.deletes += stats.deletes
@@ -162,6 +166,22 @@ class Steps:
                 f"{stats.key_only} changes carried only their handle key (TiCDC's large-message "
                 "handle-key-only option): their other columns are NULL in gold"
             )
+
+    def _check_width(self, schema: pa.Schema | None, adding: int = 0) -> None:
+        """GoldError when a gold table would have more than ``max_columns`` columns (its
+        ``_commit_ts`` and the merge's flag not counted) with ``adding`` more."""
+        own = {COMMIT_TS, DELETED}
+        count = adding + (sum(f.name not in own for f in schema) if schema is not None else 0)
+        if count > self.max_columns:
+            raise GoldError(
+                f"the table would have {count:,} columns, more than limits.max-table-columns "
+                f"= {self.max_columns:,} (TiDB allows 4,096): its changes or DDL name columns "
+                "no table of TiDB can have; raise that setting if they are expected"
+            )
+
+    def _fail(self, item: TableWork, reason: str) -> None:
+        item.fail(reason)
+        self.failures[str(item.name)] = reason
 
     def _shape(self, item: TableWork, segment: Segment) -> Shape:
         """Gold's columns after the segment's folded DDLs, as the barrier path leaves them:
@@ -245,6 +265,7 @@ class Steps:
         if reduced.large(key) and (shape.reset or item.gold.rows() == 0):
             return self._append(item, info, reduced.frame(key), version, shape)
         typed = type_segment(reduced.rows(key), info, shape.schema, self.zones)
+        self._check_width(typed.data.schema)
         if shape.schema is not None:
             typed = _in_order(typed, shape.schema)
         if shape.reset:
@@ -266,6 +287,7 @@ class Steps:
         on the executors and written by write_delta, never collected to the driver."""
         handles, specs = frame_specs(frame)
         plan = plan_segment(info, handles, specs, shape.schema)
+        self._check_width(plan.schema)
         totals = frame.agg(
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
@@ -276,7 +298,7 @@ class Steps:
         # files it does not touch (changes cluster on recent keys in most tables).
         files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
         typed = typed_frame(frame, plan, self.zones)
-        keys = [F.col(f"`{key}`") for key in plan.keys]
+        keys = [named_column(key) for key in plan.keys]
         clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
         if item.gold.exists() and (shape.reset or shape.changed):
             item.commits += item.gold.load(clustered, version)
@@ -305,16 +327,13 @@ class Steps:
                 continue
             version = versions.ddl(effect.table, barrier.ts, number)
             if version is None:
-                item.fail(f"{barrier.ddl.record.describe()} has more than {EFFECTS_PER_DDL} "
-                          "effects on the table")  # fmt: skip
-                self.failures[str(item.name)] = item.reasons[-1]
+                self._fail(item, f"{barrier.ddl.record.describe()} has more than "
+                                 f"{EFFECTS_PER_DDL} effects on the table")  # fmt: skip
                 continue
             try:
                 self._effect(effect, item, work, barrier, version)
-            except (GoldError, ValueError, pa.ArrowException) as exc:
-                message = f"{barrier.ddl.record.describe()}: {exc}"
-                item.fail(message)
-                self.failures[str(item.name)] = message
+            except Exception as exc:  # one table's failure: recorded, the others go on
+                self._fail(item, f"{barrier.ddl.record.describe()}: {failure_text(exc)}")
 
     def _effect(
         self,
@@ -339,14 +358,18 @@ class Steps:
             item.dropped = False
             if not effect.replace and gold.exists():
                 fields = [pa.field(n, _gold_arrow(spec)) for n, spec in effect.columns]
+                self._check_width(gold.schema(), len(fields))
                 item.commits += gold.add_columns(fields, version)
             elif effect.columns:
-                item.commits += gold.create(create_schema(effect.columns), version)
+                schema = create_schema(effect.columns)
+                self._check_width(schema)
+                item.commits += gold.create(schema, version)
             else:
                 item.commits += gold.empty(version)
         elif isinstance(effect, AddColumns):
             added = self._added(effect, barrier)
             fields = [pa.field(name, value.type) for name, value in added.items()]
+            self._check_width(gold.schema(), len(fields))
             item.commits += gold.add_columns(fields, version, added)
         elif isinstance(effect, DropColumns):
             present = gold.schema()
@@ -404,7 +427,7 @@ class TableWork:
 
     def ddl_gold(self) -> GoldTable:
         """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
-        return GoldTable(self.gold.spark, self.name, self.gold.path, f"{self.gold.app_id}:ddl")
+        return GoldTable(self.gold.spark, self.name, self.gold.path, self.gold.app_id + DDL)
 
     def fail(self, reason: str) -> None:
         self.failed = True
@@ -460,6 +483,23 @@ class Versions:
         if numbered:
             return (self.base or 0) + step * EFFECTS_PER_DDL + sub
         return ts * EFFECTS_PER_DDL + sub
+
+
+# The errors the gold layer expects (bad values, DDL it cannot carry out): their text says it.
+EXPECTED_FAILURES = (GoldError, ValueError, pa.ArrowException)
+# How much of an unexpected error's text a failure keeps (Spark's carry JVM stack traces).
+FAILURE_TEXT_LIMIT = 600
+
+
+def failure_text(exc: BaseException) -> str:
+    """Why a table failed, for its state row and the run's summary: an expected error's text;
+    any other error's type and first lines (a Spark error's JVM trace left out)."""
+    if isinstance(exc, EXPECTED_FAILURES):
+        return str(exc)
+    text = str(exc).split("\n\tat ", 1)[0].split("\nJVM stacktrace:", 1)[0].strip()
+    if len(text) > FAILURE_TEXT_LIMIT:
+        text = text[: FAILURE_TEXT_LIMIT - 3] + "..."
+    return f"{type(exc).__name__}: {text}"
 
 
 def _batches(

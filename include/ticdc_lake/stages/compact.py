@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -65,12 +66,12 @@ from ticdc_lake.gold.catalog import Catalog, TableInfo, TableName
 from ticdc_lake.gold.changes import Reduced, read_ddl_records, reduce_changes
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.feed import FeedPlan, plan_feed, target_of
-from ticdc_lake.gold.outcome import TableResult, outcome_of
+from ticdc_lake.gold.outcome import FAILED_MODE, TableResult, outcome_of
 from ticdc_lake.gold.plan import Timeline, build_timeline, parse_record
 from ticdc_lake.gold.state import read_state, write_state
-from ticdc_lake.gold.steps import Steps, TableWork, versions_of
+from ticdc_lake.gold.steps import DDL, Steps, TableWork, versions_of
 from ticdc_lake.gold.tables import GoldTable
-from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.lake.layout import LakeLayout, UnsafeNameError
 from ticdc_lake.stages.watermark import changefeed_watermarks, column_max, read_watermarks
 
 
@@ -206,11 +207,12 @@ class _ChangefeedRun:
         reduced, counts, batches = reduce_changes(self.spark, self.layout, plan, timeline)
         try:
             tables = [n for n in self._tables(timeline, reduced) if not self._taken(n)]
-            work = {n: TableWork(n, self._gold(n), plan.prior.get(n)) for n in tables}
+            golds = {n: self._gold(n) for n in tables}
+            work = {n: TableWork(n, g, plan.prior.get(n)) for n, g in golds.items() if g}
             self.tables |= set(work)
             if plan.rebuild:
                 _empty_for_rebuild(work)
-            steps = Steps(plan.zones, self.failures)
+            steps = Steps(plan.zones, self.failures, self.config.limits.max_table_columns)
             steps.execute(timeline, reduced, work, versions_of(plan, batches))
         finally:
             reduced.release()
@@ -220,6 +222,7 @@ class _ChangefeedRun:
                 self.layout.gold_state, plan.name, outcome.states, outcome.version,
                 plan.generation,
             )  # fmt: skip
+        self.failures.update({r.table: r.reason for r in outcome.results if r.mode == FAILED_MODE})
         pending = sum(count.pending for count in counts.values())
         return self._result(outcome.results, pending=pending)
 
@@ -292,7 +295,7 @@ class _ChangefeedRun:
             return False
         feed = self.plan.name
         message = (
-            f"gold table {name} ({self.layout.gold(name.schema, name.name)}) belongs to "
+            f"gold table {name} belongs to "
             f"changefeed {owner!r} (state table {self.layout.gold_state}); changefeed {feed!r} "
             "carries changes of it too and leaves it alone: "
         )
@@ -307,11 +310,37 @@ class _ChangefeedRun:
         self.failures[str(name)] = message
         return True
 
-    def _gold(self, name: TableName) -> GoldTable:
-        return GoldTable(
-            self.spark, name, self.layout.gold(name.schema, name.name),
-            f"compact:{name}#{self.plan.generation}",
-        )  # fmt: skip
+    def _gold(self, name: TableName) -> GoldTable | None:
+        """The table's gold; None (and a failure of the table) when its name cannot be a folder
+        of the lake, or its folder holds a Delta table compaction did not write: no run
+        overwrites a table that is not gold's own."""
+        try:
+            path = self.layout.gold(name.schema, name.name)
+        except UnsafeNameError as exc:
+            self.failures[str(name)] = f"no gold table can be made for it: {exc}"
+            return None
+        generation = self.plan.generation
+        gold = GoldTable(self.spark, name, path, app_id(name, generation))
+        prior = self.plan.prior.get(name)
+        if prior is not None and Path(prior.path).parts[-2:] != path.parts[-2:]:
+            self.failures[str(name)] = (
+                f"its gold table was written at {prior.path} by an earlier version, which named "
+                f"gold folders otherwise; it now belongs at {path}: rebuild the changefeed "
+                f"(ticdc-lake run --config ... --stages compact --changefeed {self.plan.name} "
+                "--rebuild), then remove the old folder"
+            )
+            return None
+        if prior is not None or not gold.exists():
+            return gold
+        ours = [app_id(name, g) + suffix for g in range(generation + 1) for suffix in ("", DDL)]
+        if gold.written_by(ours):
+            return gold
+        self.failures[str(name)] = (
+            f"{path} holds a Delta table that compaction did not write for {name} (a table "
+            "made by hand, or by a version that named gold folders otherwise): it is left "
+            "alone; move it away and run again"
+        )
+        return None
 
     def _tables(self, timeline: Timeline, reduced: Reduced) -> list[TableName]:
         names = set(self.plan.prior)
@@ -320,6 +349,11 @@ class _ChangefeedRun:
         names |= timeline.latest_infos(lambda info: info.complete).keys()
         names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
         return sorted(names, key=str)
+
+
+def app_id(name: TableName, generation: int) -> str:
+    """The app id of a gold table's merges in a generation (DDL effects: + ``DDL``)."""
+    return f"compact:{name}#{generation}"
 
 
 def _empty_for_rebuild(work: dict[TableName, TableWork]) -> None:
