@@ -20,10 +20,12 @@ from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
+from ticdc_lake.names import qualified_name
 from ticdc_lake.quality import lakeview
 from ticdc_lake.quality.context import QualityContext, candidates, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
+from ticdc_lake.spark_columns import named_column
 
 COMMIT_TS = "_commit_ts"
 
@@ -60,10 +62,10 @@ def key_frame(ctx: QualityContext, states: Sequence[dict]) -> DataFrame | None:
         if state["dropped"] or not delta_table_exists(state["path"]):
             continue
         gold = read_delta(ctx.spark, state["path"])
-        key = [c for c in state["handle_key"] or [] if c in gold.columns]
+        key = [named_column(c) for c in state["handle_key"] or [] if c in gold.columns]
         frames.append(
             gold.select(
-                F.lit(f"{state['schema']}.{state['table']}").alias("table"),
+                F.lit(qualified_name(state["schema"], state["table"])).alias("table"),
                 F.to_json(F.struct(*key)).alias("key") if key else F.lit(None).alias("key"),
                 F.col(COMMIT_TS).cast("long").alias("commit_ts"),
                 F.lit(state["watermark"]).cast("long").alias("ts_bound"),
@@ -136,7 +138,7 @@ def count_rows(states: Sequence[dict], before: dict, counted: dict[str, int]) ->
     for state in states:
         if state["dropped"] or not delta_table_exists(state["path"]):
             continue
-        name = f"{state['schema']}.{state['table']}"
+        name = qualified_name(state["schema"], state["table"])
         old = before.get((state["schema"], state["table"]))
         start = old["gold_version"] if old else None
         expected = expected_rows(state["path"], start, _file_rows(state["path"], start))
@@ -169,7 +171,7 @@ def type_rows(states: Sequence[dict]) -> pd.DataFrame:
         for column in json.loads(state["columns"] or "[]"):
             rows.append(
                 {
-                    "table": f"{state['schema']}.{state['table']}",
+                    "table": qualified_name(state["schema"], state["table"]),
                     "column": column["name"],
                     "declared": column["type"],
                     "actual": actual.get(column["name"], "(missing)"),
@@ -221,7 +223,7 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
     states = open_table(ctx.layout.gold_state).to_pyarrow_table().to_pylist()
     modes = pd.DataFrame(
         [
-            {"table": f"{s['schema']}.{s['table']}", "changefeed": s["changefeed"],
+            {"table": qualified_name(s["schema"], s["table"]), "changefeed": s["changefeed"],
              "mode": s["mode"]}
             for s in states
             if s["changefeed"] in with_marks and not s["dropped"]
@@ -272,7 +274,9 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
         ],
         columns=["changefeed", "topic", "partition", "resolved_ts", "stuck", "behind_seconds"],
     )  # fmt: skip
-    stuck = partitions[partitions["stuck"]]
+    # As booleans: with no partitions (a changefeed without watermarks) the column is empty and
+    # of no type, and indexing by it would select columns instead of rows.
+    stuck = partitions[partitions["stuck"].astype(bool)]
     outcomes += ctx.validator.run(
         partitions,
         [
