@@ -13,11 +13,16 @@ import re
 _PLAIN = re.compile(r"[\w$]+")
 
 
+def backticked(name: str) -> str:
+    """``name`` as a MySQL quoted identifier: in backticks, a backtick in it doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def quoted_part(name: str) -> str:
     """One part of a qualified name: as it is when plain, else in backticks."""
     if _PLAIN.fullmatch(name) and not name.isdigit():
         return name
-    return "`" + name.replace("`", "``") + "`"
+    return backticked(name)
 
 
 def qualified_name(schema: str, table: str) -> str:

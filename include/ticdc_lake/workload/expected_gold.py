@@ -33,7 +33,8 @@ from ticdc_lake.names import qualified_name, split_name
 from ticdc_lake.workload.expected import ExpectedLog
 from ticdc_lake.workload.generator import Workload
 
-_ADDED = re.compile(r"(?:ADD COLUMN|CHANGE COLUMN `[^`]+`) `([^`]+)` (.+?) (?:NOT )?NULL$")
+_NAME = r"`((?:[^`]|``)+)`"  # a quoted identifier (a backtick in it doubled)
+_ADDED = re.compile(rf"(?:ADD COLUMN|CHANGE COLUMN {_NAME}) {_NAME} (.+?) (?:NOT )?NULL$")
 # Differences listed per table before the rest are only counted.
 MAX_DIFFERENCES = 3
 
@@ -50,7 +51,7 @@ def column_types(
     for table, query in ddl:
         match = _ADDED.search(query)
         if match:
-            types[table][match.group(1)] = match.group(2)
+            types[table][match.group(2).replace("``", "`")] = match.group(3)
     return types
 
 

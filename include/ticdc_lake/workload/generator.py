@@ -16,12 +16,14 @@ What TiDB and TiCDC would produce, before any Kafka dispatch:
 The expected contents of every table at each resolved TS are recorded as the workload is built
 (`Workload.expected`).
 
-Two profiles (`PROFILES`): ``ddl-heavy`` is the edge-case workload the tests are built on (small,
-churned tables whose values are every type's extremes, a DDL per ~200 transactions, TRUNCATEs,
-re-inserted keys); ``realistic`` is what a production changefeed looks like (the shop tables of
-shop.py growing by sequential keys, mostly inserts and updates of recent keys, some deletes, a
-few ALTERs, plausible values). ``iter_workload`` hands the events to a callback as they are made,
-so a long workload can be written out without holding it (output.stream_generated).
+Three profiles (`PROFILES`): ``ddl-heavy`` is the edge-case workload the tests are built on
+(small, churned tables whose values are every type's extremes, a DDL per ~200 transactions,
+TRUNCATEs, re-inserted keys); ``hostile-names`` is the same under names that break naive code
+(tables.hostile_tables); ``realistic`` is what a production changefeed looks like (the shop
+tables of shop.py growing by sequential keys, mostly inserts and updates of recent keys, some
+deletes, a few ALTERs, plausible values). ``iter_workload`` hands the events to a callback as
+they are made, so a long workload can be written out without holding it
+(output.stream_generated).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ticdc_lake import mysql
-from ticdc_lake.cases import COLUMN_TYPES, ColumnType, integer_range, random_value
+from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, ColumnType, integer_range, random_value
 from ticdc_lake.events import (
     DELETE,
     INSERT,
@@ -46,6 +48,7 @@ from ticdc_lake.events import (
     RowEvent,
 )
 from ticdc_lake.gc_pause import gc_paused
+from ticdc_lake.names import backticked
 from ticdc_lake.workload.expected import ExpectedLog, SnapshotRecorder
 from ticdc_lake.workload.shop import (
     ADDED_COLUMNS,
@@ -56,7 +59,7 @@ from ticdc_lake.workload.shop import (
     shop_tables,
     tenant_tables,
 )
-from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables
+from ticdc_lake.workload.tables import ColumnDef, TableDef, canonical_tables, hostile_tables
 
 START_PHYSICAL_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z: fixed, so outputs are reproducible
 _ROWS_PER_TRANSACTION = ((1, 2, 3, 4, 6, 10, 20), (34, 20, 15, 10, 10, 8, 3))
@@ -67,12 +70,12 @@ _KEY_WORDS = ("acct", "客户", "ünï", "🎉party", "o'brien", "tab\tkey")
 _ORDER = {DELETE: 0, UPDATE: 1, INSERT: 2}
 _POOL_SIZE = 512
 NO_TOPIC = ""  # logical events have no Kafka coordinates until they are dispatched
-DDL_HEAVY, REALISTIC = "ddl-heavy", "realistic"
+DDL_HEAVY, REALISTIC, HOSTILE_NAMES = "ddl-heavy", "realistic", "hostile-names"
 # ddl-heavy adds two columns for each it drops: past this width its random DDLs drop instead, so
 # a long run's rows stop growing (at 1M row events no table reaches it: the widest has 74).
 WIDEST_TABLE = 80
 MAX_TENANTS = 1000  # 6,000 tables: bounded, as every count a user gives
-PROFILES = (REALISTIC, DDL_HEAVY)
+PROFILES = (REALISTIC, DDL_HEAVY, HOSTILE_NAMES)
 DEFAULT_PROFILE = REALISTIC  # what users get from generate, demo and the benchmarks
 REPLAYED_SHARE = 0.01  # realistic: ~1% of row events are sent twice (at-least-once delivery)
 
@@ -92,7 +95,10 @@ class Profile:
 _PROFILES = {
     DDL_HEAVY: Profile(DDL_HEAVY, canonical_tables, _OP_CUMULATIVE, 5000, 0.0, (2, 6)),
     REALISTIC: Profile(REALISTIC, shop_tables, (52, 90, 92, 100), None, 0.85, (10, 40)),
+    HOSTILE_NAMES: Profile(HOSTILE_NAMES, hostile_tables, _OP_CUMULATIVE, 5000, 0.0, (2, 6)),
 }
+# The hostile-names profile's CHANGE COLUMN: a name with a backtick renamed to another.
+HOSTILE_CHANGED_COLUMN = ("a`b", ColumnDef("x`y", BY_NAME["c_text"], nullable=False))
 
 
 def profile_named(name: str, tenants: int = 1) -> Profile:
@@ -113,7 +119,7 @@ def profile_named(name: str, tenants: int = 1) -> Profile:
 def default_replays(profile: str, transactions: int) -> int:
     """How many replayed stretches (of ~20 events) a workload gets: 3 in the edge-case profile;
     ~1% of the row events in the realistic one."""
-    if profile == DDL_HEAVY:
+    if profile != REALISTIC:
         return 3
     return max(3, round(transactions * 4 * REPLAYED_SHARE / 20))
 
@@ -377,7 +383,7 @@ class _Generator:
         self.added_columns = 0
         self.next_table_id = 1000
         self.milestones = self._milestones(transactions) if ddl else {}
-        self.random_ddl = ddl and profile.name == DDL_HEAVY
+        self.random_ddl = ddl and profile.name != REALISTIC
         self.last_event: Event | None = None
 
     # --- time ---------------------------------------------------------------------------------
@@ -599,13 +605,17 @@ class _Generator:
                 0.85: (generator._drop_column, ("shop.orders", "note")),
             }
         else:
+            # The edge-case profiles' first four tables: the canonical ones, in their roles.
+            numbers, strings, times, orders = self.names[:4]
             plan = {
-                0.25: (generator._add_column, ("shop.numbers",)),
-                0.4: (generator._add_column, ("shop.strings",)),
-                0.5: (generator._truncate, ("shop.orders",)),
-                0.6: (generator._drop_column, ("shop.times", "c_datetime")),
-                0.8: (generator._drop_column, ("shop.numbers", None)),
+                0.25: (generator._add_column, (numbers,)),
+                0.4: (generator._add_column, (strings,)),
+                0.5: (generator._truncate, (orders,)),
+                0.6: (generator._drop_column, (times, "c_datetime")),
+                0.8: (generator._drop_column, (numbers, None)),
             }
+            if self.profile.name == HOSTILE_NAMES:
+                plan[0.7] = (generator._change_column, (orders, *HOSTILE_CHANGED_COLUMN))
         return {int(transactions * fraction): step for fraction, step in plan.items()}
 
     def _random_ddl(self) -> None:
@@ -646,7 +656,7 @@ class _Generator:
         state.rows = state.rows.reshaped(state.columns)
         self._ddl(
             state.table,
-            f"ALTER TABLE {state.table.quoted} DROP COLUMN `{column_name}`",
+            f"ALTER TABLE {state.table.quoted} DROP COLUMN {backticked(column_name)}",
             mysql.ACTION_DROP_COLUMN,
         )
 
@@ -660,7 +670,7 @@ class _Generator:
         changed = state.table.by_name[column.name]
         self._ddl(
             state.table,
-            f"ALTER TABLE {state.table.quoted} CHANGE COLUMN `{old}` {changed.sql()}",
+            f"ALTER TABLE {state.table.quoted} CHANGE COLUMN {backticked(old)} {changed.sql()}",
             mysql.ACTION_MODIFY_COLUMN,
         )
 

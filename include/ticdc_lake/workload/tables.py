@@ -8,12 +8,13 @@ rows carry their physical partition id.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field, replace
 
 from ticdc_lake import mysql
 from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, ColumnType
 from ticdc_lake.events import Column
-from ticdc_lake.names import qualified_name
+from ticdc_lake.names import backticked, qualified_name
 
 SCHEMA = "shop"
 PRIMARY = "primary"
@@ -45,7 +46,9 @@ class ColumnDef:
         return Column(self.column_type.type_code, self.flags, value, self.column_type.mysql_type)
 
     def sql(self) -> str:
-        return f"`{self.name}` {self.mysql_type} {'NULL' if self.nullable else 'NOT NULL'}"
+        return (
+            f"{backticked(self.name)} {self.mysql_type} {'NULL' if self.nullable else 'NOT NULL'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class TableDef:
 
     @property
     def quoted(self) -> str:
-        return f"`{self.schema}`.`{self.name}`"
+        return f"{backticked(self.schema)}.{backticked(self.name)}"
 
     @classmethod
     def build(
@@ -122,14 +125,15 @@ class TableDef:
 
     def create_sql(self) -> str:
         parts = [column.sql() for column in self.columns]
-        key_list = ", ".join(f"`{name}`" for name in self.handle)
+        key_list = ", ".join(map(backticked, self.handle))
         if self.key_kind == PRIMARY:
             parts.append(f"PRIMARY KEY ({key_list})")
         else:
-            parts.append(f"UNIQUE KEY `uk_{'_'.join(self.handle)}` ({key_list})")
+            parts.append(f"UNIQUE KEY {backticked('uk_' + '_'.join(self.handle))} ({key_list})")
         text = f"CREATE TABLE {self.quoted} ({', '.join(parts)})"
         if self.partition_ids:
-            text += f" PARTITION BY HASH (`{self.handle[0]}`) PARTITIONS {len(self.partition_ids)}"
+            partitions = len(self.partition_ids)
+            text += f" PARTITION BY HASH ({backticked(self.handle[0])}) PARTITIONS {partitions}"
         return text
 
     def describe(self) -> dict:
@@ -239,3 +243,54 @@ def canonical_tables() -> tuple[TableDef, ...]:
     missing = {t.name for t in COLUMN_TYPES} - covered
     assert not missing, f"canonical tables miss column types {missing}"
     return tables
+
+
+# The hostile-names profile: a schema that is an absolute path (tests check nothing is written
+# there), and names a lake must not take for paths or column references.
+ABSOLUTE_SCHEMA = "/tmp/ticdc-lake-hostile-names"
+HOSTILE_COLUMNS = {  # canonical name -> hostile name, in the tables that have them
+    "id": "select",
+    "customer": "a`b",
+    "amount": "a.b",
+    "status": "a b",
+    "created_at": "é",
+    "order_id": "a.b",
+    "line_no": "a`b",
+}
+
+
+def hostile_tables() -> tuple[TableDef, ...]:
+    """The canonical tables, first four in the same roles, under names that break naive code:
+    paths (absolute, ``..`` onto the lake's own tables), names that differ only in case, in a
+    dot against a slash, in Unicode normalisation, and control characters; and columns named
+    with a backtick, a dot, a space, a keyword and a non-ASCII letter, in keys and out."""
+    numbers, strings, times, orders, accounts, order_items = canonical_tables()
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    renamed = [
+        (numbers, ABSOLUTE_SCHEMA, "numbers", 0),
+        (strings, "../quality", "results", 0),
+        (times, "../silver", "watermarks", 0),
+        (_hostile_columns(orders), "Shop", "Orders", 0),
+        (accounts, "shop", "orders", 0),
+        (_hostile_columns(order_items), "a.b", "t", 0),
+        (_hostile_columns(order_items), "a/b", "t", 200),
+        (accounts, nfc, "t", 210),
+        (accounts, nfd, "t", 220),
+        (accounts, "shop", "\x1b[2J\x1b[HEvery check passed\r", 230),
+    ]
+    return tuple(_moved(*entry) for entry in renamed)
+
+
+def _moved(table: TableDef, schema: str, name: str, table_id: int) -> TableDef:
+    """``table`` as ``schema``.``name``, with a new table id (and partition ids) unless 0."""
+    shift = table_id - table.table_id if table_id else 0
+    partition_ids = tuple(p + shift for p in table.partition_ids)
+    return replace(table, schema=schema, name=name, table_id=table.table_id + shift,
+                   partition_ids=partition_ids)  # fmt: skip
+
+
+def _hostile_columns(table: TableDef) -> TableDef:
+    for old, new in HOSTILE_COLUMNS.items():
+        if old in table.by_name:
+            table = table.rename_column(old, new)
+    return table
