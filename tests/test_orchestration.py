@@ -9,6 +9,7 @@ import sys
 import pytest
 from ticdc_lake.orchestration import (
     STAGES,
+    TSO_MAX,
     BackfillParamError,
     check_range,
     discover_configs,
@@ -70,6 +71,35 @@ def test_parse_ts_takes_a_tso_or_a_zoned_time(text):
 def test_parse_ts_says_what_is_wrong(text, message):
     with pytest.raises(BackfillParamError, match=message):
         parse_ts(text, "start_ts")
+
+
+@pytest.mark.parametrize("end", [False, True], ids=["start", "end"])
+@pytest.mark.parametrize(
+    "text",
+    ["9999-12-31T23:59:59.999+00:00", "9999-12-31T23:00:00-05:00", "3084-12-12T12:41:28.832Z",
+     "5000-01-01T00:00:00+14:00"],
+)  # fmt: skip
+def test_a_time_past_the_last_tso_is_refused_not_overflowed(text, end):
+    """A TSO is kept as a signed 64-bit number: its last millisecond is in 3084. A later time,
+    up to datetime's own end (where adding a millisecond or a zone overflowed), is refused
+    with the reason, as the DAG's plan task and spark_jobs/backfill.py (exit 2) report it."""
+    with pytest.raises(BackfillParamError, match=r"is after 3084-12-12T12:41:28\.831\+00:00, the "):
+        parse_ts(text, "end_ts", end=end)
+
+
+def test_the_last_millisecond_a_tso_can_hold_is_accepted():
+    last = "3084-12-12T12:41:28.831+00:00"
+    assert parse_ts(last, "end_ts", end=True) == TSO_MAX
+    assert parse_ts(last, "start_ts") == TSO_MAX - (1 << 18) + 1
+    assert parse_ts("1970-01-01T00:00:00Z", "start_ts") == 0
+    with pytest.raises(BackfillParamError, match="before 1970"):
+        parse_ts("0001-01-01T00:30:00+01:00", "start_ts")  # converting it to UTC overflowed
+
+
+def test_a_tso_of_thousands_of_digits_is_larger_than_any():
+    with pytest.raises(BackfillParamError, match=r"start_ts: 1{20}\.\.\.\(5000 digits\) is larger"):
+        parse_ts("1" * 5000, "start_ts")
+    assert parse_ts("0" * 5000 + "7", "start_ts") == 7
 
 
 def test_an_end_time_takes_its_whole_millisecond():

@@ -129,14 +129,21 @@ class BackfillParamError(ValueError):
 # --- TSO <-> time ---------------------------------------------------------------------------
 
 
+def unix_millis(moment: dt.datetime) -> int:
+    """A zoned moment's unix time in whole milliseconds (rounded down). By the calendar and
+    integers, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose difference is
+    no timedelta, and a time near year 1 or 9999 with a zone would overflow a conversion."""
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone")
+    wall = calendar.timegm(moment.timetuple())  # its own fields, as if they were UTC
+    micros = wall * 1_000_000 + moment.microsecond - offset // dt.timedelta(microseconds=1)
+    return micros // 1000
+
+
 def tso_of(moment: dt.datetime) -> int:
     """The first TSO of a moment's millisecond (TSO = unix ms << 18)."""
-    if moment.tzinfo is None:
-        raise ValueError(f"{moment.isoformat()} has no time zone")
-    # By the calendar, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose
-    # difference is no timedelta.
-    millis = calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
-    return millis << TSO_LOGICAL_BITS
+    return unix_millis(moment) << TSO_LOGICAL_BITS
 
 
 def moment_of(tso: int) -> dt.datetime:
@@ -156,11 +163,12 @@ def parse_ts(text: object, name: str, *, end: bool = False) -> int:
     TSO, or with ``end`` (a range's inclusive end) its last. ``name`` (the parameter) goes into
     the message when the text is neither."""
     value = str(text).strip() if text is not None else ""
-    if re.fullmatch(r"\d+", value):
-        tso = int(value)
-        if tso > TSO_MAX:
-            raise BackfillParamError(f"{name}: {value} is larger than any TSO (at most {TSO_MAX})")
-        return tso
+    if re.fullmatch(r"[0-9]+", value):
+        digits = value.lstrip("0") or "0"  # int() refuses text of thousands of digits
+        if len(digits) > len(str(TSO_MAX)) or int(digits) > TSO_MAX:
+            shown = value if len(value) <= 40 else f"{value[:20]}...({len(value)} digits)"
+            raise BackfillParamError(f"{name}: {shown} is larger than any TSO (at most {TSO_MAX})")
+        return int(digits)
     try:
         moment = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -170,16 +178,21 @@ def parse_ts(text: object, name: str, *, end: bool = False) -> int:
             f"{name}: {value!r} is neither a TSO (a whole number such as 462873715384320000) "
             "nor an ISO-8601 time with a zone (such as 2026-01-02T03:00:00+00:00)"
         )
-    if moment.tzinfo is None:
+    if moment.utcoffset() is None:
         raise BackfillParamError(
             f"{name}: {value!r} has no time zone; add one (such as +00:00 or Z): TiDB's "
             "timestamps are absolute"
         )
-    if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
+    millis = unix_millis(moment)
+    if millis < 0:
         raise BackfillParamError(f"{name}: {value!r} is before 1970, before any TSO")
-    if end:
-        return tso_of(moment + dt.timedelta(milliseconds=1)) - 1
-    return tso_of(moment)
+    if millis > TSO_MAX >> TSO_LOGICAL_BITS:
+        raise BackfillParamError(
+            f"{name}: {value!r} is after {moment_of(TSO_MAX).isoformat(timespec='milliseconds')}, "
+            f"the last time a TSO can hold (at most {TSO_MAX}); give a time before it"
+        )
+    first = millis << TSO_LOGICAL_BITS
+    return first + (1 << TSO_LOGICAL_BITS) - 1 if end else first
 
 
 def interval_range(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
