@@ -11,6 +11,7 @@ from ticdc_lake.orchestration import (
     STAGES,
     TSO_MAX,
     BackfillParamError,
+    ConfigNamesCollide,
     check_range,
     discover_configs,
     interval_range,
@@ -171,3 +172,21 @@ def test_discovery_of_a_file_the_variable_or_a_folder(tmp_path):
     (folder / "billing eu.yml").touch()
     ids = [s.backfill_dag_id for s in discover_configs({"TICDC_LAKE_CONFIGS": str(folder)})]
     assert ids == ["ticdc_lake_backfill__billing_eu", "ticdc_lake_backfill__orders"]
+
+
+@pytest.mark.parametrize(
+    ("names", "shared"),
+    [(("prod.yaml", "prod.yml"), "ticdc_lake__prod"),
+     (("team a.yaml", "team_a.yaml"), "ticdc_lake__team_a"),
+     (("t_am.yml", "téam.yaml"), "ticdc_lake__t_am")],
+)  # fmt: skip
+def test_configs_whose_names_give_one_dag_id_are_refused_naming_both(tmp_path, names, shared):
+    """One pipeline would replace the other silently: the DAG files fail to import instead."""
+    for name in (*names, "orders.yaml"):
+        (tmp_path / name).touch()
+    with pytest.raises(ConfigNamesCollide) as refused:
+        discover_configs({"TICDC_LAKE_CONFIGS": str(tmp_path)})
+    message = str(refused.value)
+    assert f"{names[0]!r} and {names[1]!r} both give the DAG ids {shared} and " in message
+    assert shared.replace("ticdc_lake", "ticdc_lake_backfill") in message
+    assert "orders" not in message and str(tmp_path) in message

@@ -126,6 +126,10 @@ class BackfillParamError(ValueError):
     """A backfill's parameters cannot be used; the message says which and what to give."""
 
 
+class ConfigNamesCollide(ValueError):
+    """Two config files of the folder would give the same DAG ids; the message names both."""
+
+
 # --- TSO <-> time ---------------------------------------------------------------------------
 
 
@@ -283,9 +287,12 @@ def configs_setting(environ: Mapping[str, str]) -> str | None:
 def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineSource]:
     """The pipeline configs to schedule, found by name only (no file is opened).
 
-    A folder gives one DAG pair per *.yaml/*.yml in it (ids suffixed with the file's stem); a
-    file gives ``ticdc_lake`` and ``ticdc_lake_backfill``; nothing configured gives the demo
-    sample. A folder that holds no config gives no DAGs.
+    A folder gives one DAG pair per *.yaml/*.yml in it (ids suffixed with the file's stem, each
+    character a DAG id cannot hold made ``_``); a file gives ``ticdc_lake`` and
+    ``ticdc_lake_backfill``; nothing configured gives the demo sample. A folder that holds no
+    config gives no DAGs. Files whose stems give the same ids (``prod.yaml`` and ``prod.yml``,
+    ``team a.yaml`` and ``team_a.yaml``) raise ConfigNamesCollide naming them: one pipeline
+    would silently replace the other, so the DAG files fail to import instead.
     """
     environ = os.environ if environ is None else environ
     setting = configs_setting(environ)
@@ -299,7 +306,27 @@ def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineS
     )
     if len(files) == 1:
         return [PipelineSource(files[0], "")]
-    return [PipelineSource(file, _dag_suffix(file.stem)) for file in files]
+    sources = [PipelineSource(file, _dag_suffix(file.stem)) for file in files]
+    _refuse_shared_dag_ids(sources, path)
+    return sources
+
+
+def _refuse_shared_dag_ids(sources: list[PipelineSource], folder: Path) -> None:
+    by_id: dict[str, list[PipelineSource]] = {}
+    for source in sources:
+        by_id.setdefault(source.pipeline_dag_id, []).append(source)
+    clashes = [
+        f"{' and '.join(repr(s.config.name) for s in same)} both give the DAG ids "
+        f"{same[0].pipeline_dag_id} and {same[0].backfill_dag_id}"
+        for same in by_id.values()
+        if len(same) > 1
+    ]
+    if clashes:
+        raise ConfigNamesCollide(
+            f"pipeline configs in {folder}: {'; '.join(clashes)}; rename one of each so that "
+            "their names differ in letters, digits, '_', '.' or '-' (a DAG id takes no other "
+            "character)"
+        )
 
 
 def _dag_suffix(stem: str) -> str:

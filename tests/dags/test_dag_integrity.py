@@ -126,6 +126,20 @@ def test_a_folder_of_configs_gives_a_dag_pair_each(tmp_path):
     assert "prepare_demo" not in report["dags"]["ticdc_lake__orders"]["tasks"]
 
 
+def test_configs_sharing_a_dag_id_fail_parsing_naming_both_files(tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for name in ("prod.yaml", "prod.yml", "team a.yaml", "team_a.yaml", "orders.yaml"):
+        (folder / name).write_text("version: 1\n")
+    report = parse_dags(tmp_path, TICDC_LAKE_CONFIGS=str(folder))
+    assert set(report["errors"]) == {"ticdc_lake.py", "ticdc_lake_backfill.py"}
+    for error in report["errors"].values():
+        assert error.startswith("ConfigNamesCollide: ")
+        assert "'prod.yaml' and 'prod.yml' both give the DAG ids ticdc_lake__prod" in error
+        assert "'team a.yaml' and 'team_a.yaml' both give" in error
+    assert report["dags"] == {} and report["refused"] == {}
+
+
 def test_the_guard_catches_a_dag_file_that_reads_a_file(tmp_path):
     folder = tmp_path / "dags"
     folder.mkdir()
