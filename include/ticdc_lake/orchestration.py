@@ -3,6 +3,7 @@ backfill range check, and where the pipeline configs are.
 
     discover_configs(environ) -> list[PipelineSource]   # names only: no file is opened
     parse_ts(text, name) -> int                          # a TSO number or an ISO-8601 time
+    parse_tables(text) -> list[str]                      # --tables of spark_jobs/backfill.py
     tso_of(moment) / moment_of(tso)                      # TSO = unix ms << 18
     check_range(start_ts, end_ts, watermark) -> None     # BackfillParamError says what to fix
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -197,6 +199,23 @@ def parse_ts(text: object, name: str, *, end: bool = False) -> int:
         )
     first = millis << TSO_LOGICAL_BITS
     return first + (1 << TSO_LOGICAL_BITS) - 1 if end else first
+
+
+def parse_tables(text: str) -> list[str]:
+    """The gold tables a backfill job is given: a JSON list of ``schema.table`` names, so that a
+    name holding a comma (a quoted identifier may) stays one name. Blank names are left out,
+    as ``plan_backfill`` leaves them out; an empty list means every table."""
+    try:
+        tables = json.loads(text)
+    except ValueError:
+        tables = None
+    if not isinstance(tables, list) or not all(isinstance(name, str) for name in tables):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise BackfillParamError(
+            f'tables: expected a JSON list of schema.table names such as ["shop.orders"] '
+            f"([] for every table), got {shown!r}"
+        )
+    return [name for name in tables if name.strip()]
 
 
 def interval_range(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
