@@ -20,7 +20,7 @@ from airflow.api_fastapi.core_api.security import requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
-from ticdc_lake.orchestration import ConfigNamesCollide
+from ticdc_lake.orchestration import ConfigNameCollisionError
 
 PREFIX = "/ticdc-lake"
 DEFAULT = "default"
@@ -28,7 +28,7 @@ DEFAULT = "default"
 
 def discovered_lakes() -> dict[str, tuple[Path, set[str]]]:
     """Lake name → (its config file, the DAG ids that run it): the configs the DAGs use
-    (ConfigNamesCollide when two of them would share DAG ids)."""
+    (ConfigNameCollisionError when two of them would share DAG ids)."""
     from ticdc_lake.orchestration import discover_configs
 
     return {
@@ -64,8 +64,8 @@ def quality_app(lakes: Callable[[], dict[str, tuple[Path, set[str]]]] = discover
     """The app; ``lakes`` finds the configs on each request (a new config needs no restart)."""
     app = FastAPI(title="TiCDC lake data quality", dependencies=[Depends(requires_authenticated())])
 
-    @app.exception_handler(ConfigNamesCollide)
-    def configs_collide(request: Request, error: ConfigNamesCollide) -> HTMLResponse:
+    @app.exception_handler(ConfigNameCollisionError)
+    def configs_collide(request: Request, error: ConfigNameCollisionError) -> HTMLResponse:
         """Configs the DAGs refuse to schedule (their DAG files fail to import): say why, as
         the import errors do, rather than list some of them."""
         return HTMLResponse(_message(f"The pipeline configs cannot be scheduled: {error}"), 500)

@@ -11,7 +11,7 @@ from ticdc_lake.orchestration import (
     STAGES,
     TSO_MAX,
     BackfillParamError,
-    ConfigNamesCollide,
+    ConfigNameCollisionError,
     check_range,
     discover_configs,
     interval_range,
@@ -184,7 +184,7 @@ def test_configs_whose_names_give_one_dag_id_are_refused_naming_both(tmp_path, n
     """One pipeline would replace the other silently: the DAG files fail to import instead."""
     for name in (*names, "orders.yaml"):
         (tmp_path / name).touch()
-    with pytest.raises(ConfigNamesCollide) as refused:
+    with pytest.raises(ConfigNameCollisionError) as refused:
         discover_configs({"TICDC_LAKE_CONFIGS": str(tmp_path)})
     message = str(refused.value)
     assert f"{names[0]!r} and {names[1]!r} both give the DAG ids {shared} and " in message

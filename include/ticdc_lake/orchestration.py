@@ -128,7 +128,7 @@ class BackfillParamError(ValueError):
     """A backfill's parameters cannot be used; the message says which and what to give."""
 
 
-class ConfigNamesCollide(ValueError):
+class ConfigNameCollisionError(ValueError):
     """Two config files of the folder would give the same DAG ids; the message names both."""
 
 
@@ -310,7 +310,7 @@ def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineS
     character a DAG id cannot hold made ``_``); a file gives ``ticdc_lake`` and
     ``ticdc_lake_backfill``; nothing configured gives the demo sample. A folder that holds no
     config gives no DAGs. Files whose stems give the same ids (``prod.yaml`` and ``prod.yml``,
-    ``team a.yaml`` and ``team_a.yaml``) raise ConfigNamesCollide naming them: one pipeline
+    ``team a.yaml`` and ``team_a.yaml``) raise ConfigNameCollisionError naming them: one pipeline
     would silently replace the other, so the DAG files fail to import instead.
     """
     environ = os.environ if environ is None else environ
@@ -335,13 +335,14 @@ def _refuse_shared_dag_ids(sources: list[PipelineSource], folder: Path) -> None:
     for source in sources:
         by_id.setdefault(source.pipeline_dag_id, []).append(source)
     clashes = [
-        f"{' and '.join(repr(s.config.name) for s in same)} both give the DAG ids "
+        f"{' and '.join(repr(s.config.name) for s in same)} {'both' if len(same) == 2 else 'all'} "
+        f"give the DAG ids "
         f"{same[0].pipeline_dag_id} and {same[0].backfill_dag_id}"
         for same in by_id.values()
         if len(same) > 1
     ]
     if clashes:
-        raise ConfigNamesCollide(
+        raise ConfigNameCollisionError(
             f"pipeline configs in {folder}: {'; '.join(clashes)}; rename one of each so that "
             "their names differ in letters, digits, '_', '.' or '-' (a DAG id takes no other "
             "character)"

@@ -134,7 +134,7 @@ def test_configs_sharing_a_dag_id_fail_parsing_naming_both_files(tmp_path):
     report = parse_dags(tmp_path, TICDC_LAKE_CONFIGS=str(folder))
     assert set(report["errors"]) == {"ticdc_lake.py", "ticdc_lake_backfill.py"}
     for error in report["errors"].values():
-        assert error.startswith("ConfigNamesCollide: ")
+        assert error.startswith("ConfigNameCollisionError: ")
         assert "'prod.yaml' and 'prod.yml' both give the DAG ids ticdc_lake__prod" in error
         assert "'team a.yaml' and 'team_a.yaml' both give" in error
     assert report["dags"] == {} and report["refused"] == {}
