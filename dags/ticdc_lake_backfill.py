@@ -143,8 +143,8 @@ def backfill_dag(source: PipelineSource) -> DAG:
                 "{{ ti.xcom_pull(task_ids='plan')['start_ts'] }}",
                 "--end-ts",
                 "{{ ti.xcom_pull(task_ids='plan')['end_ts'] }}",
-                "--tables",
-                "{{ ti.xcom_pull(task_ids='plan')['tables'] | join(',') }}",
+                "--tables",  # JSON: a table's name may hold a comma
+                "{{ ti.xcom_pull(task_ids='plan')['tables'] | tojson }}",
             ],
             dags_file=__file__,
         )

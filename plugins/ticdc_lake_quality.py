@@ -18,15 +18,17 @@ from typing import Any, ClassVar
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
+from ticdc_lake.orchestration import ConfigNameCollisionError
 
 PREFIX = "/ticdc-lake"
 DEFAULT = "default"
 
 
 def discovered_lakes() -> dict[str, tuple[Path, set[str]]]:
-    """Lake name → (its config file, the DAG ids that run it): the configs the DAGs use."""
+    """Lake name → (its config file, the DAG ids that run it): the configs the DAGs use
+    (ConfigNameCollisionError when two of them would share DAG ids)."""
     from ticdc_lake.orchestration import discover_configs
 
     return {
@@ -61,6 +63,12 @@ def _message(text: str) -> str:
 def quality_app(lakes: Callable[[], dict[str, tuple[Path, set[str]]]] = discovered_lakes):
     """The app; ``lakes`` finds the configs on each request (a new config needs no restart)."""
     app = FastAPI(title="TiCDC lake data quality", dependencies=[Depends(requires_authenticated())])
+
+    @app.exception_handler(ConfigNameCollisionError)
+    def configs_collide(request: Request, error: ConfigNameCollisionError) -> HTMLResponse:
+        """Configs the DAGs refuse to schedule (their DAG files fail to import): say why, as
+        the import errors do, rather than list some of them."""
+        return HTMLResponse(_message(f"The pipeline configs cannot be scheduled: {error}"), 500)
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:

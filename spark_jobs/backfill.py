@@ -1,11 +1,12 @@
 """spark-submit entry point of a backfill by TS range (ticdc_lake.backfill).
 
     spark-submit spark_jobs/backfill.py --config pipeline.yaml --start-ts TS --end-ts TS
-        [--tables schema.table,...] [--dry-run]
+        [--tables '["schema.table", ...]'] [--dry-run]
 
 TS: a TSO or an ISO-8601 time with a zone. Re-derives silver for the bronze batches touching
 the range and rebuilds the touched changefeeds' gold to the watermark; a backfill that already
-ran on an unchanged lake writes nothing. Prints the result as one JSON object; a bad range or
+ran on an unchanged lake writes nothing. ``--tables`` is a JSON list (a table's name may hold a
+comma); ``[]`` or left out: every table. Prints the result as one JSON object; a bad range or
 table exits 2 with the reason.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from ticdc_lake.orchestration import BackfillParamError, parse_ts
+from ticdc_lake.orchestration import BackfillParamError, parse_tables, parse_ts
 from ticdc_lake.pipeline import job_main, job_parser
 from ticdc_lake.process_exit import exit_now
 
@@ -22,15 +23,17 @@ def parse_args(argv: list[str] | None):
     parser = job_parser(__doc__)
     parser.add_argument("--start-ts", required=True, help="TSO or ISO-8601 time with zone")
     parser.add_argument("--end-ts", required=True, help="TSO or ISO-8601 time (inclusive)")
-    parser.add_argument("--tables", default="", help="comma-separated schema.table (default all)")
+    parser.add_argument(
+        "--tables", default="[]", help="JSON list of schema.table names (default [], all)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="say what would be done, only")
     args = parser.parse_args(argv)
     try:
         args.start_ts = parse_ts(args.start_ts, "start_ts")
         args.end_ts = parse_ts(args.end_ts, "end_ts", end=True)
+        args.tables = parse_tables(args.tables)
     except BackfillParamError as exc:
         parser.error(str(exc))
-    args.tables = [name for name in args.tables.split(",") if name.strip()]
     return args
 
 

@@ -353,6 +353,22 @@ def test_run_takes_stages_in_any_order_and_prints_json(demo, spark, capsys):
     assert "sample-craft: watermark stage not run\n      gold: watermark at TS " in text
 
 
+class NoSpark:
+    def __getattr__(self, name):
+        raise AssertionError(f"a stage ran (spark.{name})")
+
+
+@pytest.mark.parametrize("stages", ["", " ", ",", " , "])
+def test_run_refuses_a_stage_list_naming_no_stage(tmp_path, capsys, stages):
+    """`--stages ''` (a script's unset variable) is a mistake, not "every stage"."""
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("topics: {t: {protocol: craft, partitions: 1}}\n")
+    argv = ["run", "--config", str(config), "--stages", stages]
+    assert main(argv, spark=NoSpark()) == 2
+    assert "no stage named; the stages are land, decode" in capsys.readouterr().err
+    assert not (tmp_path / "lake").exists()
+
+
 def test_run_refuses_unknown_stages_and_changefeeds(demo, spark, capsys):
     out, *_ = demo
     config = str(out / "craft" / "pipeline.yaml")

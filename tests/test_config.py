@@ -17,6 +17,7 @@ from ticdc_lake.codecs import codec_settings
 from ticdc_lake.config import ChangefeedConfig, load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.limits import Limits
+from ticdc_lake.quality.settings import CHECKS, QualitySettings, default_policies
 from ticdc_lake.schema_registry import (
     DirectorySchemaSource,
     InMemorySchemaRegistry,
@@ -481,7 +482,7 @@ def assert_schema_error(path: Path, line: int, key: str, expected: str) -> str:
          7, "topics.orders.schema-registry.username", "text"),
         ("topics:\n  orders: {protocol: craft, partitions: 1}\n"
          "changefeeds:\n  cf:\n    topics: [orders]\n    watermarks: false\n    cutoff-ts: soon\n",
-         7, "changefeeds.cf.cutoff-ts", "a TSO (a whole number >= 0)"),
+         7, "changefeeds.cf.cutoff-ts", "a TSO (a whole number 0 to 9223372036854775807)"),
         ("topics:\n  orders: {protocol: craft, partitions: 1}\nlimits:\n  max-nesting-depth: 0\n",
          4, "limits.max-nesting-depth", "a whole number >= 1"),
         ("topics:\n  orders: {protocol: craft, partitions: 1}\nlimits:\n"
@@ -567,11 +568,75 @@ def test_limits_section(tmp_path):
                         "max-export-line-bytes")  # fmt: skip
 
 
-def test_quality_section_is_kept_as_given(tmp_path):
-    quality = {"checks": [{"table": "db.t", "expect": "not_null", "column": "id"}]}
-    config = load_config(write_config(tmp_path, {**MINIMAL, "quality": quality}))
-    assert config.quality == quality
-    assert load_config(write_config(tmp_path, MINIMAL)).quality == {}
+def test_the_quality_section_loads_as_the_checks_settings(tmp_path):
+    quality = {"policies": {"decode_rate": "warn", "commit_ts_plausible": "fail"},
+               "min-decode-rate": 1, "max-lag": "1.5d", "stuck-after": 90, "clock-skew": "2 m",
+               "sample-rows": 0, "clock": "kafka"}  # fmt: skip
+    settings = load_config(write_config(tmp_path, {**MINIMAL, "quality": quality})).quality
+    assert settings == QualitySettings(
+        policies=default_policies() | quality["policies"], min_decode_rate=1.0,
+        max_lag_seconds=36 * 3600, stuck_after_seconds=90, clock_skew_seconds=120,
+        sample_rows=0, clock="kafka",
+    )  # fmt: skip
+    assert load_config(write_config(tmp_path, MINIMAL)).quality == QualitySettings()
+    empty = {**MINIMAL, "quality": {"policies": None}}  # `policies:` with every line commented
+    assert load_config(write_config(tmp_path, empty)).quality == QualitySettings()
+
+
+QUALITY_MISTAKES = """\
+topics:
+  orders: {protocol: craft, partitions: 1}
+quality:
+  policies:
+    decode_rate: maybe
+    nope: fail
+  min-decode-rate: 1.5
+  max-lag: 2 weeks
+  stuck-after: -5
+  clock-skew: .inf
+  sample-rows: 1000
+  clock: sundial
+"""
+
+
+def test_every_quality_mistake_is_reported_at_load_with_its_line(tmp_path):
+    """Checked with the rest of the file, before any stage runs: not by the checks job after
+    land has committed (`clock-skew: .inf` passed and overflowed in the silver checks)."""
+    path = write_config(tmp_path, QUALITY_MISTAKES)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    duration = "a duration from 0 to 365d: seconds, or text such as 90s, 30m, 2h, 1d"
+    assert [line.removeprefix(f"{path.resolve()} ") for line in str(caught.value).splitlines()] == [
+        "line 5: quality.policies.decode_rate: expected one of fail, warn, quarantine, got 'maybe'",
+        f"line 6: quality.policies.nope: expected a check: one of {', '.join(CHECKS)}, got 'nope'",
+        "line 7: quality.min-decode-rate: expected a number from 0 to 1, got 1.5",
+        f"line 8: quality.max-lag: expected {duration}, got '2 weeks'",
+        f"line 9: quality.stuck-after: expected {duration}, got -5",
+        f"line 10: quality.clock-skew: expected {duration}, got inf",
+        "line 11: quality.sample-rows: expected a whole number from 0 to 100, got 1000",
+        "line 12: quality.clock: expected wall or kafka, got 'sundial'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("setting", "line", "expected"),
+    [
+        ("policies: {gold_mode: quarantine}", 4, "quality: policies.gold_mode: quarantine "
+         "applies to row checks only (commit_ts_plausible, op_allowed, handle_key_present)"),
+        ("checks: [{table: db.t}]", 4, "quality: unknown key(s) checks; expected some of clock, "
+         "clock-skew, max-lag"),
+        ("policies: [decode_rate]", 4, "quality.policies: expected a mapping"),
+        ("clock-skew: .nan", 4, "quality.clock-skew: expected a duration"),
+        ("max-lag: 366d", 4, "quality.max-lag: expected a duration from 0 to 365d"),
+        ("min-decode-rate: .nan", 4, "quality.min-decode-rate: expected a number from 0 to 1"),
+        ("sample-rows: true", 4, "quality.sample-rows: expected a whole number from 0 to 100"),
+    ],
+    ids=["quarantine", "unknown", "policies", "nan", "long", "rate", "rows"],
+)  # fmt: skip
+def test_a_quality_mistake_names_its_line(tmp_path, setting, line, expected):
+    text = f"topics:\n  orders: {{protocol: craft, partitions: 1}}\nquality:\n  {setting}\n"
+    path = write_config(tmp_path, text)
+    assert_config_error(path, f"{path.resolve()} line {line}: {expected}")
 
 
 def test_the_limits_reach_the_decoders(tmp_path):

@@ -1,6 +1,8 @@
 """docker-compose.yml, checked without a Docker engine (none runs here): the services and their
 commands, the image's versions against requirements.txt, volumes, ports, healthchecks, and that
-every command and project path the file names exists. What runs for real is tested elsewhere:
+every command and project path the file names exists, that no secret is written in it; and
+docker/airflow-init.sh run here with a fake `airflow` (the admin's password file it writes).
+What runs for real is tested elsewhere:
 the Airflow processes by tests/airflow/test_local_airflow.py, the Spark master and worker started
 the same way (pyspark's spark-class) by tests/test_spark_cluster.py.
 """
@@ -11,6 +13,9 @@ import json
 import os
 import re
 import shlex
+import stat
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -169,3 +174,95 @@ def test_every_airflow_command_named_exists(services):
             assert args[args.index("--job-type") + 1] in ARG_JOB_TYPE_FILTER.kwargs["choices"]
     for service in AIRFLOW_SERVICES.values():
         assert service in commands
+
+
+REQUIRED = {"AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_JWT_SECRET", "POSTGRES_PASSWORD"}
+
+
+def test_every_secret_is_required_from_the_environment(compose, services):
+    """No password is written in the file: compose refuses to start without each, and the
+    usage line at the top names them all."""
+    text = (REPO / "docker-compose.yml").read_text()
+    assert set(re.findall(r"\$\{(\w+):\?", text)) == REQUIRED
+    usage = next(line for line in text.splitlines() if "docker compose up" in line)
+    assert all(f"{name}=" in usage for name in REQUIRED), usage
+    assert "airflow:airflow" not in text
+    required = "${POSTGRES_PASSWORD:?"
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(required)
+    for name in ("airflow-init", *AIRFLOW_SERVICES):
+        env = services[name]["environment"]
+        # The password reaches libpq and asyncpg as PGPASSWORD, never inside the URL (where a
+        # '@', '/' or '%' in it would break the URL).
+        assert env["PGPASSWORD"].startswith(required), name
+        url = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        assert url == "postgresql+psycopg2://airflow@postgres/airflow", name
+    assert services["airflow-init"]["environment"]["AIRFLOW_ADMIN_PASSWORD"].startswith(
+        "${AIRFLOW_ADMIN_PASSWORD:?"
+    )
+
+
+def test_the_state_volume_is_the_airflow_users_alone(services):
+    """A new named volume takes its mount point's owner and mode from the image."""
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    before, made, _ = dockerfile.partition("\nRUN mkdir -p -m 0700 /opt/airflow/state\n")
+    assert made, "the image does not make the state volume's mount point"
+    assert re.findall(r"^USER (\S+)", before, re.MULTILINE)[-1] == "airflow"
+    assert mounts(services["airflow-init"])["/opt/airflow/state"] == "airflow-state"
+
+
+@pytest.fixture
+def init_script(tmp_path):
+    """airflow-init.sh runnable here: a fake `airflow` on PATH that logs its arguments, the
+    venv's python, and the passwords file in a state folder of the test's."""
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    log = tmp_path / "airflow.log"
+    fake = fakes / "airflow"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(log))}\n')
+    fake.chmod(0o755)
+    (fakes / "python").symlink_to(sys.executable)
+    passwords = tmp_path / "state" / "passwords.json"
+    base = {
+        "PATH": f"{fakes}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+
+    def run(**env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(REPO / "docker" / "airflow-init.sh")], env=base | env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    return run, passwords, log
+
+
+def test_airflow_init_rotates_the_admin_password_into_a_file_only_its_owner_reads(init_script):
+    run, passwords, log = init_script
+    first = run(AIRFLOW_ADMIN_PASSWORD="first-secret")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(passwords.read_text()) == {"admin": "first-secret"}
+    assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
+    assert log.read_text().splitlines() == [
+        "db migrate", "pools set ticdc_lake 1 one Spark job per lake at a time",
+    ]  # fmt: skip
+
+    # Changed after the first start (an earlier init left the file 0644, with another user's):
+    passwords.write_text(json.dumps({"admin": "first-secret", "alice": "hers"}))
+    passwords.chmod(0o644)
+    second = run(AIRFLOW_ADMIN_PASSWORD="second:secret@/%")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(passwords.read_text()) == {"admin": "second:secret@/%", "alice": "hers"}
+    assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
+    assert "admin's password set from AIRFLOW_ADMIN_PASSWORD" in second.stdout
+    assert "unchanged" in run(AIRFLOW_ADMIN_PASSWORD="second:secret@/%").stdout
+    assert [p.name for p in passwords.parent.iterdir()] == ["passwords.json"]  # no leftovers
+    for done in (first, second):
+        assert "secret" not in done.stdout + done.stderr
+
+
+def test_airflow_init_refuses_to_start_without_the_admin_password(init_script):
+    run, passwords, log = init_script
+    done = run()
+    assert done.returncode != 0
+    assert "AIRFLOW_ADMIN_PASSWORD: set AIRFLOW_ADMIN_PASSWORD" in done.stderr
+    assert not passwords.exists() and not log.exists()  # before touching the database

@@ -9,7 +9,9 @@ import sys
 import pytest
 from ticdc_lake.orchestration import (
     STAGES,
+    TSO_MAX,
     BackfillParamError,
+    ConfigNameCollisionError,
     check_range,
     discover_configs,
     interval_range,
@@ -70,6 +72,35 @@ def test_parse_ts_takes_a_tso_or_a_zoned_time(text):
 def test_parse_ts_says_what_is_wrong(text, message):
     with pytest.raises(BackfillParamError, match=message):
         parse_ts(text, "start_ts")
+
+
+@pytest.mark.parametrize("end", [False, True], ids=["start", "end"])
+@pytest.mark.parametrize(
+    "text",
+    ["9999-12-31T23:59:59.999+00:00", "9999-12-31T23:00:00-05:00", "3084-12-12T12:41:28.832Z",
+     "5000-01-01T00:00:00+14:00"],
+)  # fmt: skip
+def test_a_time_past_the_last_tso_is_refused_not_overflowed(text, end):
+    """A TSO is kept as a signed 64-bit number: its last millisecond is in 3084. A later time,
+    up to datetime's own end (where adding a millisecond or a zone overflowed), is refused
+    with the reason, as the DAG's plan task and spark_jobs/backfill.py (exit 2) report it."""
+    with pytest.raises(BackfillParamError, match=r"is after 3084-12-12T12:41:28\.831\+00:00, the "):
+        parse_ts(text, "end_ts", end=end)
+
+
+def test_the_last_millisecond_a_tso_can_hold_is_accepted():
+    last = "3084-12-12T12:41:28.831+00:00"
+    assert parse_ts(last, "end_ts", end=True) == TSO_MAX
+    assert parse_ts(last, "start_ts") == TSO_MAX - (1 << 18) + 1
+    assert parse_ts("1970-01-01T00:00:00Z", "start_ts") == 0
+    with pytest.raises(BackfillParamError, match="before 1970"):
+        parse_ts("0001-01-01T00:30:00+01:00", "start_ts")  # converting it to UTC overflowed
+
+
+def test_a_tso_of_thousands_of_digits_is_larger_than_any():
+    with pytest.raises(BackfillParamError, match=r"start_ts: 1{20}\.\.\.\(5000 digits\) is larger"):
+        parse_ts("1" * 5000, "start_ts")
+    assert parse_ts("0" * 5000 + "7", "start_ts") == 7
 
 
 def test_an_end_time_takes_its_whole_millisecond():
@@ -141,3 +172,21 @@ def test_discovery_of_a_file_the_variable_or_a_folder(tmp_path):
     (folder / "billing eu.yml").touch()
     ids = [s.backfill_dag_id for s in discover_configs({"TICDC_LAKE_CONFIGS": str(folder)})]
     assert ids == ["ticdc_lake_backfill__billing_eu", "ticdc_lake_backfill__orders"]
+
+
+@pytest.mark.parametrize(
+    ("names", "shared"),
+    [(("prod.yaml", "prod.yml"), "ticdc_lake__prod"),
+     (("team a.yaml", "team_a.yaml"), "ticdc_lake__team_a"),
+     (("t_am.yml", "téam.yaml"), "ticdc_lake__t_am")],
+)  # fmt: skip
+def test_configs_whose_names_give_one_dag_id_are_refused_naming_both(tmp_path, names, shared):
+    """One pipeline would replace the other silently: the DAG files fail to import instead."""
+    for name in (*names, "orders.yaml"):
+        (tmp_path / name).touch()
+    with pytest.raises(ConfigNameCollisionError) as refused:
+        discover_configs({"TICDC_LAKE_CONFIGS": str(tmp_path)})
+    message = str(refused.value)
+    assert f"{names[0]!r} and {names[1]!r} both give the DAG ids {shared} and " in message
+    assert shared.replace("ticdc_lake", "ticdc_lake_backfill") in message
+    assert "orders" not in message and str(tmp_path) in message

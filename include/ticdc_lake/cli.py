@@ -424,7 +424,9 @@ def _run_pipeline(args) -> int:
     from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages
 
     config = load_config(args.config)
-    stages = pipeline_order(args.stages.split(",") if args.stages else STAGES)
+    # Left out: every stage; given, even empty, it must name one (`--stages ''` from a script
+    # whose variable was unset must not run the whole pipeline).
+    stages = pipeline_order(STAGES if args.stages is None else args.stages.split(","))
     # The lock before the session: a run waiting for the lake holds no Spark resources.
     with lake_lock(config.lake, args.lock_wait):
         result = run_stages(

@@ -28,7 +28,14 @@
                                      # it gold is marked not transactionally consistent
     limits:                          # bounds on hostile input (ticdc_lake.limits.Limits)
       max-message-bytes: 10MiB       # sizes: bytes, or text such as 10MiB, 64 MB
-    quality: {}                      # data-quality checks (validated by the quality package)
+    quality:                         # the data-quality checks (ticdc_lake.quality.settings)
+      policies: {decode_rate: fail}  # check -> fail | warn | quarantine (row checks only)
+      min-decode-rate: 0.99          # 0 to 1
+      max-lag: 2h                    # durations: seconds, or 90s, 30m, 2h, 1d; at most 365d
+      stuck-after: 30m
+      clock-skew: 5m
+      sample-rows: 5                 # 0 to 100
+      clock: wall                    # wall | kafka
 
 Without a ``changefeeds`` section each topic is a changefeed of its own (with watermarks unless
 its protocol sends none: Avro, canal-json without the TiDB extension). With one, every topic
@@ -50,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +81,9 @@ from pydantic_core import PydanticCustomError
 from ticdc_lake.compression import CODECS
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.limits import Limits, setting_name
+from ticdc_lake.orchestration import TSO_MAX
 from ticdc_lake.protocols import PROTOCOLS
+from ticdc_lake.quality.settings import CHECKS, POLICIES, QUARANTINE, QualitySettings
 from ticdc_lake.redact import redact_text, redact_url, warn_if_url_has_password
 
 
@@ -129,7 +139,7 @@ class PipelineConfig:
     topics: dict[str, TopicConfig]
     changefeeds: dict[str, ChangefeedConfig]
     limits: Limits = field(default_factory=Limits)
-    quality: dict[str, Any] = field(default_factory=dict)  # checked by the quality package
+    quality: QualitySettings = field(default_factory=QualitySettings)
 
     def changefeed_of(self, topic: str) -> ChangefeedConfig:
         for changefeed in self.changefeeds.values():
@@ -271,11 +281,38 @@ _TimeZone = Annotated[
 _Flag = Annotated[bool, _expect("true or false")]
 _Count = Annotated[int, Field(ge=1), _expect("a whole number >= 1")]
 _Size = Annotated[ByteSize, Field(ge=1), _expect("a size in bytes >= 1 (a number, or e.g. 10MiB)")]
-_Tso = Annotated[int, Field(ge=0), _expect("a TSO (a whole number >= 0)")]
+_Tso = Annotated[int, Field(ge=0, le=TSO_MAX), _expect(f"a TSO (a whole number 0 to {TSO_MAX})")]
 _Protocol = Annotated[Literal[PROTOCOLS], _expect(f"one of {', '.join(PROTOCOLS)}")]
 _Compression = Annotated[Literal[CODECS], _expect(f"one of {', '.join(CODECS)}")]
 _Options = Annotated[dict[str, Any], _expect("a mapping of option names to values")]
-_Mapping = Annotated[dict[str, Any], _expect("a mapping")]
+
+
+# `quality:`: durations as text or seconds, bounded so that no check's arithmetic overflows
+# (`clock-skew: .inf` did, in the silver checks) and no typo means "never".
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_SECONDS = 365 * 86400
+
+
+def _seconds(value: Any) -> Any:
+    """``2h``, ``30m``, ``45s``, ``1.5d`` as seconds; anything else as given (checked next)."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", value)
+        if match:
+            return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return value
+
+
+_Duration = Annotated[
+    float,
+    Field(ge=0, le=MAX_DURATION_SECONDS, allow_inf_nan=False),
+    BeforeValidator(_seconds),
+    _expect("a duration from 0 to 365d: seconds, or text such as 90s, 30m, 2h, 1d"),
+]
+_Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _expect("a number from 0 to 1")]
+_SampleRows = Annotated[int, Field(ge=0, le=100), _expect("a whole number from 0 to 100")]
+_CheckName = Annotated[Literal[tuple(CHECKS)], _expect(f"a check: one of {', '.join(CHECKS)}")]
+_Policy = Annotated[Literal[POLICIES], _expect(f"one of {', '.join(POLICIES)}")]
+_Clock = Annotated[Literal["wall", "kafka"], _expect("wall or kafka")]
 
 
 class _Section(BaseModel):
@@ -359,6 +396,40 @@ _LimitsFile = create_model(
 )
 
 
+class _QualityFile(_Section):
+    policies: dict[_CheckName, _Policy] | None = None  # None (`policies:` empty): defaults
+    min_decode_rate: _Rate = QualitySettings.min_decode_rate
+    max_lag: _Duration = QualitySettings.max_lag_seconds
+    stuck_after: _Duration = QualitySettings.stuck_after_seconds
+    clock_skew: _Duration = QualitySettings.clock_skew_seconds
+    sample_rows: _SampleRows = QualitySettings.sample_rows
+    clock: _Clock = QualitySettings.clock
+
+    @model_validator(mode="after")
+    def _quarantine_only_row_checks(self) -> _QualityFile:
+        for name, policy in (self.policies or {}).items():
+            if policy == QUARANTINE and not CHECKS[name].rows:
+                rows = ", ".join(check for check, spec in CHECKS.items() if spec.rows)
+                raise _problem(
+                    f"policies.{name}: quarantine applies to row checks only ({rows}); use "
+                    "fail or warn",
+                    at=("policies", name),
+                )
+        return self
+
+    def settings(self) -> QualitySettings:
+        defaults = QualitySettings()
+        return QualitySettings(
+            policies=defaults.policies | (self.policies or {}),
+            min_decode_rate=self.min_decode_rate,
+            max_lag_seconds=self.max_lag,
+            stuck_after_seconds=self.stuck_after,
+            clock_skew_seconds=self.clock_skew,
+            sample_rows=self.sample_rows,
+            clock=self.clock,
+        )
+
+
 class _PipelineFile(_Section):
     version: Annotated[Literal[1], _expect("1 (the only version so far)")] = 1
     lake: _PathText = "lake"
@@ -368,7 +439,7 @@ class _PipelineFile(_Section):
     topics: dict[str, _TopicFile] = {}
     changefeeds: dict[str, _ChangefeedFile] | None = None
     limits: _LimitsFile = _LimitsFile()
-    quality: _Mapping = {}
+    quality: _QualityFile = _QualityFile()
 
     @model_validator(mode="after")
     def _every_topic_in_one_changefeed(self) -> _PipelineFile:
@@ -461,7 +532,7 @@ def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
         topics=topics,
         changefeeds=changefeeds,
         limits=Limits(**{name: int(value) for name, value in checked.limits}),
-        quality=dict(checked.quality),
+        quality=checked.quality.settings(),
     )
 
 

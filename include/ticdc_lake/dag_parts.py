@@ -22,7 +22,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, get_current_context, task
 
 from ticdc_lake.orchestration import (
@@ -34,6 +33,7 @@ from ticdc_lake.orchestration import (
     spark_submit_conf,
     spark_submit_env,
 )
+from ticdc_lake.spark_submit import SPARK_CONNECTION, SparkJobOperator
 
 OWNER = "data-platform"
 START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -103,16 +103,17 @@ def spark_job(
     dags_file: str,
     environ: Mapping[str, str] | None = None,
     **task_args,
-) -> SparkSubmitOperator:
+) -> SparkJobOperator:
     """A task running ``spark_jobs/<job>.py --config <config> --result-file ... <arguments>``
-    through the ``spark_default`` connection (``local[*]`` unless it says otherwise), in the
-    lake's pool so no two Spark jobs of one lake run at once. ``dags_file`` is the calling DAG
-    file: spark_jobs/ is found beside its folder; ``task_args`` go to the operator."""
+    through the ``spark_default`` connection (``local[*]`` when it is not defined: see
+    ticdc_lake.spark_submit), in the lake's pool so no two Spark jobs of one lake run at once.
+    ``dags_file`` is the calling DAG file: spark_jobs/ is found beside its folder;
+    ``task_args`` go to the operator."""
     environ = os.environ if environ is None else environ
     python = environ.get("TICDC_LAKE_PYTHON") or sys.executable
     binary = spark_submit_binary(environ, python)
     application = spark_jobs_dir(environ, dags_file) / f"{job}.py"
-    return SparkSubmitOperator(
+    return SparkJobOperator(
         task_id=task_id or job,
         application=str(application),
         application_args=[
@@ -122,7 +123,7 @@ def spark_job(
             result_file(source, task_id or job, environ),
             *arguments,
         ],
-        conn_id="spark_default",
+        conn_id=SPARK_CONNECTION,
         spark_binary=binary,
         name=f"ticdc-lake-{job}",
         conf=spark_submit_conf(environ, python),

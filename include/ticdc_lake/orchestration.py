@@ -3,6 +3,7 @@ backfill range check, and where the pipeline configs are.
 
     discover_configs(environ) -> list[PipelineSource]   # names only: no file is opened
     parse_ts(text, name) -> int                          # a TSO number or an ISO-8601 time
+    parse_tables(text) -> list[str]                      # --tables of spark_jobs/backfill.py
     tso_of(moment) / moment_of(tso)                      # TSO = unix ms << 18
     check_range(start_ts, end_ts, watermark) -> None     # BackfillParamError says what to fix
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -126,17 +128,28 @@ class BackfillParamError(ValueError):
     """A backfill's parameters cannot be used; the message says which and what to give."""
 
 
+class ConfigNameCollisionError(ValueError):
+    """Two config files of the folder would give the same DAG ids; the message names both."""
+
+
 # --- TSO <-> time ---------------------------------------------------------------------------
+
+
+def unix_millis(moment: dt.datetime) -> int:
+    """A zoned moment's unix time in whole milliseconds (rounded down). By the calendar and
+    integers, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose difference is
+    no timedelta, and a time near year 1 or 9999 with a zone would overflow a conversion."""
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone")
+    wall = calendar.timegm(moment.timetuple())  # its own fields, as if they were UTC
+    micros = wall * 1_000_000 + moment.microsecond - offset // dt.timedelta(microseconds=1)
+    return micros // 1000
 
 
 def tso_of(moment: dt.datetime) -> int:
     """The first TSO of a moment's millisecond (TSO = unix ms << 18)."""
-    if moment.tzinfo is None:
-        raise ValueError(f"{moment.isoformat()} has no time zone")
-    # By the calendar, not datetime arithmetic: Airflow hands in pendulum DateTimes, whose
-    # difference is no timedelta.
-    millis = calendar.timegm(moment.utctimetuple()) * 1000 + moment.microsecond // 1000
-    return millis << TSO_LOGICAL_BITS
+    return unix_millis(moment) << TSO_LOGICAL_BITS
 
 
 def moment_of(tso: int) -> dt.datetime:
@@ -156,11 +169,12 @@ def parse_ts(text: object, name: str, *, end: bool = False) -> int:
     TSO, or with ``end`` (a range's inclusive end) its last. ``name`` (the parameter) goes into
     the message when the text is neither."""
     value = str(text).strip() if text is not None else ""
-    if re.fullmatch(r"\d+", value):
-        tso = int(value)
-        if tso > TSO_MAX:
-            raise BackfillParamError(f"{name}: {value} is larger than any TSO (at most {TSO_MAX})")
-        return tso
+    if re.fullmatch(r"[0-9]+", value):
+        digits = value.lstrip("0") or "0"  # int() refuses text of thousands of digits
+        if len(digits) > len(str(TSO_MAX)) or int(digits) > TSO_MAX:
+            shown = value if len(value) <= 40 else f"{value[:20]}...({len(value)} digits)"
+            raise BackfillParamError(f"{name}: {shown} is larger than any TSO (at most {TSO_MAX})")
+        return int(digits)
     try:
         moment = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -170,16 +184,38 @@ def parse_ts(text: object, name: str, *, end: bool = False) -> int:
             f"{name}: {value!r} is neither a TSO (a whole number such as 462873715384320000) "
             "nor an ISO-8601 time with a zone (such as 2026-01-02T03:00:00+00:00)"
         )
-    if moment.tzinfo is None:
+    if moment.utcoffset() is None:
         raise BackfillParamError(
             f"{name}: {value!r} has no time zone; add one (such as +00:00 or Z): TiDB's "
             "timestamps are absolute"
         )
-    if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
+    millis = unix_millis(moment)
+    if millis < 0:
         raise BackfillParamError(f"{name}: {value!r} is before 1970, before any TSO")
-    if end:
-        return tso_of(moment + dt.timedelta(milliseconds=1)) - 1
-    return tso_of(moment)
+    if millis > TSO_MAX >> TSO_LOGICAL_BITS:
+        raise BackfillParamError(
+            f"{name}: {value!r} is after {moment_of(TSO_MAX).isoformat(timespec='milliseconds')}, "
+            f"the last time a TSO can hold (at most {TSO_MAX}); give a time before it"
+        )
+    first = millis << TSO_LOGICAL_BITS
+    return first + (1 << TSO_LOGICAL_BITS) - 1 if end else first
+
+
+def parse_tables(text: str) -> list[str]:
+    """The gold tables a backfill job is given: a JSON list of ``schema.table`` names, so that a
+    name holding a comma (a quoted identifier may) stays one name. Blank names are left out,
+    as ``plan_backfill`` leaves them out; an empty list means every table."""
+    try:
+        tables = json.loads(text)
+    except ValueError:
+        tables = None
+    if not isinstance(tables, list) or not all(isinstance(name, str) for name in tables):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise BackfillParamError(
+            f'tables: expected a JSON list of schema.table names such as ["shop.orders"] '
+            f"([] for every table), got {shown!r}"
+        )
+    return [name for name in tables if name.strip()]
 
 
 def interval_range(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
@@ -270,9 +306,12 @@ def configs_setting(environ: Mapping[str, str]) -> str | None:
 def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineSource]:
     """The pipeline configs to schedule, found by name only (no file is opened).
 
-    A folder gives one DAG pair per *.yaml/*.yml in it (ids suffixed with the file's stem); a
-    file gives ``ticdc_lake`` and ``ticdc_lake_backfill``; nothing configured gives the demo
-    sample. A folder that holds no config gives no DAGs.
+    A folder gives one DAG pair per *.yaml/*.yml in it (ids suffixed with the file's stem, each
+    character a DAG id cannot hold made ``_``); a file gives ``ticdc_lake`` and
+    ``ticdc_lake_backfill``; nothing configured gives the demo sample. A folder that holds no
+    config gives no DAGs. Files whose stems give the same ids (``prod.yaml`` and ``prod.yml``,
+    ``team a.yaml`` and ``team_a.yaml``) raise ConfigNameCollisionError naming them: one pipeline
+    would silently replace the other, so the DAG files fail to import instead.
     """
     environ = os.environ if environ is None else environ
     setting = configs_setting(environ)
@@ -286,7 +325,28 @@ def discover_configs(environ: Mapping[str, str] | None = None) -> list[PipelineS
     )
     if len(files) == 1:
         return [PipelineSource(files[0], "")]
-    return [PipelineSource(file, _dag_suffix(file.stem)) for file in files]
+    sources = [PipelineSource(file, _dag_suffix(file.stem)) for file in files]
+    _refuse_shared_dag_ids(sources, path)
+    return sources
+
+
+def _refuse_shared_dag_ids(sources: list[PipelineSource], folder: Path) -> None:
+    by_id: dict[str, list[PipelineSource]] = {}
+    for source in sources:
+        by_id.setdefault(source.pipeline_dag_id, []).append(source)
+    clashes = [
+        f"{' and '.join(repr(s.config.name) for s in same)} {'both' if len(same) == 2 else 'all'} "
+        f"give the DAG ids "
+        f"{same[0].pipeline_dag_id} and {same[0].backfill_dag_id}"
+        for same in by_id.values()
+        if len(same) > 1
+    ]
+    if clashes:
+        raise ConfigNameCollisionError(
+            f"pipeline configs in {folder}: {'; '.join(clashes)}; rename one of each so that "
+            "their names differ in letters, digits, '_', '.' or '-' (a DAG id takes no other "
+            "character)"
+        )
 
 
 def _dag_suffix(stem: str) -> str:

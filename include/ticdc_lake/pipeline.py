@@ -205,11 +205,10 @@ class _QualityChecks:
     """A run's data-quality checks, sharing one GE context (built on first use)."""
 
     def __init__(self, spark: SparkSession, config: PipelineConfig):
-        from ticdc_lake.quality.settings import quality_settings
         from ticdc_lake.quality.validator import Validator
 
         self.spark, self.config = spark, config
-        self.validator = Validator(quality_settings(config.quality, str(config.source)).sample_rows)
+        self.validator = Validator(config.quality.sample_rows)
         self.validator.warm_up()
 
     def run(self, stage: str) -> StageRun:

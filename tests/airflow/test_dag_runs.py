@@ -169,6 +169,10 @@ def test_dry_run_says_what_it_would_touch_and_writes_nothing(airflow, full_run):
     [
         ({"start_ts": "last tuesday", "end_ts": "1"}, "start_ts: 'last tuesday' is neither a TSO"),
         ({"start_ts": "1", "end_ts": "2099-01-01T00:00:00Z"}, "above the lake's current watermark"),
+        (
+            {"start_ts": "1", "end_ts": "9999-12-31T23:59:59.999+00:00"},
+            "is after 3084-12-12T12:41:28.831+00:00, the last time a TSO can hold",
+        ),
     ],
 )
 def test_bad_params_fail_before_any_spark_job(airflow, full_run, conf, message):

@@ -61,7 +61,7 @@ def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
     for before, after in itertools.pairwise(order):
         assert tasks[after]["upstream"] == [before]
     for stage in order[1:-1]:
-        assert tasks[stage]["operator"] == "SparkSubmitOperator"
+        assert tasks[stage]["operator"] == "SparkJobOperator"
         assert tasks[stage]["pool"] == "ticdc_lake"
     for checked in ("bronze", "silver", "gold"):  # each its own job: a red task names its check
         arguments = tasks[f"quality_{checked}"]["arguments"]
@@ -86,14 +86,14 @@ def test_spark_jobs_get_the_sessions_driver_java_options(demo_report, tmp_path):
     for report, expected in ((replaced, "-Xss4m"), (none, None)):
         for dag in report["dags"].values():
             for task in dag["tasks"].values():
-                if task["operator"] == "SparkSubmitOperator":
+                if task["operator"] == "SparkJobOperator":
                     assert task["conf"].get("spark.driver.extraJavaOptions") == expected
 
 
 def test_only_compact_keeps_the_memory_its_driver_frees(demo_report):
     for dag in demo_report["dags"].values():
         for task_id, task in dag["tasks"].items():
-            if task["operator"] != "SparkSubmitOperator":
+            if task["operator"] != "SparkJobOperator":
                 continue
             env = task["env"]
             assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
@@ -124,6 +124,20 @@ def test_a_folder_of_configs_gives_a_dag_pair_each(tmp_path):
         "ticdc_lake_backfill__billing", "ticdc_lake_backfill__orders",
     }  # fmt: skip
     assert "prepare_demo" not in report["dags"]["ticdc_lake__orders"]["tasks"]
+
+
+def test_configs_sharing_a_dag_id_fail_parsing_naming_both_files(tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for name in ("prod.yaml", "prod.yml", "team a.yaml", "team_a.yaml", "orders.yaml"):
+        (folder / name).write_text("version: 1\n")
+    report = parse_dags(tmp_path, TICDC_LAKE_CONFIGS=str(folder))
+    assert set(report["errors"]) == {"ticdc_lake.py", "ticdc_lake_backfill.py"}
+    for error in report["errors"].values():
+        assert error.startswith("ConfigNameCollisionError: ")
+        assert "'prod.yaml' and 'prod.yml' both give the DAG ids ticdc_lake__prod" in error
+        assert "'team a.yaml' and 'team_a.yaml' both give" in error
+    assert report["dags"] == {} and report["refused"] == {}
 
 
 def test_the_guard_catches_a_dag_file_that_reads_a_file(tmp_path):

@@ -87,3 +87,17 @@ def test_the_page_shows_the_lake_to_a_logged_in_user(client, airflow_auth):
 def test_the_ui_cookie_logs_in_too(client, airflow_auth):
     client.cookies.set("_token", airflow_auth)
     assert client.get("/lakes/default").status_code == 200
+
+
+def test_configs_sharing_a_dag_id_are_reported_not_half_listed(tmp_path, monkeypatch, airflow_auth):
+    """The DAG files fail to import on them; the page says why instead of listing some."""
+    for name in ("prod.yaml", "prod.yml", "orders.yaml"):
+        (tmp_path / name).touch()
+    monkeypatch.setenv("TICDC_LAKE_CONFIGS", str(tmp_path))
+    client = TestClient(load_plugin().quality_app())  # the configs the DAGs find
+    headers = {"Authorization": f"Bearer {airflow_auth}"}
+    for path in ("/", "/lakes/prod", "/dags/ticdc_lake__prod/runs/r1"):
+        page = client.get(path, headers=headers)
+        assert page.status_code == 500, path
+        assert "The pipeline configs cannot be scheduled: " in page.text
+        assert "&#x27;prod.yaml&#x27; and &#x27;prod.yml&#x27; both give" in page.text

@@ -9,7 +9,6 @@ from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.bronze import batch_records
 from ticdc_lake.quality.context import QualityContext
-from ticdc_lake.quality.settings import quality_settings
 
 from tests.quality.conftest import append, rows
 
@@ -21,7 +20,7 @@ def _files(path) -> set[str]:
 def test_a_batch_is_checked_from_its_own_files_and_those_its_offsets_may_meet(spark, sample):
     config = load_config(sample / "pipeline.yaml")
     layout = LakeLayout(config.lake)
-    ctx = QualityContext(spark, config, quality_settings(config.quality), None, 0.0)
+    ctx = QualityContext(spark, config, config.quality, None, 0.0)
     landed = rows(layout.bronze)
     first = _files(layout.bronze)
     later = max(row["offset"] for row in landed) + 1_000_000

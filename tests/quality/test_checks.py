@@ -19,7 +19,6 @@ from ticdc_lake.pipeline import job_main
 from ticdc_lake.quality.bronze import may_miss_payloads
 from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.run import check_stage, validate_stage
-from ticdc_lake.quality.settings import quality_settings
 from ticdc_lake.quality.validator import Validator
 from ticdc_lake.stages.compact import compact
 from ticdc_lake.stages.decode import decode
@@ -49,7 +48,7 @@ def _job(spark, sample, stage, capsys) -> tuple[int, str]:
 
 def test_clean_lake_passes_every_stage_and_a_rerun_appends_nothing(spark, sample, validator):
     config = load_config(sample / "pipeline.yaml")
-    settings = quality_settings(config.quality).replace(clock="kafka")  # a replay of 2024 data
+    settings = config.quality.replace(clock="kafka")  # a replay of 2024 data
     results = LakeLayout(config.lake).quality_results
     for stage in ("bronze", "silver", "gold"):
         validation = validate_stage(spark, config, stage, validator=validator, settings=settings)
@@ -72,7 +71,7 @@ def test_a_job_with_nothing_new_to_check_builds_no_spark_session(spark, sample, 
     """What a run of the schedule with no new exports meets: under spark-submit the job skips
     the seconds of starting a SparkContext, and exits as the last validation did."""
     config = load_config(sample / "pipeline.yaml")
-    settings = quality_settings(config.quality).replace(clock="kafka")
+    settings = config.quality.replace(clock="kafka")
     for stage in ("bronze", "silver", "gold"):
         validate_stage(spark, config, stage, validator=validator, settings=settings)
     args = argparse.Namespace(config=str(sample / "pipeline.yaml"), lock_wait=0, result_file=None)
@@ -135,7 +134,7 @@ def test_a_batch_repeating_an_offset_or_landing_a_record_without_key_or_value_is
 ):
     config = load_config(sample / "pipeline.yaml")
     layout = LakeLayout(config.lake)
-    ctx = QualityContext(spark, config, quality_settings(config.quality), validator, 0.0)
+    ctx = QualityContext(spark, config, config.quality, validator, 0.0)
     assert not validate_stage(spark, config, "bronze", validator=validator).failed
     landed = rows(layout.bronze)
     clean = sorted({row["batch_id"] for row in landed})

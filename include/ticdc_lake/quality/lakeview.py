@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.names import qualified_name
-from ticdc_lake.quality.settings import QualitySettings, quality_settings
+from ticdc_lake.quality.settings import QualitySettings
 
 STAGES = ("bronze", "silver", "gold")
 _TREND_RUNS = 20
@@ -276,7 +276,7 @@ def result_rows(layout: LakeLayout) -> list[dict[str, Any]]:
 def lake_view(
     config: PipelineConfig, settings: QualitySettings | None = None, now: float | None = None
 ) -> LakeView:
-    settings = settings or quality_settings(config.quality, str(config.source))
+    settings = settings or config.quality
     layout = LakeLayout(config.lake)
     now = clock(config, settings) if now is None else now
     return LakeView(

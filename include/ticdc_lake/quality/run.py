@@ -27,7 +27,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality import bronze, gold, lakeview, silver
 from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.results import CheckOutcome, StageValidation, results_table
-from ticdc_lake.quality.settings import CHECKS, QUARANTINE, QualitySettings, quality_settings
+from ticdc_lake.quality.settings import CHECKS, QUARANTINE, QualitySettings
 from ticdc_lake.quality.validator import Validator
 
 STAGES = ("bronze", "silver", "gold")
@@ -67,7 +67,7 @@ def validate_stage(
     """Validate what the stage added since its last validation and record the results."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
-    settings = settings or quality_settings(config.quality, str(config.source))
+    settings = settings or config.quality
     started = dt.datetime.now(dt.UTC)
     validation = StageValidation(uuid.uuid4().hex, stage, None, started)
     layout = LakeLayout(config.lake)

@@ -15,16 +15,18 @@
 `fail` makes the stage's DQ job exit non-zero (the DAG stops), `warn` records and goes on,
 `quarantine` (row checks only) moves the failing rows to quality/quarantine with the check's
 name, and the next stage leaves them out.
+
+The section is checked with the rest of the file when it is loaded (``ticdc_lake.config``'s
+schema: every mistake at once, each with its line), before any stage or check runs; a loaded
+config's ``quality`` is the QualitySettings below. Durations are seconds or text such as 90s,
+30m, 2h, 1d, from 0 to 365 days.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
-
-from ticdc_lake.errors import ConfigError
 
 FAIL, WARN, QUARANTINE = "fail", "warn", "quarantine"
 POLICIES = (FAIL, WARN, QUARANTINE)
@@ -67,11 +69,6 @@ def default_policies() -> dict[str, str]:
     return {name: spec.policy for name, spec in CHECKS.items()}
 
 
-_KEYS = {"policies", "min-decode-rate", "max-lag", "stuck-after", "clock-skew", "sample-rows",
-         "clock"}  # fmt: skip
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 @dataclass(frozen=True)
 class QualitySettings:
     policies: dict[str, str] = field(
@@ -89,62 +86,3 @@ class QualitySettings:
 
     def replace(self, **changes: Any) -> QualitySettings:
         return dataclasses.replace(self, **changes)
-
-
-def duration_seconds(where: str, value: Any) -> float:
-    """``2h``, ``30m``, ``45s``, ``1d`` or a number of seconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", str(value))
-    if not match:
-        raise ConfigError(f"{where} must be a duration like 90s, 30m, 2h or 1d, not {value!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def _policies(where: str, raw: Any) -> dict[str, str]:
-    policies = default_policies()
-    if raw is None:
-        return policies
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must map check names to a policy")
-    for name, policy in raw.items():
-        if name not in CHECKS:
-            raise ConfigError(f"{where}: unknown check {name!r}; checks: {', '.join(CHECKS)}")
-        if policy not in POLICIES:
-            raise ConfigError(f"{where}.{name}: policy must be one of {POLICIES}, not {policy!r}")
-        if policy == QUARANTINE and not CHECKS[name].rows:
-            raise ConfigError(
-                f"{where}.{name}: quarantine applies to row checks only "
-                f"({', '.join(n for n, c in CHECKS.items() if c.rows)}); use fail or warn"
-            )
-        policies[name] = policy
-    return policies
-
-
-def quality_settings(raw: dict | None, source: str = "config") -> QualitySettings:
-    """The validated settings of a raw `quality:` mapping (PipelineConfig.quality)."""
-    raw = raw or {}
-    where = f"{source}: quality"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be a mapping")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
-    rate = raw.get("min-decode-rate", 0.99)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-        raise ConfigError(f"{where}.min-decode-rate must be a number from 0 to 1, not {rate!r}")
-    sample = raw.get("sample-rows", 5)
-    if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample <= 100:
-        raise ConfigError(f"{where}.sample-rows must be a whole number from 0 to 100")
-    clock = raw.get("clock", "wall")
-    if clock not in ("wall", "kafka"):
-        raise ConfigError(f"{where}.clock must be wall or kafka, not {clock!r}")
-    return QualitySettings(
-        policies=_policies(f"{where}.policies", raw.get("policies")),
-        min_decode_rate=float(rate),
-        max_lag_seconds=duration_seconds(f"{where}.max-lag", raw.get("max-lag", "2h")),
-        stuck_after_seconds=duration_seconds(f"{where}.stuck-after", raw.get("stuck-after", "30m")),
-        clock_skew_seconds=duration_seconds(f"{where}.clock-skew", raw.get("clock-skew", "5m")),
-        sample_rows=sample,
-        clock=clock,
-    )
