@@ -558,6 +558,18 @@ class AvroDecoder(Decoder):
             )
         return plan, record
 
+    def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        """The table the writer schema of the value (or key) is for, or a DDL message's."""
+        value, key = record.value or b"", record.key or b""
+        if value[:1] == bytes([DDL_BYTE]):
+            ddl = read_ddl_message(value)
+            return frozenset([(ddl["schema"], ddl["table"])])
+        if value[:1] == bytes([CHECKPOINT_BYTE]):
+            return frozenset()
+        data = value if value[:1] == bytes([MAGIC_BYTE]) else key
+        plan = self._plan(read_confluent_header(data, "value" if data is value else "key"))
+        return frozenset([(plan.schema, plan.table)])
+
     def _decode(self, record: KafkaRecord) -> list[Event]:
         key, value = record.key or None, record.value or None
         if value is not None and value[0] != MAGIC_BYTE:

@@ -129,6 +129,20 @@ class Decoder(ABC):
     def _decode(self, record: KafkaRecord) -> list[Event]:
         """Decode; may raise DecodeError (coordinates are filled in by `decode`)."""
 
+    def tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        """The (schema, table) pairs a record that does not decode names, read as far as it
+        allows: what gold lacks when it is quarantined. Empty: it holds no change (a
+        watermark); None: it cannot be told (the default)."""
+        if not fits_record_size(record, self.settings.limits):
+            return None
+        try:
+            return self._tables_named(record)
+        except (DecodeError, *MALFORMED_INPUT_ERRORS):
+            return None
+
+    def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        return None
+
     def _values_surely_fit(self, events: list[Event]) -> bool:
         """True when a compiled check has found every row value within its type (a decoder
         with compiled speedups answers through their `events_fit`); False: values.py decides."""

@@ -386,6 +386,14 @@ class CanalJsonDecoder(Decoder):
         # Python function the shortcut calls raised.
         return fast(record.value, self._tables, record.topic, record.partition, record.offset)
 
+    def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        """``database`` and ``table`` of the message (none for a watermark)."""
+        raw = decompress(self.settings.compression, record.value or b"", self.settings.limits)
+        message = _load_message(raw)
+        if message.get("type") == WATERMARK:
+            return frozenset()
+        return frozenset([(str(message["database"]), str(message["table"]))])
+
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if not record.value:
             raise DecodeError("a canal-json message needs a value; this record has none")

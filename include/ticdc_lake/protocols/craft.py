@@ -831,6 +831,21 @@ class CraftDecoder(Decoder):
             self.settings.option(OPTION_DELETE_HANDLE_KEY_ONLY, False)
         )
 
+    def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        """The headers' schema and table of every row and DDL event: the bodies not read."""
+        buf = bytes(record.value or b"")
+        layout = _Layout(buf)
+        terms = _term_dictionary(buf, layout.dict_start, layout.dict_end)
+        count = len(layout.body_sizes)
+        headers = _Headers(buf, layout.body_start, layout.headers_end, count, terms)
+        return frozenset(
+            (schema, table)
+            for schema, table, kind in zip(
+                headers.schemas, headers.tables, headers.types, strict=True
+            )
+            if kind != EVENT_RESOLVED
+        )
+
     def _decode(self, record: KafkaRecord) -> list[Event]:
         value = record.value
         if value is None:

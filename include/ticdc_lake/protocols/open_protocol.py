@@ -214,6 +214,23 @@ class OpenProtocolDecoder(Decoder):
             raise DecodeError("record has no key; the Open Protocol frames its events in the key")
         return self._decode_frames(record.key, record.value or b"", record, follow_claim_check=True)
 
+    def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
+        """The key names every event's table (``scm``, ``tbl``): read without the value."""
+        key = record.key or b""
+        read_batch_version(key)
+        names, at = set(), 8
+        while at < len(key):
+            start = at + 8
+            at = start + _unpack_u64(key, at)[0]
+            if at > len(key):
+                return None
+            meta = _loads(key[start:at])
+            if type(meta) is not dict:
+                return None
+            if meta.get("t") != EVENT_RESOLVED:
+                names.add((meta["scm"], meta["tbl"]))
+        return frozenset(names)
+
     def _decode_frames(
         self, key: bytes, value: bytes, record: KafkaRecord, *, follow_claim_check: bool
     ) -> list[Event]:
