@@ -54,7 +54,10 @@ def outcome_of(
     counts: dict[TableName, TableCounts],
     batches: Batches,
     work: dict[TableName, TableWork],
+    missing: dict[TableName, str],
 ) -> Outcome:
+    """The state rows and results of a run; ``missing``: per table, why quarantined records
+    may hold changes gold lacks (missing.py)."""
     final = timeline.barriers[-1].catalog if timeline.barriers else timeline.history
     latest = max(plan.low_batch, batches.latest if batches.latest is not None else -1)
     # Batches up to the first holding a change left for later are settled.
@@ -81,7 +84,7 @@ def outcome_of(
                 )
             )
             continue
-        state = _state(plan, item, count, final.info(name), settled, gold)
+        state = _state(plan, item, count, final.info(name), settled, gold, missing.get(name))
         states.append(state)
         results.append(_table_result(plan, item, count, state))
     version = plan.target if plan.consistent else (settled + 1) * STEPS_PER_RUN
@@ -97,7 +100,9 @@ def _snapshot(item: TableWork) -> GoldSnapshot:
         return GoldSnapshot(None, None, 0)
 
 
-def _reason(plan: FeedPlan, item: TableWork, count: TableCounts) -> tuple[str, str | None]:
+def _reason(
+    plan: FeedPlan, item: TableWork, count: TableCounts, missing: str | None
+) -> tuple[str, str | None]:
     """A table's mode and reason after the run."""
     prior = item.prior
     carried = prior and prior.reason and not plan.rebuild and not failed(prior)
@@ -108,7 +113,7 @@ def _reason(plan: FeedPlan, item: TableWork, count: TableCounts) -> tuple[str, s
     mode = INCONSISTENT if marked else plan.mode
     held = count.pending if plan.consistent else 0
     held_back = held_reason(held, plan.mode, plan.target) if held else None
-    return mode, join_reasons(plan.mode_reason, held_back, marked)
+    return mode, join_reasons(plan.mode_reason, held_back, missing, marked)
 
 
 def _state(
@@ -118,6 +123,7 @@ def _state(
     info: TableInfo,
     settled: int,
     gold: GoldSnapshot,
+    missing: str | None,
 ) -> TableState:
     """The state row of a table compacted in this run."""
     prior = item.prior
@@ -125,7 +131,7 @@ def _state(
     if not plan.consistent:
         seen = [count.max_ts, prior.applied_ts if prior else None]
         applied_ts = max((v for v in seen if v is not None), default=plan.low_ts)
-    mode, reason = _reason(plan, item, count)
+    mode, reason = _reason(plan, item, count, missing)
     return _state_row(
         plan,
         item,
@@ -138,6 +144,7 @@ def _state(
         handle_key=list(item.keys or info.handle or (prior.handle_key if prior else []) or []),
         dropped=item.dropped if item.dropped is not None else bool(prior and prior.dropped),
         reason=reason,
+        zero_dates=(prior.zero_dates if prior and not plan.rebuild else 0) + item.zero_dates,
     )
 
 
@@ -179,6 +186,7 @@ def _failed_state(plan: FeedPlan, item: TableWork, gold: GoldSnapshot) -> TableS
         handle_key=prior.handle_key if prior else [],
         dropped=bool(prior and prior.dropped),
         reason=FAILED + item.reasons[-1],
+        zero_dates=prior.zero_dates if prior else 0,
     )
 
 

@@ -15,7 +15,8 @@ FAILED = "compaction failed: "
 # marker and holds no separator.
 NO_CONSISTENT_CUT = "no consistent cut: "
 HELD_BACK = "held back: "
-_RUN_REASONS = (NO_CONSISTENT_CUT, HELD_BACK)
+QUARANTINED = "quarantined: "  # records that may hold its changes are quarantined (missing.py)
+_RUN_REASONS = (NO_CONSISTENT_CUT, HELD_BACK, QUARANTINED)
 _SEPARATOR = "; "
 
 

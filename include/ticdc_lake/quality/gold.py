@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from ticdc_lake.delta import delta_table_exists, open_table, read_delta
 from ticdc_lake.delta.txn import ROWS_KEY
+from ticdc_lake.gold.reasons import QUARANTINED
 from ticdc_lake.names import qualified_name
 from ticdc_lake.quality import lakeview
 from ticdc_lake.quality.context import QualityContext, candidates, computed_once
@@ -238,6 +239,31 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
                 gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["watermark"]),
                 sample=tuple(modes[modes["mode"] != "watermark"].to_dict("records")),
                 message="a gold table of a changefeed with watermarks is not in watermark mode",
+            )
+        ],
+    )
+    lacking = pd.DataFrame(
+        [
+            {"table": qualified_name(s["schema"], s["table"]), "changefeed": s["changefeed"],
+             "quarantined": QUARANTINED in (s["reason"] or ""), "reason": s["reason"]}
+            for s in states
+            if not s["dropped"]
+        ],
+        columns=["table", "changefeed", "quarantined", "reason"],
+    )  # fmt: skip
+    flagged = lacking[lacking["quarantined"].astype(bool)]
+    outcomes += ctx.validator.run(
+        lacking.drop(columns=["reason"]),
+        [
+            Expectation(
+                "gold_mode",
+                gxe.ExpectColumnValuesToBeInSet(column="quarantined", value_set=[False]),
+                observed={"lacking": len(flagged)},
+                sample=tuple(flagged.drop(columns=["quarantined"]).to_dict("records")),
+                message=(
+                    "a gold table may lack changes: records of its changefeed at or below the "
+                    "TS it reflects are quarantined (its state's reason says which)"
+                ),
             )
         ],
     )

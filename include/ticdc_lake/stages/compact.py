@@ -66,6 +66,7 @@ from ticdc_lake.gold.catalog import Catalog, TableInfo, TableName
 from ticdc_lake.gold.changes import Reduced, read_ddl_records, reduce_changes
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.feed import FeedPlan, plan_feed, target_of
+from ticdc_lake.gold.missing import checked_out, missing_reasons, quarantined_at_or_below
 from ticdc_lake.gold.outcome import FAILED_MODE, TableResult, outcome_of
 from ticdc_lake.gold.plan import Timeline, build_timeline, parse_record
 from ticdc_lake.gold.state import read_state, write_state
@@ -204,9 +205,14 @@ class _ChangefeedRun:
         if noop is not None:
             return noop
         timeline = self._timeline()
+        # Quarantined records name tables too: one none of whose changes decoded still gets a
+        # state row, saying what it lacks.
+        records = quarantined_at_or_below(self.config, plan, self.layout)
+        named = {table for record in records for table in record.tables or ()}
         reduced, counts, batches = reduce_changes(self.spark, self.layout, plan, timeline)
         try:
-            tables = [n for n in self._tables(timeline, reduced) if not self._taken(n)]
+            found = self._tables(timeline, reduced) | named
+            tables = [n for n in sorted(found, key=str) if not self._taken(n)]
             golds = {n: self._gold(n) for n in tables}
             work = {n: TableWork(n, g, plan.prior.get(n)) for n, g in golds.items() if g}
             self.tables |= set(work)
@@ -216,7 +222,8 @@ class _ChangefeedRun:
             steps.execute(timeline, reduced, work, versions_of(plan, batches))
         finally:
             reduced.release()
-        outcome = outcome_of(plan, timeline, counts, batches, work)
+        missing = missing_reasons(plan, work, records, checked_out(plan, self.layout))
+        outcome = outcome_of(plan, timeline, counts, batches, work, missing)
         if outcome.states:
             write_state(
                 self.layout.gold_state, plan.name, outcome.states, outcome.version,
@@ -342,13 +349,13 @@ class _ChangefeedRun:
         )
         return None
 
-    def _tables(self, timeline: Timeline, reduced: Reduced) -> list[TableName]:
+    def _tables(self, timeline: Timeline, reduced: Reduced) -> set[TableName]:
         names = set(self.plan.prior)
         for barrier in timeline.barriers:
             names |= barrier.tables
         names |= timeline.latest_infos(lambda info: info.complete).keys()
         names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
-        return sorted(names, key=str)
+        return names
 
 
 def app_id(name: TableName, generation: int) -> str:
