@@ -27,7 +27,7 @@ from ticdc_lake.values import enum_index_limit, set_mask_limit
 
 # MySQL's zero dates and dates with a zero month or day (allowed by some SQL modes): they name
 # no day, so gold holds NULL for them.
-_ZERO_DATE = r"^\d{4}-(00-\d\d|\d\d-00)|^0000-00-00"
+ZERO_DATE = r"^\d{4}-(00-\d\d|\d\d-00)|^0000-00-00"
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def _convert(
     if kind == gold_types.FLOAT:
         return text.cast(gold.arrow), 0
     if kind in (gold_types.DATE, gold_types.DATETIME, gold_types.TIMESTAMP):
-        zero = pc.fill_null(pc.match_substring_regex(text, _ZERO_DATE), False)
+        zero = pc.fill_null(pc.match_substring_regex(text, ZERO_DATE), False)
         nulled = pc.sum(zero).as_py() or 0
         text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
         if kind == gold_types.DATE:

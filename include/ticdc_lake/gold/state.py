@@ -25,6 +25,8 @@ rows in one commit (app id ``compact-state:<changefeed>#<generation>``), after t
 |               | becomes ``inconsistent``); several joined by "; "                           |
 | generation    | bumped when the changefeed's gold is rebuilt (mode change, ``rebuild=True``) |
 | gold_version  | the gold table's Delta version after the compaction                          |
+| zero_dates    | zero dates (0000-00-00, 2024-00-10) written to gold as NULL, counted since   |
+|               | the table's generation began: so a NULL that was a zero date can be told     |
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import pyarrow as pa
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table
 from ticdc_lake.names import qualified_name
 
+# Columns added after the table's first version, with a default for rows written before.
+LATER = ("zero_dates",)
 WATERMARK = "watermark"
 CUTOFF = "cutoff"
 INCONSISTENT = "inconsistent"
@@ -60,6 +64,7 @@ STATE_ARROW = pa.schema(
         ("reason", pa.string()),
         ("generation", pa.int32()),
         ("gold_version", pa.int64()),
+        ("zero_dates", pa.int64()),
     ]
 )
 
@@ -81,6 +86,7 @@ class TableState:
     reason: str | None = None
     generation: int = 0
     gold_version: int | None = None
+    zero_dates: int = 0
 
     @property
     def full_name(self) -> str:
@@ -97,9 +103,14 @@ def read_state(path: str | os.PathLike) -> list[TableState]:
     read on the driver by delta-rs, in milliseconds where a Spark job takes seconds."""
     if not delta_table_exists(path):
         return []
-    names = [f.name for f in fields(TableState)]
-    rows = open_table(path).to_pyarrow_table(columns=names).to_pylist()
-    return [TableState(**row) for row in rows]
+    table = open_table(path)
+    # A state table an older version wrote lacks the later columns (or holds nulls in them
+    # for its older rows): their defaults stand.
+    present = {field.name for field in table.schema().fields}
+    names = [f.name for f in fields(TableState) if f.name in present]
+    rows = table.to_pyarrow_table(columns=names).to_pylist()
+    return [TableState(**{k: v for k, v in row.items() if v is not None or k not in LATER})
+            for row in rows]  # fmt: skip
 
 
 def write_state(
@@ -122,6 +133,7 @@ def write_state(
         path,
         ["changefeed", "schema", "table"],
         partition_by=["changefeed"],
+        merge_schema=True,  # a table an older version wrote gains the later columns
         app_id=f"compact-state:{changefeed}#{generation}",
         version=version,
     )

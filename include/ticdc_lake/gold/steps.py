@@ -53,6 +53,7 @@ from ticdc_lake.gold.tables import (
     plan_segment,
     type_segment,
     typed_frame,
+    zero_dates,
 )
 from ticdc_lake.gold.types import ColumnSpec, gold_type
 from ticdc_lake.spark_columns import named_column
@@ -292,6 +293,7 @@ class Steps:
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
             F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
+            F.sum(F.when(~F.col("deleted"), zero_dates(plan))).alias("zero_dates"),
         ).first()
         rows = int(totals.rows)
         # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
@@ -305,11 +307,11 @@ class Steps:
         else:
             item.commits += item.gold.append(clustered, version)
         item.keys = plan.keys
-        # Zero dates are not counted on this path (the executors type the values).
         return SegmentStats(
             upserts=rows - int(totals.deletes or 0),
             deletes=int(totals.deletes or 0),
             key_only=int(totals.key_only or 0),
+            zero_dates=int(totals.zero_dates or 0),
         )
 
     def _ddl(

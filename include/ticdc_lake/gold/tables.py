@@ -32,11 +32,12 @@ from ticdc_lake.delta.read import is_latest, table_schema
 from ticdc_lake.delta.txn import already_committed, commit_properties
 from ticdc_lake.gold import catalog
 from ticdc_lake.gold import types as gold_types
-from ticdc_lake.gold.convert import Origin, column_values, convert
+from ticdc_lake.gold.convert import ZERO_DATE, Origin, column_values, convert
 from ticdc_lake.gold.exceptions import ConversionError, GoldError
 from ticdc_lake.spark_columns import map_in_arrow, named_column
 
 COMMIT_TS = "_commit_ts"
+DATED = (gold_types.DATE, gold_types.DATETIME, gold_types.TIMESTAMP)
 DELETED = "_deleted"  # the merge's delete flag; never stored
 # Tables up to this many rows are rewritten on the driver when that needs no Spark transform.
 DRIVER_REWRITE_ROWS = 1_000_000
@@ -583,6 +584,19 @@ def distinct_handles(handles: pa.Array | pa.ChunkedArray) -> set[tuple[str, ...]
         distinct = names.group_by(positions).aggregate([]).to_pylist()
         found |= {tuple(row[p] for p in positions) for row in distinct}
     return found
+
+
+def zero_dates(plan: SegmentPlan) -> Column:
+    """Per change, the zero dates its image holds in the plan's date and time columns: what
+    ``apply_plan`` stores as NULL, counted by Spark where the executors type the values."""
+    dated = [name for name, gold, _, _ in plan.columns if gold is not None and gold.kind in DATED]
+    if not dated:
+        return F.lit(0)
+    zero = F.filter("image", lambda c: c["name"].isin(dated) & c["text"].rlike(ZERO_DATE))
+    # Spark runs the lambda row by row, interpreted (tens of seconds at a million changes):
+    # only for the rare change whose values hold "-00" at all, found by a plain search.
+    maybe = F.array_join("image.text", "\n").contains("-00")
+    return F.when(maybe, F.size(zero)).otherwise(0)
 
 
 def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> DataFrame:
