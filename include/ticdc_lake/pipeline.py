@@ -41,6 +41,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
 from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.quality.lakeview import report_file
+from ticdc_lake.redact import redact_text, redact_value
 from ticdc_lake.spark import LazySession
 
 
@@ -440,10 +441,11 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def write_result_file(path: Path, run: StageRun) -> None:
-    """The stage's result and failures as one JSON file, replaced whole (never half-written)."""
+    """The stage's result and failures as one JSON file, replaced whole (never half-written),
+    with any credential in its text masked (redact.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(run.to_dict()))
+    partial.write_text(json.dumps(redact_value(run.to_dict())))
     partial.replace(path)
 
 
@@ -455,8 +457,9 @@ def job_main(
 ) -> int:
     """Load ``args.config``, run ``work`` on a session built when it first uses one (by the
     job's own ``build_session``, so a test can hand in its session), print its result as one
-    JSON object on stdout and any failures on stderr. Exit status 0, 1 when something failed
-    (another run holding the lake past ``args.lock_wait`` too), 2 on a bad config."""
+    JSON object on stdout and any failures on stderr, credentials masked (redact.py). Exit
+    status 0, 1 when something failed (another run holding the lake past ``args.lock_wait``
+    too), 2 on a bad config."""
     try:
         config = load_config(args.config)
         # The lock before the session: a job waiting for the lake holds no Spark resources.
@@ -464,14 +467,14 @@ def job_main(
             spark = LazySession(lambda: build_session(f"ticdc-lake-{name}"))
             run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
-        print(f"{name}: configuration error: {exc}", file=sys.stderr)
+        print(redact_text(f"{name}: configuration error: {exc}"), file=sys.stderr)
         return 2
     except LakeLockedError as exc:
         run = StageRun(name, None, 0.0, {"lake lock": str(exc)})
     if run.result is not None:
-        print(json.dumps(run.result.to_dict()))
+        print(json.dumps(redact_value(run.result.to_dict())))
     if getattr(args, "result_file", None) is not None:
         write_result_file(args.result_file, run)
     for what, why in sorted(run.failures.items()):
-        print(f"{name}: {what}: {why}", file=sys.stderr)
+        print(redact_text(f"{name}: {what}: {why}"), file=sys.stderr)
     return 1 if run.failures else 0
