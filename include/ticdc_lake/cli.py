@@ -15,7 +15,8 @@
                        [--configs P]
 
 The work happens in the library (pipeline, demo, exports, protocols, workload); this module
-parses arguments and prints. ``main(argv, spark=session)`` runs `run` and `demo` on a given
+parses arguments and prints, all of it through terminal.printing (control characters escaped,
+credentials masked). ``main(argv, spark=session)`` runs `run` and `demo` on a given
 SparkSession instead of building one (tests).
 """
 
@@ -44,6 +45,7 @@ from ticdc_lake.process_exit import exit_now
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
+from ticdc_lake.terminal import printing
 from ticdc_lake.workload.dispatch import DISPATCHERS
 from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
 from ticdc_lake.workload.output import GenerateOptions
@@ -59,20 +61,24 @@ def run() -> NoReturn:
 
 
 def main(argv: list[str] | None = None, *, spark=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    args.spark = spark
-    try:
-        return args.run(args)
-    except ConfigError as exc:
-        print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
-        print(f"ticdc-lake: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `ticdc-lake decode ... | head`
-        sys.stderr.close()
-        return 0
+    """Run one command. Everything it prints (its output, its errors, argparse's usage, the
+    library's warnings) goes through terminal.printing: control characters escaped,
+    credentials masked."""
+    with printing():
+        parser = _parser()
+        args = parser.parse_args(argv)
+        args.spark = spark
+        try:
+            return args.run(args)
+        except ConfigError as exc:
+            print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
+            return 2
+        except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
+            print(f"ticdc-lake: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `ticdc-lake decode ... | head`
+            sys.stderr.close()
+            return 0
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -41,8 +41,9 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
 from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.quality.lakeview import report_file
-from ticdc_lake.redact import redact_text, redact_value
+from ticdc_lake.redact import redact_value
 from ticdc_lake.spark import LazySession
+from ticdc_lake.terminal import printing
 
 
 def _imported_when_run(module: str, name: str) -> Callable[..., Any]:
@@ -457,9 +458,15 @@ def job_main(
 ) -> int:
     """Load ``args.config``, run ``work`` on a session built when it first uses one (by the
     job's own ``build_session``, so a test can hand in its session), print its result as one
-    JSON object on stdout and any failures on stderr, credentials masked (redact.py). Exit
-    status 0, 1 when something failed (another run holding the lake past ``args.lock_wait``
-    too), 2 on a bad config."""
+    JSON object on stdout and any failures on stderr. Exit status 0, 1 when something failed
+    (another run holding the lake past ``args.lock_wait`` too), 2 on a bad config. What it
+    prints goes through terminal.printing, as the CLI's does: control characters escaped,
+    credentials masked."""
+    with printing():
+        return _run_job(name, args, build_session, work)
+
+
+def _run_job(name, args, build_session, work) -> int:
     try:
         config = load_config(args.config)
         # The lock before the session: a job waiting for the lake holds no Spark resources.
@@ -467,7 +474,7 @@ def job_main(
             spark = LazySession(lambda: build_session(f"ticdc-lake-{name}"))
             run = timed_stage(name, lambda: work(spark, config), config.lake)
     except ConfigError as exc:
-        print(redact_text(f"{name}: configuration error: {exc}"), file=sys.stderr)
+        print(f"{name}: configuration error: {exc}", file=sys.stderr)
         return 2
     except LakeLockedError as exc:
         run = StageRun(name, None, 0.0, {"lake lock": str(exc)})
@@ -476,5 +483,5 @@ def job_main(
     if getattr(args, "result_file", None) is not None:
         write_result_file(args.result_file, run)
     for what, why in sorted(run.failures.items()):
-        print(redact_text(f"{name}: {what}: {why}"), file=sys.stderr)
+        print(f"{name}: {what}: {why}", file=sys.stderr)
     return 1 if run.failures else 0

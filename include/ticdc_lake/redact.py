@@ -1,7 +1,8 @@
 """Keeping credentials out of what we print, log and store.
 
 ``redact_text`` is the one function every output path runs text through (messages, errors,
-quarantine rows, reprs, a job's stdout and result file, the run summary's log and XCom);
+quarantine rows, reprs, a job's result file, the run summary's log and XCom, and through
+terminal.printing everything the CLI and the spark-submit jobs print);
 ``redact_value`` runs it over every string of a JSON-like value. It masks:
 
 * the userinfo of every URL: ``scheme://user:password@host`` shows as ``scheme://user:***@host``
