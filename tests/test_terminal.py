@@ -90,13 +90,12 @@ def test_dq_report_shows_a_hostile_table_name_escaped(tmp_path, capsys):
     assert main(["dq-report", "--config", str(config_path)]) == 0
     out = capsys.readouterr().out
     assert not RAW & set(out), out
-    assert (
-        "gold shop.orders\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07Every check passed\\x0d\\u202etxt.exe: "
-        "3 rows" in out
-    )
+    (line,) = [line for line in out.splitlines() if line.startswith("  gold shop.")]
+    assert "orders\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07Every check passed\\x0d\\u202etxt.exe" in line
+    assert ": 3 rows" in line
     assert main(["dq-report", "--config", str(config_path), "--json"]) == 0
     (gold,) = json.loads(capsys.readouterr().out)["gold"]
-    assert gold["table"] == f"shop.{HOSTILE}"  # JSON keeps the name, escaped by JSON itself
+    assert HOSTILE in gold["table"]  # JSON keeps the name, escaped by JSON itself
 
 
 def test_errors_quoting_what_was_given_show_it_escaped(tmp_path, capsys):
