@@ -37,17 +37,19 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def start_airflow(
-    home: Path, *, configs: Path | None, spark_master: str = "local[2]"
+    home: Path, *, configs: Path | None, spark_master: str = "local[2]", triggerer: bool = False
 ) -> Iterator[LocalAirflow]:
-    """Airflow (api-server, scheduler, dag-processor; no triggerer: nothing defers) until the
-    block ends; then every process they started is stopped and checked gone."""
+    """Airflow (api-server, scheduler, dag-processor, the task log server; no triggerer unless
+    asked for: nothing defers) until the block ends; then every process they started is
+    stopped and checked gone."""
     settings = LocalAirflowSettings(
         home=home,
         project=REPO,
         port=free_port(),
+        log_port=free_port(),  # not Airflow's 8793: another Airflow on this machine may hold it
         spark_master=spark_master,
         configs=configs,
-        triggerer=False,
+        triggerer=triggerer,
         schedules=False,  # unpausing must not start a scheduled run ahead of the test's
         python=Path(sys.executable),
     )

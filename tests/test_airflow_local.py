@@ -3,6 +3,7 @@ passwords, and stopping (the real Airflow runs in tests/airflow/test_local_airfl
 
 from __future__ import annotations
 
+import importlib
 import json
 import stat
 import subprocess
@@ -46,6 +47,21 @@ def test_the_environment_binds_to_loopback_and_keeps_the_ports_in_step(tmp_path)
         env["AIRFLOW__API_AUTH__JWT_SECRET"]
         == airflow_env(settings(tmp_path), base)["AIRFLOW__API_AUTH__JWT_SECRET"]
     )
+
+
+def test_task_logs_are_served_by_a_server_of_our_own_on_loopback_not_airflow_s_on_all(tmp_path):
+    """The scheduler's and triggerer's serve-logs listen on 0.0.0.0:8793 (no setting binds it):
+    they are started with --skip-serve-logs, and the api-server is sent to ours."""
+    local = LocalAirflow(settings(tmp_path, log_port=18124), base_env={"PATH": "/usr/bin"})
+    assert "serve-logs" in local.settings.processes
+    assert local.command("scheduler")[-2:] == ["scheduler", "--skip-serve-logs"]
+    assert local.command("triggerer")[-2:] == ["triggerer", "--skip-serve-logs"]
+    assert local.command("serve-logs")[0] == sys.executable
+    env = local.env
+    assert env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == "18124"
+    assert env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] == "18124"
+    module, _, name = env["AIRFLOW__CORE__HOSTNAME_CALLABLE"].rpartition(".")
+    assert getattr(importlib.import_module(module), name)() == "127.0.0.1"
 
 
 def test_passwords_are_made_once_kept_and_private(tmp_path):

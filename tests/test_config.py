@@ -677,6 +677,24 @@ def test_a_password_in_the_registry_url_is_warned_about_and_never_shown(tmp_path
     assert "got 'http://lake:***@registry.invalid:8081'" in str(caught.value)
 
 
+@pytest.mark.parametrize("password", ["hun@ter2", "hunter 2", "hu@n ter/2"])
+def test_a_registry_url_password_holding_at_or_a_space_is_masked_in_warnings_and_errors(
+    tmp_path, caplog, password
+):
+    """The mask ended at the password's first "@" and never began at a space: the rest of the
+    password was shown in the warning and in the config error quoting the value."""
+    registry = {"url": f"http://lake:{password}@registry.invalid:8081"}
+    document = {"topics": {"a": {"protocol": "avro", "partitions": 1, "schema-registry": registry}}}
+    with caplog.at_level("WARNING"):
+        load_config(write_config(tmp_path, document))
+    document["topics"]["a"]["schema-registry"] = registry["url"]
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(tmp_path, document))
+    for said in (caplog.records[0].getMessage(), str(caught.value)):
+        assert "http://lake:***@registry.invalid:8081" in said
+        assert "hun" not in said and "ter" not in said
+
+
 def test_the_example_config_loads():
     example = Path(__file__).resolve().parents[1] / "include" / "pipeline.example.yaml"
     config = load_config(example)

@@ -202,6 +202,65 @@ def test_credentials_given_twice_are_refused_without_showing_them(registry_url):
     assert "cdc:***@" in str(caught.value)
 
 
+class _EchoingRegistry(http.server.BaseHTTPRequestHandler):
+    """A registry whose errors echo the request's Authorization header, as some proxies and
+    debug builds do: /401/... refuses the credentials, anything else fails with 500."""
+
+    def do_GET(self):
+        status = 401 if self.path.startswith("/401/") else 500
+        echo = f"request {self.path} with Authorization: {self.headers.get('Authorization')}"
+        data = json.dumps({"error_code": status * 100, "message": echo}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def echoing_registry():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EchoingRegistry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize("status", [500, 401])
+def test_a_registry_echoing_the_authorization_header_never_shows_the_credentials(
+    echoing_registry, tmp_path, capsys, status
+):
+    """The echoed ``Basic <base64 of user:password>`` went to the job's output, its result file
+    and the summary task's log and XCom. A job whose stage asks the registry, as decode does."""
+    from ticdc_lake.pipeline import job_main, job_parser
+    from ticdc_lake.run_results import summarize_run
+
+    url = f"{echoing_registry}/401" if status == 401 else echoing_registry
+    source = _rest(url)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("topics: {t: {protocol: craft, partitions: 1}}\n")
+    args = job_parser("decode").parse_args(
+        ["--config", str(config), "--result-file", str(tmp_path / "run" / "decode.json")]
+    )
+    code = job_main("decode", args, lambda name: None, lambda spark, cfg: source.get_schema(7))
+    assert code == (2 if status == 401 else 1)
+    out, err = capsys.readouterr()
+    said = [out, err]
+    if status == 500:  # a config error (refused credentials) stops before any result file
+        summary = summarize_run(tmp_path / "run", ("decode",))
+        said += [(tmp_path / "run" / "decode.json").read_text(), json.dumps(summary.to_dict())]
+        said += summary.lines()
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    everything = "\n".join(said)
+    assert "with Authorization: Basic ***" in everything, everything
+    assert token not in everything and token[:12] not in everything and "s3cret" not in everything
+
+
 def test_directory_reads_avsc_and_registry_responses(tmp_path):
     (tmp_path / "1.avsc").write_text(ORDERS)
     (tmp_path / "2.json").write_text(json.dumps({"schema": ITEMS, "id": 2}))

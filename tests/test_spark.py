@@ -1,13 +1,22 @@
-"""The session helpers: settings scoped to the jobs of one block."""
+"""The session helpers: settings scoped to the jobs of one block; where a local session
+listens (127.0.0.1 only, the web UI only when asked for)."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
+import socket
 import subprocess
 import sys
+import types
+import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
-from ticdc_lake.spark import job_settings
+from ticdc_lake.cli import _parser, _session
+from ticdc_lake.spark import LOCAL_IP_ENV, job_settings, listener_settings
 from ticdc_lake.spark_daemon import compiled_first
 
 SPLITS = "spark.sql.files.minPartitionNum"
@@ -131,3 +140,120 @@ def test_a_stage_process_without_spark_runs_without_huge_pages_too():
         "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])"
     )
     assert _printed_by_fresh_python(script) == "0"
+
+
+# --- where a local session listens --------------------------------------------------------------
+
+
+def _is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as a JVM's dual-stack socket
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def outside_address() -> str | None:
+    """An address of this machine other than loopback: where another host would connect."""
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not _is_loopback(address.address):
+                return address.address
+    return None
+
+
+def listening(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket process ``pid`` listens on."""
+    return [
+        (connection.laddr.ip, connection.laddr.port)
+        for connection in psutil.Process(pid).net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN
+    ]
+
+
+def refused_from_outside(port: int) -> bool:
+    """Whether a connection to ``port`` at this machine's outside address is refused."""
+    outside = outside_address()
+    if outside is None:  # no other interface: nothing to reach from elsewhere
+        return True
+    try:
+        socket.create_connection((outside, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_a_local_session_listens_on_loopback_without_the_ui_unless_asked_a_cluster_s_is_its_own():
+    loopback = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    assert listener_settings("local[*]", {}, ui=False) == loopback | {"spark.ui.enabled": "false"}
+    assert listener_settings("local[2]", {}, ui=True) == loopback | {"spark.ui.enabled": "true"}
+    # What spark-submit was given wins: a local run can be opened on purpose.
+    opened = {"spark.driver.bindAddress": "0.0.0.0", "spark.ui.enabled": "true"}
+    assert listener_settings("local[*]", opened, ui=False) == {"spark.driver.host": "127.0.0.1"}
+    for master in ("spark://10.0.0.5:7077", "yarn", "k8s://https://10.0.0.1:6443"):
+        assert listener_settings(master, {}, ui=False) == {}, master
+
+
+def test_the_commands_build_their_session_with_the_ui_only_when_asked(monkeypatch):
+    built = []
+
+    def build_session(name, **options):
+        built.append(options)
+        return types.SimpleNamespace(version="4")
+
+    monkeypatch.setattr("ticdc_lake.spark.build_session", build_session)
+    for argv in (["run", "--config", "c"], ["demo"], ["run", "--config", "c", "--spark-ui"]):
+        args = _parser().parse_args(argv)
+        args.spark = None
+        assert _session(args, "ticdc-lake-test").version == "4"
+    assert built == [{"ui": False}, {"ui": False}, {"ui": True}]
+
+
+def test_the_session_s_driver_listens_on_loopback_only(spark):
+    """Its RPC and block-manager ports bound the machine's outside address."""
+    found = listening(spark.sparkContext._gateway.proc.pid)
+    assert found and all(_is_loopback(address) for address, _ in found), found
+    assert all(refused_from_outside(port) for _, port in found)
+
+
+# Builds a local session with the web UI asked for; says where it is; stops when told to.
+_WITH_UI = """
+import json, sys
+from ticdc_lake.spark import build_session
+spark = build_session("ticdc-lake-ui-test", master="local[1]", ui=True)
+info = {"jvm": spark.sparkContext._gateway.proc.pid, "ui": spark.sparkContext.uiWebUrl}
+print(json.dumps(info), flush=True)
+sys.stdin.readline()
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_spark_ui_asked_for_answers_on_loopback_and_nowhere_else():
+    """The UI answered 200 from another address: it listened on every interface."""
+    env = {k: v for k, v in os.environ.items() if k != LOCAL_IP_ENV}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WITH_UI],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        line = child.stdout.readline()
+        assert line, "the session did not start"
+        info = json.loads(line)
+        ui_port = int(info["ui"].rsplit(":", 1)[1])
+        assert info["ui"].startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/jobs/", timeout=30) as page:
+            assert page.status == 200
+        found = listening(info["jvm"])
+        assert ui_port in {port for _, port in found}
+        assert all(_is_loopback(address) for address, _ in found), found
+        assert all(refused_from_outside(port) for _, port in found)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

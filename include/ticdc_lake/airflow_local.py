@@ -5,11 +5,14 @@
         client = airflow.client("admin")      # REST API v2 with a token from /auth/token
         ...                                   # leaving the block stops every process it started
 
-Airflow runs from its own ``AIRFLOW_HOME`` (SQLite, LocalExecutor, low parallelism, the API
-bound to 127.0.0.1), with the project's dags/ and plugins/ and a ``spark_default`` connection to
-``local[*]`` or a Spark master. Each Airflow process (api-server, scheduler, dag-processor,
-triggerer) is started in a session of its own, so stopping it reaches the task processes and
-spark-submit JVMs it forked too; their output goes to ``$AIRFLOW_HOME/logs/<name>.out``.
+Airflow runs from its own ``AIRFLOW_HOME`` (SQLite, LocalExecutor, low parallelism), with the
+project's dags/ and plugins/ and a ``spark_default`` connection to ``local[*]`` or a Spark
+master. Every process listens on 127.0.0.1 only: the api-server, and the task log server
+(``serve-logs``), which this module starts itself since the one the scheduler and triggerer would
+start listens on every interface and cannot be told otherwise. Each Airflow process (api-server,
+scheduler, dag-processor, serve-logs, triggerer) is started in a session of its own, so stopping
+it reaches the task processes and spark-submit JVMs it forked too; their output goes to
+``$AIRFLOW_HOME/logs/<name>.out``.
 
 The simple auth manager's users and their passwords are written to a file before Airflow starts
 (Airflow keeps a file it finds), so the login is known and can be printed; a password is made
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ticdc_lake.errors import TicdcLakeError
-from ticdc_lake.orchestration import CONFIGS_ENV, POOL
+from ticdc_lake.orchestration import CONFIGS_ENV, LOG_SERVER_PORT, POOL
 
 # role in the simple auth manager, by user name
 USERS = {"admin": "admin", "viewer": "viewer"}
@@ -53,6 +56,7 @@ class LocalAirflowSettings:
     home: Path  # AIRFLOW_HOME: database, logs, passwords
     project: Path  # holds dags/, plugins/ and spark_jobs/
     port: int = 8080
+    log_port: int = LOG_SERVER_PORT  # the task log server's
     spark_master: str = "local[*]"
     parallelism: int = 2
     configs: Path | None = None  # TICDC_LAKE_CONFIGS; None: the DAGs' demo sample
@@ -66,7 +70,7 @@ class LocalAirflowSettings:
 
     @property
     def processes(self) -> tuple[str, ...]:
-        return ("api-server", "scheduler", "dag-processor") + (
+        return ("api-server", "scheduler", "dag-processor", "serve-logs") + (
             ("triggerer",) if self.triggerer else ()
         )
 
@@ -119,6 +123,15 @@ def airflow_env(settings: LocalAirflowSettings, base: Mapping[str, str]) -> dict
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / PASSWORDS_FILE),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(settings.port),
+        # The task log server (serve_task_logs) serves workers' and the triggerer's logs, one
+        # folder: one port for both.
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(settings.log_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(settings.log_port),
+        # The api-server fetches a running task's log from http://<the task's hostname>:<port>:
+        # every process names this machine by the address that server listens on.
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{__name__}.{loopback_hostname.__name__}",
+        # Off by default; were it turned on in airflow.cfg, not on every interface (0.0.0.0).
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": settings.url,
         # Task processes report to the api-server: keep the URL in step with its port.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{settings.url}/execution/",
@@ -213,11 +226,20 @@ class LocalAirflow:
             "POST", "/api/v2/pools", {"name": POOL, "slots": 1, "description": "one job per lake"}
         )  # a second start finds it there (409): fine either way
 
+    def command(self, name: str) -> list[str]:
+        """How process ``name`` is started."""
+        if name == "api-server":
+            return self.airflow(name, "--port", str(self.settings.port))
+        if name in ("scheduler", "triggerer"):  # their own log servers listen everywhere
+            return self.airflow(name, "--skip-serve-logs")
+        if name == "serve-logs":
+            return [str(self.settings.python), "-c", f"import {__name__} as m; m.serve_task_logs()"]
+        return self.airflow(name)
+
     def _spawn(self, name: str) -> None:
-        args = ["api-server", "--port", str(self.settings.port)] if name == "api-server" else [name]
         with open(self.logs / f"{name}.out", "ab") as log:
             self.started[name] = subprocess.Popen(
-                self.airflow(*args),
+                self.command(name),
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -291,6 +313,28 @@ class LocalAirflow:
                 process.poll()  # reap the leaders
             time.sleep(0.2)
         return True
+
+
+def loopback_hostname() -> str:
+    """``[core] hostname_callable`` of a local Airflow: the address its log server is on."""
+    return "127.0.0.1"
+
+
+def serve_task_logs() -> None:
+    """Airflow's task log server (``airflow serve-logs``' app: JWT-checked reads of the log
+    folder) on 127.0.0.1 at ``[logging] worker_log_server_port``, until stopped."""
+    import uvicorn
+    from airflow.configuration import conf
+
+    uvicorn.run(
+        "airflow.utils.serve_logs.log_server:get_app",
+        factory=True,
+        host="127.0.0.1",
+        port=conf.getint("logging", "worker_log_server_port"),
+        log_level="warning",
+        log_config=None,  # Airflow's own logging, as its serve-logs keeps it
+        access_log=False,
+    )
 
 
 def session_processes(sid: int) -> list[int]:

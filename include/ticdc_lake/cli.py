@@ -1,9 +1,9 @@
 """`ticdc-lake`: run the pipeline, run the demo, decode Kafka exports, generate a sample.
 
     ticdc-lake run --config FILE [--stages land,decode,watermark,compact] [--changefeed NAME ...]
-                   [--until-ts TSO] [--rebuild] [--json] [--lock-wait SECONDS]
+                   [--until-ts TSO] [--rebuild] [--json] [--lock-wait SECONDS] [--spark-ui]
     ticdc-lake demo [--out DIR] [--profile realistic|ddl-heavy] [--seed S] [--transactions T]
-                    [--partitions N] [--protocol P ...]
+                    [--partitions N] [--protocol P ...] [--spark-ui]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
                       | --schemas-topic FILE] [--claim-check-root R ...] [--no-tidb-extension]
@@ -11,10 +11,12 @@
     ticdc-lake generate --out DIR --protocol P [--profile realistic|ddl-heavy] [--partitions N]
                         [--seed S] [--transactions T] [--format F] [--compression C]
                         [--file-compression Z] ...
-    ticdc-lake airflow [--home .airflow] [--port 8080] [--spark-master local[*]] [--configs P]
+    ticdc-lake airflow [--home .airflow] [--port 8080] [--log-port 8793] [--spark-master local[*]]
+                       [--configs P]
 
 The work happens in the library (pipeline, demo, exports, protocols, workload); this module
-parses arguments and prints. ``main(argv, spark=session)`` runs `run` and `demo` on a given
+parses arguments and prints, all of it through terminal.printing (control characters escaped,
+credentials masked). ``main(argv, spark=session)`` runs `run` and `demo` on a given
 SparkSession instead of building one (tests).
 """
 
@@ -38,10 +40,12 @@ from ticdc_lake.config import SchemaRegistryConfig, TopicConfig, absolute_root
 from ticdc_lake.errors import ConfigError, DecodeError, TicdcLakeError
 from ticdc_lake.events import Event, json_value, to_json_dict
 from ticdc_lake.lake.lock import add_lock_wait, lake_lock
+from ticdc_lake.orchestration import LOG_SERVER_PORT
 from ticdc_lake.process_exit import exit_now
 from ticdc_lake.protocols import PROTOCOLS, Decoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.redact import warn_if_url_has_password
+from ticdc_lake.terminal import printing
 from ticdc_lake.workload.dispatch import DISPATCHERS
 from ticdc_lake.workload.generator import DEFAULT_PROFILE, PROFILES
 from ticdc_lake.workload.output import GenerateOptions
@@ -57,20 +61,24 @@ def run() -> NoReturn:
 
 
 def main(argv: list[str] | None = None, *, spark=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    args.spark = spark
-    try:
-        return args.run(args)
-    except ConfigError as exc:
-        print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
-        print(f"ticdc-lake: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `ticdc-lake decode ... | head`
-        sys.stderr.close()
-        return 0
+    """Run one command. Everything it prints (its output, its errors, argparse's usage, the
+    library's warnings) goes through terminal.printing: control characters escaped,
+    credentials masked."""
+    with printing():
+        parser = _parser()
+        args = parser.parse_args(argv)
+        args.spark = spark
+        try:
+            return args.run(args)
+        except ConfigError as exc:
+            print(f"ticdc-lake: configuration error: {exc}", file=sys.stderr)
+            return 2
+        except TicdcLakeError as exc:  # e.g. a schema registry that cannot be reached
+            print(f"ticdc-lake: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `ticdc-lake decode ... | head`
+            sys.stderr.close()
+            return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -371,12 +379,21 @@ def _add_profile(parser) -> None:
 
 def _session(args, name: str):
     """The session handed to main(), else a local one built on first use (spark-submit
-    settings, if any, win)."""
+    settings, if any, win), listening on 127.0.0.1 only, with the web UI if --spark-ui."""
     if args.spark is not None:
         return args.spark
     from ticdc_lake.spark import LazySession, build_session
 
-    return LazySession(lambda: build_session(name))
+    return LazySession(lambda: build_session(name, ui=args.spark_ui))
+
+
+def _add_spark_ui(parser) -> None:
+    parser.add_argument(
+        "--spark-ui",
+        action="store_true",
+        help="serve Spark's web UI while it runs, on 127.0.0.1:4040 (or $SPARK_LOCAL_IP); "
+        "off by default: it has no login",
+    )
 
 
 def _add_run(commands) -> None:
@@ -416,6 +433,7 @@ def _add_run(commands) -> None:
     )
     run.add_argument("--json", action="store_true", help="print one JSON object, not the summary")
     add_lock_wait(run)
+    _add_spark_ui(run)
     run.set_defaults(run=_run_pipeline)
 
 
@@ -446,13 +464,20 @@ def _add_airflow(commands) -> None:
     airflow = commands.add_parser(
         "airflow",
         help="run a local Airflow with the project's DAGs until Ctrl-C",
-        description="Start Airflow (api-server, scheduler, dag-processor, triggerer) from its "
-        "own AIRFLOW_HOME with SQLite and the LocalExecutor, the API on 127.0.0.1, the "
-        "project's dags/ and plugins/, and spark_default pointing at --spark-master. Prints the "
-        "UI's URL and the admin login; Ctrl-C stops everything it started.",
+        description="Start Airflow (api-server, scheduler, dag-processor, task log server, "
+        "triggerer) from its own AIRFLOW_HOME with SQLite and the LocalExecutor, every one "
+        "listening on 127.0.0.1 only, the project's dags/ and plugins/, and spark_default "
+        "pointing at --spark-master. Prints the UI's URL and the admin login; Ctrl-C stops "
+        "everything it started.",
     )
     airflow.add_argument("--home", type=Path, default=Path(".airflow"), help="AIRFLOW_HOME")
     airflow.add_argument("--port", type=int, default=8080)
+    airflow.add_argument(
+        "--log-port",
+        type=int,
+        default=LOG_SERVER_PORT,
+        help=f"the task log server's port, on 127.0.0.1 (default {LOG_SERVER_PORT})",
+    )
     airflow.add_argument(
         "--spark-master",
         default="local[*]",
@@ -478,6 +503,7 @@ def _run_airflow(args) -> int:
         home=args.home.resolve(),
         project=project,
         port=args.port,
+        log_port=args.log_port,
         spark_master=args.spark_master,
         parallelism=args.parallelism,
         configs=args.configs,
@@ -554,6 +580,7 @@ def _add_demo(commands) -> None:
     demo.add_argument("--transactions", type=int, default=200)
     demo.add_argument("--partitions", type=int, default=4)
     demo.add_argument("--protocol", action="append", choices=PROTOCOLS, dest="protocols")
+    _add_spark_ui(demo)
     demo.set_defaults(run=_run_demo)
 
 

@@ -499,8 +499,8 @@ def _describe(error: dict[str, Any], source: Path, lines: dict[tuple[str, ...], 
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = redact_text(repr(value))  # before it is cut: a cut URL may lose the "@" that shows
+    return text if len(text) <= limit else text[: limit - 3] + "..."  # where its password ends
 
 
 # --- the config the stages use -----------------------------------------------------------------

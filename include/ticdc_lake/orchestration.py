@@ -118,6 +118,8 @@ PIPELINE_DAG = "ticdc_lake"
 BACKFILL_DAG = "ticdc_lake_backfill"
 # One Airflow pool slot per lake: the pipeline's and the backfill's Spark jobs never overlap.
 POOL = "ticdc_lake"
+# Where a local Airflow (airflow_local.py) serves task logs to its api-server: Airflow's default.
+LOG_SERVER_PORT = 8793
 
 TSO_LOGICAL_BITS = 18
 TSO_MAX = (1 << 63) - 1  # TSOs are stored as int64 in the lake

@@ -41,7 +41,9 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LakeLockedError, add_lock_wait, lake_lock
 from ticdc_lake.orchestration import QUALITY_AFTER
 from ticdc_lake.quality.lakeview import report_file
+from ticdc_lake.redact import redact_value
 from ticdc_lake.spark import LazySession
+from ticdc_lake.terminal import printing
 
 
 def _imported_when_run(module: str, name: str) -> Callable[..., Any]:
@@ -440,10 +442,11 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def write_result_file(path: Path, run: StageRun) -> None:
-    """The stage's result and failures as one JSON file, replaced whole (never half-written)."""
+    """The stage's result and failures as one JSON file, replaced whole (never half-written),
+    with any credential in its text masked (redact.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(run.to_dict()))
+    partial.write_text(json.dumps(redact_value(run.to_dict())))
     partial.replace(path)
 
 
@@ -456,7 +459,14 @@ def job_main(
     """Load ``args.config``, run ``work`` on a session built when it first uses one (by the
     job's own ``build_session``, so a test can hand in its session), print its result as one
     JSON object on stdout and any failures on stderr. Exit status 0, 1 when something failed
-    (another run holding the lake past ``args.lock_wait`` too), 2 on a bad config."""
+    (another run holding the lake past ``args.lock_wait`` too), 2 on a bad config. What it
+    prints goes through terminal.printing, as the CLI's does: control characters escaped,
+    credentials masked."""
+    with printing():
+        return _run_job(name, args, build_session, work)
+
+
+def _run_job(name, args, build_session, work) -> int:
     try:
         config = load_config(args.config)
         # The lock before the session: a job waiting for the lake holds no Spark resources.
@@ -469,7 +479,7 @@ def job_main(
     except LakeLockedError as exc:
         run = StageRun(name, None, 0.0, {"lake lock": str(exc)})
     if run.result is not None:
-        print(json.dumps(run.result.to_dict()))
+        print(json.dumps(redact_value(run.result.to_dict())))
     if getattr(args, "result_file", None) is not None:
         write_result_file(args.result_file, run)
     for what, why in sorted(run.failures.items()):

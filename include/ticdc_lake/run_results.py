@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ticdc_lake.redact import redact_value
+
 
 class MissingResultError(FileNotFoundError):
     """A stage ran but left no result file (it did not get as far as writing one)."""
@@ -50,10 +52,12 @@ class RunSummary:
 
 
 def read_result(path: Path) -> dict[str, Any]:
-    """One job's result file (pipeline.write_result_file): stage, seconds, result, failures."""
+    """One job's result file (pipeline.write_result_file): stage, seconds, result, failures.
+    Credentials are masked again as it is read (redact.py): what the summary logs and returns
+    as XCom never holds one, even from a file written by an older version or by hand."""
     if not path.is_file():
         raise MissingResultError(f"{path}: the job left no result (see its task log)")
-    return json.loads(path.read_text())
+    return redact_value(json.loads(path.read_text()))
 
 
 def _counts(stage: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ because a server is down would hide the outage.
 
 from __future__ import annotations
 
+import base64
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -33,7 +34,7 @@ import orjson
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError, TicdcLakeError
 from ticdc_lake.exports import ExportError, read_export
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.redact import MASK, redact_text, redact_url, without_userinfo
+from ticdc_lake.redact import redact_text, redact_url, without_userinfo
 
 SCHEMAS_TOPIC = "_schemas"
 
@@ -102,10 +103,10 @@ class RegistrySchemaSource(SchemaSource):
     Its description, and every error it raises, show the URL without the password.
     """
 
-    def __init__(self, client: Any, description: str | None = None, secret: str | None = None):
+    def __init__(self, client: Any, description: str | None = None, secrets: tuple[str, ...] = ()):
         super().__init__(redact_text(description or f"schema registry {_registry_url(client)}"))
         self.client = client
-        self._secret = secret  # masked in any text a server or library sends back
+        self._secrets = secrets  # masked in any text a server or library sends back
 
     @classmethod
     def from_url(
@@ -138,12 +139,13 @@ class RegistrySchemaSource(SchemaSource):
         settings: dict[str, Any] = {"url": bare, **(conf or {})}
         if username is not None:
             settings["basic.auth.user.info"] = f"{username}:{password or ''}"
+        secrets = _credential_forms(username, password)
         try:
             client = SchemaRegistryClient(settings)
         except (ValueError, TypeError) as exc:
-            message = str(exc).replace(password, MASK) if password else str(exc)
+            message = redact_text(str(exc), secrets)
             raise ConfigError(f"schema registry settings for {shown}: {message}") from None
-        return cls(client, f"schema registry {bare}", secret=password)
+        return cls(client, f"schema registry {bare}", secrets=secrets)
 
     def _fetch(self, schema_id: int) -> str | None:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -182,10 +184,19 @@ class RegistrySchemaSource(SchemaSource):
         return schema.schema_str
 
     def _safe(self, text: str) -> str:
-        """``text`` with URL passwords and this registry's password masked: what a server or
-        the HTTP library says is not ours to trust with a secret."""
-        text = redact_text(text)
-        return text.replace(self._secret, MASK) if self._secret else text
+        """``text`` with URL userinfo, Basic/Bearer credentials and this registry's password
+        masked: what a server or the HTTP library says is not ours to trust with a secret (a
+        registry may echo the request's Authorization header into its error)."""
+        return redact_text(text, self._secrets)
+
+
+def _credential_forms(username: str | None, password: str | None) -> tuple[str, ...]:
+    """The password, and the basic-auth token it travels in, for masking: a server may echo
+    either without saying it is a credential."""
+    if not password:
+        return ()
+    token = base64.b64encode(f"{username or ''}:{password}".encode()).decode()
+    return (password, token)
 
 
 def _http_errors() -> tuple[type[Exception], ...]:

@@ -53,6 +53,27 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+# Where the driver listens when Spark runs on this machine alone (a local[...] master): nothing
+# but this machine need reach it. spark-submit's settings and ``conf`` win over these, so a
+# local run can still open them (--conf spark.driver.bindAddress=0.0.0.0); on a cluster
+# (spark://, yarn, k8s://) the driver must be reachable from the executors' hosts, and where it
+# listens is the cluster's to configure (README: "Listeners").
+LOCAL_LISTENERS: dict[str, str] = {
+    # The driver's RPC and block-manager ports bind this address; by default it is the
+    # machine's name resolved, or its first non-loopback address when the name resolves to
+    # loopback: an address anyone on the network can connect to.
+    "spark.driver.bindAddress": "127.0.0.1",
+    # Where the driver tells its executors (threads of this process) to call it.
+    "spark.driver.host": "127.0.0.1",
+    # The web UI has no login and listens on every interface (0.0.0.0, whatever the driver's
+    # address): off unless asked for (``ui``: ticdc-lake run --spark-ui), then on LOCAL_IP_ENV.
+    "spark.ui.enabled": "false",
+}
+UI_KEY = "spark.ui.enabled"
+# The address Spark's web UI binds is read from this variable when the JVM starts (no setting
+# says it): 127.0.0.1 for a local session's UI unless the environment says otherwise.
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+
 DRIVER_JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 
 # The module Spark starts its Python task workers' daemon from (see ``spark_daemon``).
@@ -98,19 +119,32 @@ def _submitted_conf() -> SparkConf:
     return SparkConf()
 
 
+def listener_settings(master: str, submitted: Mapping[str, str], *, ui: bool) -> dict[str, str]:
+    """Where the driver listens: for a local master, LOCAL_LISTENERS less what spark-submit
+    set (``submitted``), the UI on when ``ui`` asks for it; on a cluster, nothing of ours."""
+    if not master.startswith("local"):
+        return {}
+    settings = {k: v for k, v in LOCAL_LISTENERS.items() if k not in submitted}
+    if ui:
+        settings[UI_KEY] = "true"
+    return settings
+
+
 def build_session(
     app_name: str = "ticdc-lake",
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    ui: bool = False,
 ) -> SparkSession:
     """A SparkSession for the pipeline. (This module imports nothing of the lake's but the
     standard-library-only orchestration module's JVM options and ``huge_pages``.)
 
     ``master`` defaults to ``local[*]`` unless spark-submit already chose one. Local workers run
     this interpreter (``PYSPARK_PYTHON``): the pipeline's Arrow functions import pyarrow,
-    deltalake and this package on the workers, which a system Python lacks. On a cluster the
-    executors' Python is checked once (``check_executor_python``).
+    deltalake and this package on the workers, which a system Python lacks. A local session
+    listens on 127.0.0.1 only, without the web UI unless ``ui`` (``listener_settings``). On a
+    cluster the executors' Python is checked once (``check_executor_python``).
     """
     # Settings spark-submit was given (--conf, spark-defaults.conf) win over these defaults;
     # ``conf`` wins over both.
@@ -123,6 +157,7 @@ def build_session(
     java_options = driver_java_options(os.environ, sys.executable)
     if java_options and not submitted.contains(DRIVER_JAVA_OPTIONS_KEY):
         settings[DRIVER_JAVA_OPTIONS_KEY] = java_options
+    settings.update(listener_settings(master, dict(submitted.getAll()), ui=ui))
     if master.startswith("local"):
         # Local workers are forked from this machine: run them on this interpreter. (On a
         # cluster the executors' Python is the cluster's to configure.) Both the variable,
@@ -133,6 +168,10 @@ def build_session(
             # This interpreter has the package, so its daemon imports pyspark compiled.
             settings[DAEMON_MODULE] = "ticdc_lake.spark_daemon"
     settings.update(conf or {})
+    if master.startswith("local") and settings.get(UI_KEY) == "true":
+        # Read by the JVM this process starts (a JVM spark-submit started has read it: there
+        # the caller's environment decides).
+        os.environ.setdefault(LOCAL_IP_ENV, "127.0.0.1")
 
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():

@@ -7,13 +7,19 @@ viewer may read but not trigger. The harness stops every process it started, pas
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
+from ticdc_lake.airflow_local import session_processes
 from ticdc_lake.config import load_config
 from ticdc_lake.workload.expected_gold import ExpectedGold
 
-from tests.airflow_harness import run_report, wait_for_run
+from tests.airflow_harness import run_report, start_airflow, wait_for_run
+from tests.test_spark import _is_loopback, listening, refused_from_outside
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +102,41 @@ def test_triggered_pipeline_and_backfill_succeed_with_gold_right(local_airflow, 
         local_airflow, BACKFILL, "backfill-1", {"start_ts": "0", "end_ts": str(watermark)}
     )
     check_gold(airflow_sample, watermark)
+
+
+def test_every_process_of_a_local_airflow_listens_on_loopback_only(tmp_path):
+    """serve-logs, which the scheduler and the triggerer start with the LocalExecutor, listened
+    on every interface (0.0.0.0:8793). As ``ticdc-lake airflow`` starts it, triggerer too."""
+    with start_airflow(tmp_path / "home", configs=None, triggerer=True) as airflow:
+        found = {
+            (address, port)
+            for process in airflow.started.values()
+            for pid in session_processes(process.pid)
+            for address, port in listening(pid)
+        }
+        ports = {port for _, port in found}
+        assert {airflow.settings.port, airflow.settings.log_port} <= ports, found
+        assert all(_is_loopback(address) for address, _ in found), found
+        assert all(refused_from_outside(port) for port in ports)
+        # The log server is Airflow's: it wants a token signed as the api-server signs it,
+        # and serves the log folder to the api-server's own fetch.
+        log_url = f"http://127.0.0.1:{airflow.settings.log_port}/log/scheduler.out"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(log_url, timeout=30)
+        assert refused.value.code == 403
+        fetch = subprocess.run(
+            [sys.executable, "-c", _FETCH_LOG, log_url, "scheduler.out"],
+            env=airflow.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert fetch.stdout.strip().splitlines()[-1:] == ["200"], fetch.stderr[-3000:]
+
+
+# How the api-server fetches a running task's log (FileTaskHandler._read_from_logs_server).
+_FETCH_LOG = """
+import sys
+from airflow.utils.log.file_task_handler import _fetch_logs_from_service
+print(_fetch_logs_from_service(sys.argv[1], sys.argv[2]).status_code)
+"""

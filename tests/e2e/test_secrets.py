@@ -1,5 +1,7 @@
 """A schema registry's password never shows: not on stdout or stderr, not in any log line, not in
-any table of the lake, whatever the registry does (nothing listens; it answers 401, 500, 404).
+any table of the lake, whatever the registry does (nothing listens; it answers 401, 500, 404,
+echoing the request's Authorization header in its errors), whatever the password holds (an "@",
+a space).
 
 The pipeline runs as a user runs it: ``ticdc-lake run`` (land, then decode on real Spark) in a
 process of its own, so everything it and its JVM and Python workers print is captured, with
@@ -26,7 +28,10 @@ from ticdc_lake.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-USER, PASSWORD = "lake", "Kn0wn-Pa55word-31337"
+USER, PASSWORD = "lake", "Kn0wn-Pa55@word 31337"
+# What of the password must not show anywhere: each of its words, and the basic-auth token.
+TOKEN = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+SECRETS = ("Kn0wn", "Pa55", "word 31337", "31337", TOKEN, TOKEN[:12])
 PASSWORD_ENV = "TEST_SCHEMA_REGISTRY_PASSWORD"
 
 # Runs every config on one SparkSession, through the CLI's own entry point.
@@ -46,14 +51,16 @@ RUNNER = textwrap.dedent(
 
 
 class _Registry(http.server.BaseHTTPRequestHandler):
-    """Answers every request under /<status>/ with that HTTP status, as a registry would."""
+    """Answers every request under /<status>/ with that HTTP status, as a registry would, its
+    error echoing the request's Authorization header (as some proxies and debug builds do)."""
 
     authorizations: list[str] = []  # noqa: RUF012 - what clients sent, for the test to check
 
     def do_GET(self):
         self.authorizations.append(self.headers.get("Authorization", ""))
         status = int(self.path.strip("/").split("/")[0])
-        body = b'{"error_code": %d, "message": "no"}' % (status * 100 + 1)
+        echo = f"no (Authorization: {self.headers.get('Authorization', '')})".encode()
+        body = b'{"error_code": %d, "message": "%s"}' % (status * 100 + 1, echo)
         self.send_response(status)
         self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
         self.send_header("Content-Length", str(len(body)))
@@ -129,8 +136,9 @@ def test_the_registry_password_never_reaches_output_logs_or_tables(tmp_path, reg
     said = run.stdout + run.stderr
     lake = lake_text(sample / "lake")
 
-    assert PASSWORD not in said
-    assert PASSWORD not in lake
+    for secret in SECRETS:
+        assert secret not in said, secret
+        assert secret not in lake, secret
     # Each behaviour was met, and reported: the outage and the server error fail decode (exit
     # 1), refused credentials are a config error (exit 2), unknown ids are quarantined, which the
     # decode-rate check then fails (exit 1).
@@ -140,6 +148,6 @@ def test_the_registry_password_never_reaches_output_logs_or_tables(tmp_path, reg
     assert "could not be reached" in said and "refused the credentials (HTTP 401)" in said
     assert "failed to give schema id" in said and "is not in schema registry http://" in lake
     assert f"http://{USER}:***@" in said  # the warning about a password in the URL
+    assert "Authorization: Basic ***" in said  # the echo, masked
     # The password was really in use: every request carried it as basic auth.
-    credentials = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    assert set(_Registry.authorizations) == {credentials}
+    assert set(_Registry.authorizations) == {f"Basic {TOKEN}"}
