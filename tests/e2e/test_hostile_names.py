@@ -15,6 +15,8 @@ lake's gold folder, and no lake table may be overwritten.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -76,6 +78,8 @@ def hostile(request, spark, tmp_path_factory):
     exports.write_export(output.out_dir / "exports" / "wide.jsonl", extra, "jsonl")
     document = yaml.safe_load(output.config_path.read_text())
     document["lake"] = str(directory / "lake")
+    # The wide table's records and the stray topic's are quarantined: the run goes on, warning.
+    document["quality"] = {"policies": {"decode_rate": "warn"}}
     output.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
     config = load_config(output.config_path)
     first = run_stages(spark, config, quality=True)
@@ -151,3 +155,15 @@ def test_a_second_run_changes_nothing(hostile):
         # Each run's checks are recorded, as its report shows.
         "quality/results": table_versions(LakeLayout(config.lake))["quality/results"]
     }
+
+
+def test_names_reach_the_terminal_escaped(hostile):
+    """A table named with ESC sequences cleared the screen and printed a fake verdict."""
+    _, config, *_ = hostile
+    shown = subprocess.run(
+        [sys.executable, "-m", "ticdc_lake", "dq-report", "--config", str(config.source)],
+        capture_output=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode in (0, 1), shown.stderr
+    assert b"\x1b" not in shown.stdout + shown.stderr and b"\r" not in shown.stdout
+    assert b"\\x1b[2J\\x1b[HEvery check passed\\x0d" in shown.stdout
