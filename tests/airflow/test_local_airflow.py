@@ -91,8 +91,9 @@ def test_triggered_pipeline_and_backfill_succeed_with_gold_right(local_airflow, 
     assert watermark > 0 and summary["modes"] == {changefeed: "watermark"}, summary
     assert summary["stages"]["land"]["records_added"] > 0
     assert summary["changed_changefeeds"] == [changefeed]
-    for checked in ("bronze", "silver", "gold"):  # each stage's checks ran as a task and passed
-        assert summary["stages"][f"quality_{checked}"]["checks"] == 7, summary
+    # Each stage's checks ran as a task and passed (gold's gold_mode is two: mode, quarantine).
+    for checked, checks in (("bronze", 7), ("silver", 7), ("gold", 8)):
+        assert summary["stages"][f"quality_{checked}"]["checks"] == checks, summary
         assert summary["stages"][f"quality_{checked}"]["failed"] == [], summary
     assert (load_config(airflow_sample / "pipeline.yaml").reports / "quality.html").is_file()
     check_gold(airflow_sample, watermark)
