@@ -1,5 +1,5 @@
 """A small real lake for the report's tests: Delta tables written with deltalake (watermarks,
-gold state, silver quarantine) and data-quality results written through results_table, the
+gold state, silver quarantine) and data-quality results written through write_results, the
 path the checks take. Times are fixed so the page's figures are known."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from deltalake import write_deltalake
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.gold.state import STATE_ARROW
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.quality.results import CheckOutcome, StageValidation, results_table
+from ticdc_lake.quality.results import CheckOutcome, StageValidation
+from ticdc_lake.quality.store import write_results
 from ticdc_lake.stages.decode import QUARANTINE_SCHEMA
 
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
@@ -54,7 +55,8 @@ def fill_lake(config: PipelineConfig, runs: int = 4) -> None:
     write_deltalake(str(layout.quarantine), _with_schema(quarantined, QUARANTINE_SCHEMA))
     for run in range(runs):
         for validation in _validations(run, last=run == runs - 1):
-            write_deltalake(str(layout.quality_results), results_table(validation), mode="append")
+            write_results(layout, validation, app_id=f"quality-{validation.stage}",
+                          version=validation.batch)  # fmt: skip
 
 
 def _with_schema(rows: list[dict], schema: pa.Schema) -> pa.Table:
