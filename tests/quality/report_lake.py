@@ -100,3 +100,38 @@ def _validations(run: int, last: bool) -> list[StageValidation]:
     lag = {"lag_seconds": {"shop": 600.0 * (run + 1)}}
     gold.outcomes = [(CheckOutcome("freshness_lag", True, lag, changefeed="shop"), "warn")]
     return [silver, gold]
+
+
+def hostile(field: str) -> str:
+    """Markup a lake could hold in ``field``: a tag naming the field, and a script."""
+    return f"<b id={field}><script>alert(1)</script>"
+
+
+HOSTILE_FIELDS = ("gold_changefeed", "gold_schema", "gold_table", "ddl", "result_changefeed",
+                  "result_table", "check", "policy", "message", "sample_column", "sample_value",
+                  "quarantine_topic", "quarantine_check")  # fmt: skip
+
+
+def fill_hostile_lake(config: PipelineConfig) -> None:
+    """A lake whose every text a page shows is markup (``hostile(field)``): gold's table names
+    and a DDL it cannot reproduce, a failed check's table, changefeed, policy, error text and
+    sample (column names and values), the quarantines' topics and checks."""
+    layout = LakeLayout(config.lake)
+    state = _states()[1] | {
+        "changefeed": hostile("gold_changefeed"),
+        "schema": hostile("gold_schema"),
+        "table": hostile("gold_table"),
+        "reason": f"DDL gold cannot reproduce: ALTER TABLE {hostile('ddl')}",
+    }
+    write_deltalake(str(layout.gold_state), pa.Table.from_pylist([state], STATE_ARROW))
+    quarantined = [{"topic": hostile("quarantine_topic"), "partition": 0, "offset": 1}]
+    write_deltalake(str(layout.quarantine), _with_schema(quarantined, QUARANTINE_SCHEMA))
+    write_deltalake(str(layout.quality_quarantine),
+                    pa.table({"check": [hostile("quarantine_check")]}))  # fmt: skip
+    silver = StageValidation("hostile", "silver", 1, NOW, NOW)
+    failed = CheckOutcome(hostile("check"), False, {}, 1,
+                          ({hostile("sample_column"): hostile("sample_value")},),
+                          hostile("message"), hostile("result_changefeed"),
+                          hostile("result_table"))  # fmt: skip
+    silver.outcomes = [(failed, hostile("policy"))]
+    write_results(layout, silver, app_id="quality-silver", version=1)
