@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
+from ticdc_lake import cli
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality import store
 from ticdc_lake.quality.history import ORDER, SHOWN, ResultsHistory
@@ -231,3 +232,36 @@ def test_the_report_opens_only_the_results_files_its_page_shows(tmp_path):
             Path(path).write_bytes(b"not a parquet file" * 100)
     html = render_report(lake_view(config, now=START.timestamp()))
     assert f"batch {runs[-1].batch}" in html and "(20 runs)" in html
+
+
+def test_dq_relayout_moves_an_older_versions_table_to_this_layout_keeping_every_row(
+    tmp_path, small_compaction, capsys
+):
+    config = write_config(tmp_path)
+    layout = LakeLayout(config.lake)
+    runs = validations(20)  # September and October
+    write_old(layout, runs)
+    before = full_read(layout)
+    history = ResultsHistory.open(layout.quality_results)
+    pages = [history.latest(stage) for stage in STAGE_CHECKS]
+
+    assert cli.main(["dq-relayout", "--config", str(config.source), "--lock-wait", "0"]) == 0
+    assert "partitioned by stage and month" in capsys.readouterr().out
+    table = DeltaTable(str(layout.quality_results))
+    assert table.metadata().partition_columns == ["stage", "month"]
+    assert len(table.file_uris()) == 6  # a file per stage and month
+    after = full_read(layout)
+    assert all(row["month"] == row["started_at"].strftime("%Y-%m") for row in after)
+    assert sorted(key(r, OLD_COLUMNS) for r in after) == sorted(key(r, OLD_COLUMNS) for r in before)
+    for stage in STAGE_CHECKS:  # a rerun is still refused for what was validated
+        last = max(v.batch for v in runs if v.stage == stage)
+        assert table.transaction_version(f"quality-{stage}") == last
+    history = ResultsHistory.open(layout.quality_results)
+    assert [history.latest(stage) for stage in STAGE_CHECKS] == pages
+    (kept,) = layout.quality_results.parent.glob("results.before-relayout-*")
+    assert len(DeltaTable(str(kept)).to_pyarrow_table()) == len(before)  # the old one, aside
+
+    write_new(layout, validations(22)[-3:])  # appended in the layout, and compacted
+    assert len(full_read(layout)) == len(before) + 3 * len(STAGE_CHECKS["bronze"]) + 1
+    assert cli.main(["dq-relayout", "--config", str(config.source)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
