@@ -7,8 +7,9 @@ small generated sample, and stopped at the end whatever happened.
         admin.get("/api/v2/dags")
         local_airflow.client(None)               # no token: expect 401
 
-``start_airflow(home, configs=..., ...)`` is the context manager behind it, for a test that needs
-an Airflow of its own. Leaving it stops every process Airflow started and fails if one is left.
+``start_airflow(home, configs=..., env=...)`` is the context manager behind it, for a test that
+needs an Airflow of its own. Leaving it stops every process Airflow started and fails if one is
+left.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,17 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def start_airflow(
-    home: Path, *, configs: Path | None, spark_master: str = "local[2]", triggerer: bool = False
+    home: Path,
+    *,
+    configs: Path | None,
+    spark_master: str = "local[2]",
+    triggerer: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[LocalAirflow]:
     """Airflow (api-server, scheduler, dag-processor, the task log server; no triggerer unless
     asked for: nothing defers) until the block ends; then every process they started is
-    stopped and checked gone."""
+    stopped and checked gone. ``env`` is set in every Airflow process's environment over the
+    launcher's (another auth manager, users)."""
     settings = LocalAirflowSettings(
         home=home,
         project=REPO,
@@ -54,6 +61,7 @@ def start_airflow(
         python=Path(sys.executable),
     )
     airflow = LocalAirflow(settings)
+    airflow.env |= env or {}
     try:
         airflow.start()
         yield airflow

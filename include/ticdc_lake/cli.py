@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_generate(commands)
     _add_airflow(commands)
     _add_dq_report(commands)
+    _add_dq_relayout(commands)
     _add_java_options(commands)
     return parser
 
@@ -541,6 +542,40 @@ def _run_dq_report(args) -> int:
         print(render_summary(view))
         print(f"Report: {report}")
     return 1 if view.failed_stages else 0
+
+
+def _add_dq_relayout(commands) -> None:
+    relayout = commands.add_parser(
+        "dq-relayout",
+        help="move a quality/results table an older version wrote to this version's layout",
+        description="Rewrite the lake's quality/results, if an older version created it (one "
+        "file per validation, unpartitioned), partitioned by stage and month as this version "
+        "writes it, so that the report, dq-report and the Airflow page read a few files of "
+        "it. Every row and each stage's record of what it validated are kept; the old table "
+        "is renamed results.before-relayout-<time> beside it (delete it when satisfied). "
+        "Holds the lake's lock: no quality job appends meanwhile.",
+    )
+    relayout.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
+    add_lock_wait(relayout)
+    relayout.set_defaults(run=_run_dq_relayout)
+
+
+def _run_dq_relayout(args) -> int:
+    from ticdc_lake.config import load_config
+    from ticdc_lake.lake.layout import LakeLayout
+    from ticdc_lake.quality.store import relayout_results
+
+    config = load_config(args.config)
+    layout = LakeLayout(config.lake)
+    with lake_lock(config.lake, args.lock_wait):
+        done = relayout_results(layout)
+    if done is None:
+        print(f"{layout.quality_results}: nothing to do (none yet, or this version's layout)")
+    else:
+        print(f"{layout.quality_results}: {done.rows:,} rows from {done.files_before:,} files "
+              f"into {done.files_after:,}, partitioned by stage and month; the old table is "
+              f"at {done.kept_at}")  # fmt: skip
+    return 0
 
 
 def _add_java_options(commands) -> None:

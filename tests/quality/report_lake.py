@@ -1,5 +1,5 @@
 """A small real lake for the report's tests: Delta tables written with deltalake (watermarks,
-gold state, silver quarantine) and data-quality results written through results_table, the
+gold state, silver quarantine) and data-quality results written through write_results, the
 path the checks take. Times are fixed so the page's figures are known."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from deltalake import write_deltalake
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.gold.state import STATE_ARROW
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.quality.results import CheckOutcome, StageValidation, results_table
+from ticdc_lake.quality.results import CheckOutcome, StageValidation
+from ticdc_lake.quality.store import write_results
 from ticdc_lake.stages.decode import QUARANTINE_SCHEMA
 
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
@@ -54,7 +55,8 @@ def fill_lake(config: PipelineConfig, runs: int = 4) -> None:
     write_deltalake(str(layout.quarantine), _with_schema(quarantined, QUARANTINE_SCHEMA))
     for run in range(runs):
         for validation in _validations(run, last=run == runs - 1):
-            write_deltalake(str(layout.quality_results), results_table(validation), mode="append")
+            write_results(layout, validation, app_id=f"quality-{validation.stage}",
+                          version=validation.batch)  # fmt: skip
 
 
 def _with_schema(rows: list[dict], schema: pa.Schema) -> pa.Table:
@@ -98,3 +100,38 @@ def _validations(run: int, last: bool) -> list[StageValidation]:
     lag = {"lag_seconds": {"shop": 600.0 * (run + 1)}}
     gold.outcomes = [(CheckOutcome("freshness_lag", True, lag, changefeed="shop"), "warn")]
     return [silver, gold]
+
+
+def hostile(field: str) -> str:
+    """Markup a lake could hold in ``field``: a tag naming the field, and a script."""
+    return f"<b id={field}><script>alert(1)</script>"
+
+
+HOSTILE_FIELDS = ("gold_changefeed", "gold_schema", "gold_table", "ddl", "result_changefeed",
+                  "result_table", "check", "policy", "message", "sample_column", "sample_value",
+                  "quarantine_topic", "quarantine_check")  # fmt: skip
+
+
+def fill_hostile_lake(config: PipelineConfig) -> None:
+    """A lake whose every text a page shows is markup (``hostile(field)``): gold's table names
+    and a DDL it cannot reproduce, a failed check's table, changefeed, policy, error text and
+    sample (column names and values), the quarantines' topics and checks."""
+    layout = LakeLayout(config.lake)
+    state = _states()[1] | {
+        "changefeed": hostile("gold_changefeed"),
+        "schema": hostile("gold_schema"),
+        "table": hostile("gold_table"),
+        "reason": f"DDL gold cannot reproduce: ALTER TABLE {hostile('ddl')}",
+    }
+    write_deltalake(str(layout.gold_state), pa.Table.from_pylist([state], STATE_ARROW))
+    quarantined = [{"topic": hostile("quarantine_topic"), "partition": 0, "offset": 1}]
+    write_deltalake(str(layout.quarantine), _with_schema(quarantined, QUARANTINE_SCHEMA))
+    write_deltalake(str(layout.quality_quarantine),
+                    pa.table({"check": [hostile("quarantine_check")]}))  # fmt: skip
+    silver = StageValidation("hostile", "silver", 1, NOW, NOW)
+    failed = CheckOutcome(hostile("check"), False, {}, 1,
+                          ({hostile("sample_column"): hostile("sample_value")},),
+                          hostile("message"), hostile("result_changefeed"),
+                          hostile("result_table"))  # fmt: skip
+    silver.outcomes = [(failed, hostile("policy"))]
+    write_results(layout, silver, app_id="quality-silver", version=1)

@@ -57,7 +57,7 @@ def test_clean_lake_passes_every_stage_and_a_rerun_appends_nothing(spark, sample
         assert not failed, failed
     recorded = rows(results)
     assert {row["stage"] for row in recorded} == {"bronze", "silver", "gold"}
-    assert len(recorded) == 21  # seven checks per stage, one row each
+    assert len(recorded) == 22  # seven checks per stage, one row each; gold_mode two rows
     assert all(row["ge_result"] and row["started_at"] for row in recorded)
     version = DeltaTable(str(results)).version()
 

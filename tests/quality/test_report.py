@@ -7,6 +7,7 @@ import dataclasses
 import re
 import shutil
 import subprocess
+from html import escape
 
 import numpy as np
 import pytest
@@ -14,7 +15,16 @@ from ticdc_lake.quality.lakeview import lake_view, report_file
 from ticdc_lake.quality.report import render_report, write_report
 
 from tests.quality.png import png_pixels
-from tests.quality.report_lake import BAD_KEY, NOW, WATERMARK, fill_lake, write_config
+from tests.quality.report_lake import (
+    BAD_KEY,
+    HOSTILE_FIELDS,
+    NOW,
+    WATERMARK,
+    fill_hostile_lake,
+    fill_lake,
+    hostile,
+    write_config,
+)
 
 _URL = re.compile(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", re.IGNORECASE)
 _FETCHING = re.compile(r"<(script|link|img|iframe|object|embed)\b|url\(|@import", re.IGNORECASE)
@@ -56,6 +66,22 @@ def test_report_escapes_what_the_lake_holds(tmp_path):
     view.gold[0] = dataclasses.replace(view.gold[0], reason="<script>x</script>")
     html = render_report(view)
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+
+
+def assert_escaped(html: str) -> None:
+    """Every hostile text of fill_hostile_lake is on the page, as text: no tag of it is."""
+    assert "<script" not in html.lower() and "<b id=" not in html.lower()
+    for field in HOSTILE_FIELDS:
+        assert escape(hostile(field), quote=False) in html.replace("&quot;", '"'), field
+
+
+def test_report_escapes_every_text_of_the_lake(tmp_path):
+    """Table, column and value names, DDL and error text from the lake: all shown, as text."""
+    config = write_config(tmp_path)
+    fill_hostile_lake(config)
+    html = render_report(lake_view(config, now=NOW.timestamp()))
+    assert_escaped(html)
+    assert_offline(html)
 
 
 def test_report_renders_a_lake_with_no_results_yet(tmp_path):

@@ -201,10 +201,14 @@ def write_arrow(
     mode: str = "append",
     app_id: str | None = None,
     version: int | None = None,
+    partition_by: Sequence[str] = (),
+    configuration: Mapping[str, str] | None = None,
 ) -> WriteResult:
-    """Write ``data`` to the (unpartitioned) Delta table at ``path`` from the driver, with
-    delta-rs, in one transaction: for a table of a few rows, where a Spark job's start costs
-    seconds. ``mode`` and ``app_id``/``version`` as in ``write_delta``."""
+    """Write ``data`` to the Delta table at ``path`` from the driver, with delta-rs, in one
+    transaction: for a table of a few rows, where a Spark job's start costs seconds. ``mode``
+    and ``app_id``/``version`` as in ``write_delta``; ``partition_by`` and ``configuration``
+    (table properties) apply when this write creates the table, and an existing table keeps
+    its own."""
     if mode not in ("append", "overwrite"):
         raise ValueError(f"mode must be append or overwrite, not {mode!r}")
     check_app_version(app_id, version)
@@ -214,7 +218,10 @@ def write_arrow(
         return WriteResult(committed=False, version=before.version(), skipped=True)
     write_id = uuid.uuid4().hex
     properties = commit_properties(write_id, app_id, version, **{ROWS_KEY: data.num_rows})
-    write_deltalake(location, data, mode=mode, commit_properties=properties)
+    layout: dict[str, Any] = {}
+    if before is None:
+        layout = {"partition_by": list(partition_by) or None, "configuration": configuration}
+    write_deltalake(location, data, mode=mode, commit_properties=properties, **layout)
     info = find_commit(location, write_id, before.version() if before else None)
     if info is None:  # not expected: delta-rs committed or raised
         raise RuntimeError(f"{location}: the write's commit is not in the table's history")

@@ -5,7 +5,9 @@
     view.changefeeds[0].lag_seconds     # now - physical time of the watermark
     view.latest                          # the last validation of each stage, failures first
 
-Reads only small tables (watermarks, state, results, quarantine counts from file statistics).
+Reads only small tables (watermarks, state, quarantine counts) and, of quality/results, each
+stage's last validation and the last runs of the charted checks (quality.history): what the
+page shows, whatever the table's size.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from deltalake import DeltaTable
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.names import qualified_name
+from ticdc_lake.quality.history import ResultsHistory
 from ticdc_lake.quality.settings import QualitySettings
 
 STAGES = ("bronze", "silver", "gold")
-_TREND_RUNS = 20
+TREND_CHECKS = ("decode_rate", "freshness_lag")  # the checks whose last runs the report charts
+TREND_RUNS = 20
 
 
 def tso_seconds(ts: int) -> float:
@@ -95,23 +99,21 @@ class LakeView:
     gold: list[GoldView] = field(default_factory=list)
     quarantine: dict[str, int] = field(default_factory=dict)  # silver: topic -> records
     quality_quarantine: dict[str, int] = field(default_factory=dict)  # check -> rows
-    results: list[dict[str, Any]] = field(default_factory=list)  # every DQ result row
+    validations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # stage -> last
+    recent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # check -> last runs
 
     @property
     def latest(self) -> dict[str, list[dict[str, Any]]]:
         """Per stage, the rows of its last validation, failures first (fail before warn)."""
-        found = {}
-        for stage in STAGES:
-            rows = [r for r in self.results if r["stage"] == stage]
-            if not rows:
-                continue
-            last = max(rows, key=lambda r: (r["batch"], r["finished_at"]))["run_id"]
-            mine = [r for r in rows if r["run_id"] == last]
-            order = {"fail": 0, "quarantine": 1, "warn": 2}
-            found[stage] = sorted(
-                mine, key=lambda r: (r["success"], order.get(r["policy"], 3), r["check"])
+        order = {"fail": 0, "quarantine": 1, "warn": 2}
+        return {
+            stage: sorted(
+                self.validations[stage],
+                key=lambda r: (r["success"], order.get(r["policy"], 3), r["check"]),
             )
-        return found
+            for stage in STAGES
+            if self.validations.get(stage)
+        }
 
     @property
     def failed_stages(self) -> list[str]:
@@ -123,15 +125,14 @@ class LakeView:
         ]
 
     def trend(self, check: str, pick) -> list[tuple[str, float]]:
-        """(run finished time, value) of ``check`` over the last runs, ``pick(observed)``."""
+        """(run finished time, value) of ``check`` over its last runs (TREND_RUNS rows, oldest
+        first), ``pick(observed)``; a run whose value is None has no point."""
         points = []
-        for row in sorted(self.results, key=lambda r: r["finished_at"]):
-            if row["check"] != check:
-                continue
+        for row in self.recent[check]:
             value = pick(json.loads(row["observed"] or "null") or {})
             if value is not None:
                 points.append((row["finished_at"].strftime("%m-%d %H:%M"), float(value)))
-        return points[-_TREND_RUNS:]
+        return points
 
     @property
     def report_path(self) -> Path:
@@ -160,8 +161,9 @@ class LakeView:
             "quality_quarantine": self.quality_quarantine,
             "latest": {
                 stage: [
-                    {k: v for k, v in row.items() if k != "ge_result"}
-                    | {"started_at": str(row["started_at"]), "finished_at": str(row["finished_at"])}
+                    row
+                    | {"started_at": str(row["started_at"])}
+                    | {"finished_at": str(row["finished_at"])}
                     for row in rows
                 ]
                 for stage, rows in self.latest.items()
@@ -268,9 +270,16 @@ def gold_views(config: PipelineConfig) -> list[GoldView]:
     )
 
 
-def result_rows(layout: LakeLayout) -> list[dict[str, Any]]:
-    table = _table(layout.quality_results)
-    return table.to_pylist() if table is not None else []
+def quality_history(
+    layout: LakeLayout,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """(each stage's last validation, the last runs of each charted check) from quality/results."""
+    history = ResultsHistory.open(layout.quality_results)
+    if history is None:
+        return {}, {check: [] for check in TREND_CHECKS}
+    validations = {stage: history.latest(stage) for stage in STAGES}
+    recent = {check: history.recent(check, TREND_RUNS) for check in TREND_CHECKS}
+    return {stage: rows for stage, rows in validations.items() if rows}, recent
 
 
 def lake_view(
@@ -279,6 +288,7 @@ def lake_view(
     settings = settings or config.quality
     layout = LakeLayout(config.lake)
     now = clock(config, settings) if now is None else now
+    validations, recent = quality_history(layout)
     return LakeView(
         config=config,
         settings=settings,
@@ -287,5 +297,6 @@ def lake_view(
         gold=gold_views(config),
         quarantine=_rows_by(layout.quarantine, "topic"),
         quality_quarantine=_rows_by(layout.quality_quarantine, "check"),
-        results=result_rows(layout),
+        validations=validations,
+        recent=recent,
     )

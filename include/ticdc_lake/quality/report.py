@@ -114,7 +114,7 @@ def _ts_cell(ts: int | None) -> str:
 
 
 def _status(view: LakeView) -> str:
-    if not view.results:
+    if not view.latest:
         text, kind = (
             "No data-quality results yet: run the pipeline's checks to fill this page.",
             "none",

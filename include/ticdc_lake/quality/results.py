@@ -5,12 +5,20 @@ app id is ``quality-<stage>`` and whose version is the batch it validated (a lan
 highest bronze batch decoded, the state table's version): a rerun over the same batch commits
 nothing. Failing silver rows under the ``quarantine`` policy go to ``layout.quality_quarantine``
 with the check's name; compaction leaves them out.
+
+The results table is partitioned by stage and by the month the validation started (UTC), and
+keeps file statistics only for the columns its readers prune on (``STATS_COLUMNS``): the
+writer (quality.store) compacts a stage's month into one file, and the readers
+(quality.history) read a stage's newest files only. A table an older version created has
+neither (one file per validation, every column's statistics): it is read and appended to as
+it is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +41,14 @@ RESULTS_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("ge_result", pa.string()),  # Great Expectations' JSON result
+        ("month", pa.string()),  # YYYY-MM of started_at (UTC): a partition column
     ]
 )
+PARTITION_BY = ("stage", "month")
+# The columns the readers prune files on, and what identifies a run: statistics of the others
+# (64-character prefixes of GE's JSON, samples, messages) only make each file's entry in the log,
+# which every reader loads, larger.
+STATS_COLUMNS = ("run_id", "batch", "check", "started_at", "finished_at")
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class StageValidation:
                 "started_at": self.started_at,
                 "finished_at": self.finished_at,
                 "ge_result": _json(outcome.ge_result) if outcome.ge_result else None,
+                "month": month(self.started_at),
             }
             for outcome, policy in self.outcomes
         ]
@@ -134,9 +149,17 @@ class StageValidation:
         return "\n".join(lines)
 
 
+def month(moment: dt.datetime) -> str:
+    """The partition a validation started at ``moment`` goes to: its UTC month, ``YYYY-MM``."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m")
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, default=str, sort_keys=True)
 
 
-def results_table(validation: StageValidation) -> pa.Table:
-    return pa.Table.from_pylist(validation.rows(), RESULTS_SCHEMA)
+def results_table(validation: StageValidation, columns: Sequence[str] | None = None) -> pa.Table:
+    """The validation's rows; with ``columns`` (a table's own), only those: a table an older
+    version created has no ``month``."""
+    table = pa.Table.from_pylist(validation.rows(), RESULTS_SCHEMA)
+    return table if columns is None else table.select(list(columns))

@@ -21,13 +21,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ticdc_lake.config import PipelineConfig
-from ticdc_lake.delta import delta_table_exists, open_table, write_arrow, write_delta
+from ticdc_lake.delta import delta_table_exists, open_table, write_delta
 from ticdc_lake.errors import StageFailed
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality import bronze, gold, lakeview, silver
 from ticdc_lake.quality.context import QualityContext
-from ticdc_lake.quality.results import CheckOutcome, StageValidation, results_table
+from ticdc_lake.quality.history import ResultsHistory
+from ticdc_lake.quality.results import CheckOutcome, StageValidation
 from ticdc_lake.quality.settings import CHECKS, QUARANTINE, QualitySettings
+from ticdc_lake.quality.store import write_results
 from ticdc_lake.quality.validator import Validator
 
 STAGES = ("bronze", "silver", "gold")
@@ -95,9 +97,7 @@ def validate_stage(
         validation.quarantined = result.num_records
     # A few rows, written from the driver: as a Spark job, the job's first write, they took
     # about a second of a checks job run as a spark-submit.
-    written = write_arrow(
-        results_table(validation), layout.quality_results, app_id=app_id(stage), version=key
-    )
+    written = write_results(layout, validation, app_id=app_id(stage), version=key)
     validation.written = written.committed
     return validation
 
@@ -126,12 +126,11 @@ def _quarantine_rows(
 
 def previous_validation(layout: LakeLayout, stage: str, started: dt.datetime) -> StageValidation:
     """Nothing new: the stage's last recorded validation (its policies decide the exit)."""
-    rows = [r for r in lakeview.result_rows(layout) if r["stage"] == stage]
-    if not rows:
+    history = ResultsHistory.open(layout.quality_results)
+    mine = history.latest(stage) if history is not None else []
+    if not mine:
         return StageValidation("", stage, None, started)
-    last = max(rows, key=lambda r: (r["batch"], r["finished_at"]))["run_id"]
-    mine = [r for r in rows if r["run_id"] == last]
-    validation = StageValidation(last, stage, None, started, started)
+    validation = StageValidation(mine[0]["run_id"], stage, None, started, started)
     validation.outcomes = [
         (
             CheckOutcome(
