@@ -13,7 +13,9 @@ handle-key columns) and `ccl` (claim-check location of the full event). Row valu
 Value compression (none/snappy/lz4, from the topic config) applies to each value JSON alone.
 
 Columns without `f` are in the format TiCDC wrote before v4.0.6 (the docs' examples and the Java
-sample data): see `_old_format_column`.
+sample data): see `_old_format_column`. A number, BIT, ENUM or SET value sent as a JSON string
+is a default TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 filled in for a column added after
+the row was written, as TiDB stores it: see `decode_stored_default`.
 
 The decoder below is the pure-Python reference. When the compiled `_open_speedups` extension is
 importable, it decodes row and resolved entries in C (Column objects built at C level, common
