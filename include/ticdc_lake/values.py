@@ -12,7 +12,7 @@ they leave, and every pure-Python decode, is checked here.
 
 The checks look at the event model's values (events.py): an integer type's int, a temporal,
 DECIMAL or JSON column's str, a FLOAT/DOUBLE's float. A value of another kind is left as it is:
-only the pre-v4.0.6 Open Protocol format keeps such values, exactly as sent (its Java sample's
+only the pre-v4.0.5 Open Protocol format keeps such values, exactly as sent (its Java sample's
 TINYINT "aa"), and the Open Protocol keeps an ENUM or SET default that TiCDC before v8.0.0 sent
 by member name (gold resolves the name from the DDL); every other decoder refuses them.
 """

@@ -384,7 +384,7 @@ def test_tiflow_column_tests_both_ways(example):
 
 
 def test_docs_event_stream():
-    """The docs' 14 logged events: pre-v4.0.6 base64 VARCHAR, no `f`, deletes with keys only."""
+    """The docs' 14 logged events: pre-v4.0.5 base64 VARCHAR, no `f`, deletes with keys only."""
     vector = load_vector("open_protocol/docs_event_stream_example.json")
     assert len(vector["events"]) == 14
     for logged in vector["events"]:
@@ -1656,7 +1656,7 @@ def test_common_values_are_converted_in_c(speedups):
 @pytest.mark.parametrize(
     "column",
     [
-        '{"t":15,"v":"YWE="}',  # pre-v4.0.6: no `f`
+        '{"t":15,"v":"YWE="}',  # pre-v4.0.5: no `f`
         r'{"t":15,"h":true,"v":"\\x89PNG"}',
         '{"t":3,"f":"1","v":1}',
         '{"t":3,"f":1,"v":1,"x":2}',
@@ -1803,7 +1803,7 @@ def test_value_documents_read_in_place_are_what_orjson_reads(speedups, data):
         '{"u":{"a":{"t":15,"f":0,"v":"\xed\xa0\x80"}}}',  # a surrogate in UTF-8
         '{"u":{"a":{"t":15,"f":0,"v":["x"]}}}',
         '{"u":{"a":{"t":15,"f":0,"v":{}}}}',
-        '{"u":{"a":{"t":15,"v":"x"}}}',  # pre-v4.0.6: no `f`
+        '{"u":{"a":{"t":15,"v":"x"}}}',  # pre-v4.0.5: no `f`
         '{"u":{"a":{"t":"15","f":0,"v":"x"}}}',
         '{"u":{"a":[15,0,"x"]}}',
         '{"u":{"a":{"t":8,"f":11,"v":1}}',  # cut short

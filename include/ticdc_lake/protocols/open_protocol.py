@@ -12,7 +12,7 @@ handle-key columns) and `ccl` (claim-check location of the full event). Row valu
 `{"t": type code, "h": true?, "f": flags, "v": value}`. DDL values are `{"q": query, "t": type}`.
 Value compression (none/snappy/lz4, from the topic config) applies to each value JSON alone.
 
-Columns without `f` are in the format TiCDC wrote before v4.0.6 (the docs' examples and the Java
+Columns without `f` are in the format TiCDC wrote before v4.0.5 (the docs' examples and the Java
 sample data): see `_old_format_column`. A number, BIT, ENUM or SET value sent as a JSON string
 is a default TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 filled in for a column added after
 the row was written, as TiDB stores it: see `decode_stored_default`.
@@ -699,7 +699,7 @@ def _stored_member_names(code: int, text: str) -> int | str:
 
 
 def _old_format_column(code: Any, value: Any, column: dict) -> Column:
-    """A column written before TiCDC v4.0.6: no `f`, and string values base64-encoded.
+    """A column written before TiCDC v4.0.5: no `f`, and string values base64-encoded.
 
     Old TiCDC marshalled CHAR/VARCHAR/BINARY/VARBINARY and TEXT/BLOB values as Go `[]byte`,
     i.e. base64, and had no flags, so text and binary look alike. The rules, chosen so that the
@@ -723,7 +723,7 @@ def _old_format_column(code: Any, value: Any, column: dict) -> Column:
         try:
             value = _text_if_utf8(_strict_base64(value))
         except ValueError as exc:
-            raise DecodeError(f"pre-v4.0.6 TEXT/BLOB value is not base64: {exc}") from exc
+            raise DecodeError(f"pre-v4.0.5 TEXT/BLOB value is not base64: {exc}") from exc
     elif code == TYPE_FLOAT and type(value) in (int, float):
         value = mysql.float32(value)
     elif code == TYPE_DOUBLE and type(value) in (int, float):
