@@ -12,8 +12,9 @@ they leave, and every pure-Python decode, is checked here.
 
 The checks look at the event model's values (events.py): an integer type's int, a temporal,
 DECIMAL or JSON column's str, a FLOAT/DOUBLE's float. A value of another kind is left as it is:
-only the pre-v4.0.6 Open Protocol format keeps such values, exactly as sent (its Java sample's
-TINYINT "aa"); every current-format decoder already refuses them.
+only the pre-v4.0.5 Open Protocol format keeps such values, exactly as sent (its Java sample's
+TINYINT "aa"), and the Open Protocol keeps an ENUM or SET default that TiCDC before v8.0.0 sent
+by member name (gold resolves the name from the DDL); every other decoder refuses them.
 """
 
 from __future__ import annotations
@@ -132,10 +133,26 @@ _DATE = r"\d{4}-(?:0\d|1[0-2])-(?:[0-2]\d|3[01])"
 _FRACTION = r"(?:\.\d{1,6})?"
 # Month and day may be 00: zero dates ('0000-00-00') and, in some SQL modes, zero parts.
 _date = _text_check(_DATE, "a date YYYY-MM-DD")
-_datetime = _text_check(
+_datetime_text = _text_check(
     _DATE + r" (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION,
     "a date and time YYYY-MM-DD HH:MM:SS[.ffffff]",
 )
+
+
+def _datetime(value: Any) -> str | None:
+    """DATETIME/TIMESTAMP text. CURRENT_TIMESTAMP itself is named: TiCDC before v5.1.4, v5.2.4,
+    v5.3.1 and v5.4.0 filled a NOT NULL column missing from a row (added after it was written)
+    with the column's DefaultValue, which TiDB keeps as that word for such a default."""
+    expected = _datetime_text(value)
+    if expected is not None and value.upper().startswith("CURRENT_TIMESTAMP"):
+        return (
+            f"{expected}; CURRENT_TIMESTAMP is the column's default, which TiCDC before v5.1.4, "
+            "v5.2.4, v5.3.1 and v5.4.0 sent for a row written before the column was added: the "
+            "time TiDB gave it is not in the message"
+        )
+    return expected
+
+
 _TIME_TEXT = re.compile(r"-?(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?", re.ASCII).fullmatch
 _TIME_MAX = (838, 59, 59, 0)
 

@@ -176,6 +176,22 @@ def test_enum_and_set_become_member_names():
         _convert("c_set", [8])
 
 
+def test_enum_and_set_names_older_ticdc_sent_for_a_default_become_member_names():
+    """Open Protocol from TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 carries a default it
+    filled in by name (the decoder keeps the name: the message has no members)."""
+    typed, _ = _convert("c_enum", [1, "b", None, "c", 0])
+    assert typed.to_pylist() == ["a", "b", None, "c", ""]
+    typed, _ = _convert("c_set", ["x,z", 2, "y", 0, "z,x"])
+    assert typed.to_pylist() == ["x,z", "y", "y", "", "x,z"]
+    with pytest.raises(ConversionError, match=r"c_enum: value 'd' .*not one of the 3 members"):
+        _convert("c_enum", [1, "d"])
+    with pytest.raises(ConversionError, match=r"c_set: value 'x,w' .*'w' is not one of"):
+        _convert("c_set", ["x,w"])
+    # Without the members (the column's DDL not seen) a name has no index: refused, named.
+    with pytest.raises(ConversionError, match=r"c_enum: value 'b' does not fit"):
+        _convert("c_enum", ["b"], mysql_type="enum")
+
+
 def test_extremes_fit_exactly():
     typed, _ = _convert("c_bigint_unsigned", [2**64 - 1, 0])
     assert typed.to_pylist() == [Decimal(2**64 - 1), Decimal(0)]

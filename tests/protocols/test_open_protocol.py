@@ -384,7 +384,7 @@ def test_tiflow_column_tests_both_ways(example):
 
 
 def test_docs_event_stream():
-    """The docs' 14 logged events: pre-v4.0.6 base64 VARCHAR, no `f`, deletes with keys only."""
+    """The docs' 14 logged events: pre-v4.0.5 base64 VARCHAR, no `f`, deletes with keys only."""
     vector = load_vector("open_protocol/docs_event_stream_example.json")
     assert len(vector["events"]) == 14
     for logged in vector["events"]:
@@ -541,7 +541,7 @@ def test_value_count_mismatch():
 @pytest.mark.parametrize(
     ("key_json", "value_json", "match"),
     [
-        (ROW_KEY, '{"u":{"c":{"t":3,"f":65,"v":"12"}}}', r"`u`.'c': type 3 needs a JSON integer"),
+        (ROW_KEY, '{"u":{"c":{"t":3,"f":65,"v":"12a"}}}', r"`u`.'c': type 3 needs a JSON integer"),
         (ROW_KEY, '{"u":{"c":{"t":252,"f":65,"v":"not base64!"}}}', r"'c': TEXT/BLOB .* base64"),
         (ROW_KEY, '{"u":{"c":{"t":15,"f":65,"v":"\\\\q"}}}', r"'c': .*unknown escape"),
         (ROW_KEY, '{"u":{"c":{"t":200,"f":0,"v":1}}}', "unknown column type code 200"),
@@ -792,6 +792,162 @@ def test_every_column_type_round_trips_its_edge_values(column_type):
     image["null"] = make_column(column_type, None)
     event = RowEvent(5, "s", "t", INSERT, image, None, TOPIC, PARTITION, 0)
     assert model(round_trip([event], CodecSettings())) == model([event])
+
+
+# ----------------------------------------------------------------------------------------------
+# Defaults TiCDC before tiflow #10804 sent as TiDB stores them
+# ----------------------------------------------------------------------------------------------
+
+# (canonical column, the text TiDB stores for its default, the value TiDB reads from it). Older
+# TiCDC put the text in any image of a row written before the column was added: mostly an
+# update's `p` and a delete's `d`, an insert's `u` when TiDB amended a transaction across the
+# ALTER TABLE.
+STORED_DEFAULTS = [
+    ("c_tinyint", "-128", -128),
+    ("c_tinyint_unsigned", "255", 255),
+    ("c_bool", "1", 1),
+    ("c_smallint", "-32768", -32768),
+    ("c_smallint_unsigned", "65535", 65535),
+    ("c_mediumint", "-8388608", -8388608),
+    ("c_mediumint_unsigned", "16777215", 16777215),
+    ("c_int", "5", 5),
+    ("c_int", "-0", 0),
+    ("c_int_unsigned", "4294967295", 4294967295),
+    ("c_bigint", "-9223372036854775808", -(2**63)),
+    ("c_bigint_unsigned", "18446744073709551615", 2**64 - 1),
+    # TiDB prints FLOAT and DOUBLE defaults without an exponent; older releases kept the literal.
+    ("c_float", "1.1", mysql.float32(1.1)),
+    ("c_float", "340282350000000000000000000000000000000", mysql.float32(3.4028235e38)),
+    ("c_float", "-0.5", -0.5),
+    ("c_double", "0.1", 0.1),
+    ("c_double", "-0.0000001", -1e-7),
+    ("c_double", "1.5e300", 1.5e300),
+    ("c_double", "5", 5.0),
+    ("c_double", "0." + "0" * 323 + "5", 5e-324),
+    # YEAR: the literal's digits, read as TiDB reads a string into a YEAR.
+    ("c_year", "2020", 2020),
+    ("c_year", "1901", 1901),
+    ("c_year", "20", 2020),
+    ("c_year", "69", 2069),
+    ("c_year", "70", 1970),
+    ("c_year", "0", 2000),
+    ("c_year", "0000", 0),
+    # BIT: the big-endian bytes of the value, as Go's JSON encoder writes a Go string of them.
+    ("c_bit", "\x02\x01", 513),
+    ("c_bit", "\x00\x00\x05", 5),
+    ("c_bit", "", 0),
+    ("c_bit", "5", 0x35),
+    # ENUM and SET: the member names; the Open Protocol has no members to index them by.
+    ("c_enum", "b", "b"),
+    ("c_enum", "", 0),
+    ("c_set", "x,z", "x,z"),
+    ("c_set", "", 0),
+]
+
+
+def stored_default_message(name: str, text: str, image: str) -> KafkaMessage:
+    """One row as the project's encoder writes it, then with column `c` of `image` (`u`, `p`
+    or `d`) holding `text` as TiCDC before #10804 sent a default."""
+    column_type = BY_NAME[name]
+    placeholder = random_value(column_type, random.Random(name))
+    row = {
+        "id": make_column(BY_NAME["c_int"], 1, key=True, nullable=False),
+        "c": make_column(column_type, placeholder),
+    }
+    op = {"u": INSERT, "p": UPDATE, "d": DELETE}[image]
+    new = None if op == DELETE else row
+    old = None if op == INSERT else row
+    (message,) = OpenProtocolEncoder().encode([RowEvent(7, "s", "t", op, new, old, TOPIC, 0, 0)])
+    ((key_json, value_json),) = split_entries(message.key, message.value)
+    document = orjson.loads(value_json)
+    document[image]["c"]["v"] = text
+    return KafkaMessage(*frame([key_json], [go_json(document)]))
+
+
+def image_of(event: RowEvent, image: str) -> dict[str, Column]:
+    return event.old_columns if image in ("p", "d") else event.columns
+
+
+@pytest.mark.parametrize("image", ["p", "d", "u"])
+@pytest.mark.parametrize(("name", "text", "expected"), STORED_DEFAULTS)
+def test_a_default_sent_as_stored_text_decodes_to_the_value_tidb_holds(name, text, expected, image):
+    message = stored_default_message(name, text, image)
+    for decoder in (OpenProtocolDecoder(), OpenProtocolDecoder(speedups=None)):
+        (event,) = decoder.decode(record(message.key, message.value))
+        column = image_of(event, image)["c"]
+        assert exact(column.value) == exact(expected)
+        assert column.type_code == BY_NAME[name].type_code
+
+
+def test_the_issue_example_an_update_whose_old_image_holds_an_added_int_as_text():
+    (event,) = decode_json(
+        ROW_KEY,
+        '{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"priority":{"t":3,"f":1,"v":5}},'
+        '"p":{"id":{"t":3,"h":true,"f":11,"v":1},"priority":{"t":3,"f":1,"v":"5"}}}',
+    )
+    assert event.op == UPDATE
+    assert values(event.old_columns) == {"id": 1, "priority": 5}
+    assert type(event.old_columns["priority"].value) is int
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), STORED_DEFAULTS)
+def test_a_default_sent_as_stored_text_decodes_the_same_in_both(speedups, name, text, expected):
+    """The compiled reader leaves such text to Python (it never takes it as the value as it
+    stands, nor writes it into silver's buffers); both give the same events."""
+    messages = [stored_default_message(name, text, image) for image in ("p", "d", "u")]
+    rows = ChangeRows()
+    decoder = OpenProtocolDecoder(speedups=speedups)
+    for message in messages:
+        assert not decoder.decode_into(record(message.key, message.value), rows, BRONZE_BATCH)
+    assert len(rows) == 0
+    assert_both_agree(speedups, messages)
+
+
+# (canonical column, text, what the error says): text TiDB never stores for such a default, and
+# stored text whose value is outside the column's type (the values checks refuse that).
+STORED_TEXT_REFUSED = [
+    ("c_int", "1.5", "type 3 needs a JSON integer, or decimal integer text (how TiCDC before"),
+    ("c_int", " 5", "got str ' 5'"),
+    ("c_int", "+5", "got str '+5'"),
+    ("c_int", "5e2", "got str '5e2'"),
+    ("c_int", "0x10", "got str '0x10'"),
+    ("c_int", "", "got str ''"),
+    ("c_int", "٣", "got str '٣'"),  # a digit to Python's int(), not to TiDB
+    ("c_bigint", "1" * 21, "decimal integer text"),
+    ("c_float", "inf", "type 4 needs a JSON number, or decimal number text of at most 400"),
+    ("c_double", "NaN", "type 5 needs a JSON number"),
+    ("c_double", "1_000", "got str '1_000'"),
+    ("c_double", "0x1p3", "got str '0x1p3'"),
+    ("c_double", "", "got str ''"),
+    ("c_double", "1" * 401, "at most 400 characters"),
+    ("c_year", "-1", "type 13 (YEAR) needs a JSON integer, or 1 to 4 digits"),
+    ("c_year", "20200", "1 to 4 digits"),
+    ("c_year", "2020 ", "1 to 4 digits"),
+    ("c_bit", "\ufffd\x01", "holds U+FFFD: TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 sent a"),
+    ("c_bit", "123456789", "BIT text of 9 bytes"),
+    ("c_enum", "2", "ENUM text '2': TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 sent an ENUM"),
+    ("c_set", "5", "a member named by a numeral cannot be told from an index"),
+    ("c_float", "1e39", "FLOAT text '1e39' is beyond the FLOAT range"),
+    # The same range limits as every other value.
+    ("c_tinyint", "300", "value 300 does not fit TINYINT (type code 1); expected an integer in"),
+    ("c_tinyint_unsigned", "-1", "[0, 255]"),
+    ("c_int_unsigned", "4294967296", "[0, 4294967295]"),
+    ("c_bigint", "9223372036854775808", "[-9223372036854775808, 9223372036854775807]"),
+    ("c_bigint_unsigned", "18446744073709551616", "[0, 18446744073709551615]"),
+    ("c_year", "100", "0 or a year in [1901, 2155]"),
+    ("c_year", "2156", "0 or a year in [1901, 2155]"),
+    ("c_double", "1e400", "expected a finite number"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "match"), STORED_TEXT_REFUSED)
+def test_stored_text_tidb_never_stores_or_outside_the_type_is_refused(name, text, match):
+    message = stored_default_message(name, text, "p")
+    for decoder in (OpenProtocolDecoder(), OpenProtocolDecoder(speedups=None)):
+        with pytest.raises(DecodeError) as error:
+            decoder.decode(record(message.key, message.value))
+        assert match in error.value.reason, error.value.reason
+        assert "'c'" in error.value.reason and error.value.offset == 42
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1500,7 +1656,7 @@ def test_common_values_are_converted_in_c(speedups):
 @pytest.mark.parametrize(
     "column",
     [
-        '{"t":15,"v":"YWE="}',  # pre-v4.0.6: no `f`
+        '{"t":15,"v":"YWE="}',  # pre-v4.0.5: no `f`
         r'{"t":15,"h":true,"v":"\\x89PNG"}',
         '{"t":3,"f":"1","v":1}',
         '{"t":3,"f":1,"v":1,"x":2}',
@@ -1647,7 +1803,7 @@ def test_value_documents_read_in_place_are_what_orjson_reads(speedups, data):
         '{"u":{"a":{"t":15,"f":0,"v":"\xed\xa0\x80"}}}',  # a surrogate in UTF-8
         '{"u":{"a":{"t":15,"f":0,"v":["x"]}}}',
         '{"u":{"a":{"t":15,"f":0,"v":{}}}}',
-        '{"u":{"a":{"t":15,"v":"x"}}}',  # pre-v4.0.6: no `f`
+        '{"u":{"a":{"t":15,"v":"x"}}}',  # pre-v4.0.5: no `f`
         '{"u":{"a":{"t":"15","f":0,"v":"x"}}}',
         '{"u":{"a":[15,0,"x"]}}',
         '{"u":{"a":{"t":8,"f":11,"v":1}}',  # cut short

@@ -92,6 +92,9 @@ OPEN_CASES = [
     ('{"t":10,"f":1,"v":"2024-13-01"}', ["'2024-13-01'", "DATE"]),
     ('{"t":12,"f":1,"v":"2024-01-01 24:00:00"}', ["DATETIME", "HH:MM:SS"]),
     ('{"t":7,"f":1,"v":"2024-01-01T00:00:00"}', ["TIMESTAMP"]),
+    # What TiCDC before v5.4.0 sent for a NOT NULL column added with this default.
+    ('{"t":7,"f":1,"v":"CURRENT_TIMESTAMP"}', ["TIMESTAMP", "before v5.1.4", "not in the message"]),
+    ('{"t":12,"f":1,"v":"CURRENT_TIMESTAMP"}', ["DATETIME", "CURRENT_TIMESTAMP is the column's"]),
     ('{"t":11,"f":1,"v":"839:00:00"}', ["'839:00:00'", "TIME", "838:59:59"]),
     ('{"t":246,"f":1,"v":"12a.5"}', ["'12a.5'", "DECIMAL (type code 246)", "decimal text"]),
     ('{"t":246,"f":1,"v":"' + "9" * 66 + '"}', ["DECIMAL", "65 digits"]),

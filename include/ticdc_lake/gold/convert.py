@@ -146,15 +146,51 @@ def _convert(
             return wall_clock, nulled
         return _to_utc(wall_clock, zones), nulled
     if kind == gold_types.ENUM_NAME:
-        index = text.cast(pa.int64())
+        index = _member_numbers(text, gold.members, _enum_index)
         # Index 0 is MySQL's "invalid value" member, the empty string.
         names = pa.array(["", *gold.members], pa.string())
         if len(index) and (pc.max(index).as_py() or 0) > enum_index_limit(gold.members):
             raise ValueError(f"ENUM index above the {len(gold.members)} members")
         return names.take(index), 0
     if kind == gold_types.SET_NAMES:
-        return _set_names(text.cast(pa.int64()), gold.members), 0
+        return _set_names(_member_numbers(text, gold.members, _set_mask), gold.members), 0
     raise ValueError(f"unknown conversion kind {kind!r}")
+
+
+def _member_numbers(text: pa.Array, members: tuple[str, ...], number_of) -> pa.Array:
+    """ENUM indexes / SET bitmasks of silver's text: decimal digits as TiCDC sends them, or the
+    member names TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 sent for a default in the
+    Open Protocol (its decoder keeps them, refusing numerals), each read by ``number_of``."""
+    try:
+        return text.cast(pa.int64())
+    except pa.ArrowInvalid:
+        pass  # names among the digits
+    numeral = pc.fill_null(pc.match_substring_regex(text, r"^[0-9]+$"), True)
+    named = pc.unique(text.filter(pc.invert(numeral)))
+    numbers = pa.array([number_of(name, members) for name in named.to_pylist()], pa.int64())
+    by_name = numbers.take(pc.index_in(text, value_set=named))
+    digits = pc.if_else(numeral, text, pa.scalar(None, pa.string())).cast(pa.int64())
+    return pc.if_else(numeral, digits, by_name)
+
+
+def _enum_index(name: str, members: tuple[str, ...]) -> int:
+    """The 1-based index of an ENUM member named exactly ``name`` (TiDB stores it as declared);
+    the empty name is index 0, MySQL's '' member."""
+    if not name:
+        return 0
+    if name not in members:
+        raise ValueError(f"ENUM name {name!r} is not one of the {len(members)} members")
+    return members.index(name) + 1
+
+
+def _set_mask(names: str, members: tuple[str, ...]) -> int:
+    """The bitmask of SET members named, joined by ',', as TiDB stores a SET default."""
+    mask = 0
+    for name in names.split(",") if names else ():
+        if name not in members:
+            raise ValueError(f"SET name {name!r} is not one of the {len(members)} members")
+        mask |= 1 << members.index(name)
+    return mask
 
 
 def _to_utc(wall_clock: pa.Array, zones: pa.Array | None) -> pa.Array:

@@ -12,8 +12,10 @@ handle-key columns) and `ccl` (claim-check location of the full event). Row valu
 `{"t": type code, "h": true?, "f": flags, "v": value}`. DDL values are `{"q": query, "t": type}`.
 Value compression (none/snappy/lz4, from the topic config) applies to each value JSON alone.
 
-Columns without `f` are in the format TiCDC wrote before v4.0.6 (the docs' examples and the Java
-sample data): see `_old_format_column`.
+Columns without `f` are in the format TiCDC wrote before v4.0.5 (the docs' examples and the Java
+sample data): see `_old_format_column`. A number, BIT, ENUM or SET value sent as a JSON string
+is a default TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 filled in for a column added after
+the row was written, as TiDB stores it: see `decode_stored_default`.
 
 The decoder below is the pure-Python reference. When the compiled `_open_speedups` extension is
 importable, it decodes row and resolved entries in C (Column objects built at C level, common
@@ -40,6 +42,7 @@ import base64
 import binascii
 import functools
 import math
+import re
 import struct
 import warnings
 from collections.abc import Sequence
@@ -520,7 +523,8 @@ def _column_shape_problem(column: Any) -> str:
 
 
 def decode_value(code: int, flags: int, value: Any) -> Any:
-    """Event-model value of `v` for one column, checked against its type code."""
+    """Event-model value of `v` for one column, checked against its type code. A number's
+    default that old TiCDC sent as TiDB's stored text is converted (`decode_stored_default`)."""
     if type(value) is _PASS_THROUGH_BY_BINARY_BIT[flags & 1].get(code):
         return value
     if value is None:
@@ -530,6 +534,8 @@ def decode_value(code: int, flags: int, value: Any) -> Any:
         return _decode_string(value, flags)
     elif code in _BLOB_TYPES:
         return _decode_blob(value, flags)
+    elif type(value) is str and (code in _INTEGER_TYPES or code in _FLOAT_TYPES):
+        return decode_stored_default(code, value)
     elif code == TYPE_FLOAT:
         return mysql.float32(_json_number(value, code))
     elif code == TYPE_DOUBLE:
@@ -581,8 +587,136 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"
 
 
+# ----------------------------------------------------------------------------------------------
+# Defaults sent as TiDB stores them (TiCDC before tiflow #10804)
+# ----------------------------------------------------------------------------------------------
+
+# A row written before ALTER TABLE ... ADD COLUMN has no value for that column in TiKV; TiCDC's
+# mounter fills it in. Before tiflow #10804 (fixed in v6.5.9, v7.1.5, v7.5.2 and v8.0.0; v5.4.0
+# up to those took the value from the column's OriginDefaultValue, earlier releases from its
+# DefaultValue, NOT NULL columns only) it passed on the default exactly as TiDB keeps it in the
+# table's schema: a Go string whatever the column's type, which the Open Protocol writes as a
+# JSON string, e.g. `{"t":3,"f":65,"v":"5"}`. It comes in any image of such a row: mostly an
+# update's `p` and a delete's `d`. Later TiCDC converts the text to the column's type as TiDB
+# does when it reads such a row (types.Datum.ConvertTo); these functions make the same
+# conversion from the same text, so both give the value TiDB holds. They accept only what TiDB
+# stores: a TINYINT..BIGINT default is its decimal integer text ("5", "-3",
+# "18446744073709551615"); FLOAT and DOUBLE a decimal number ("1.5"; TiDB prints it without an
+# exponent, older releases kept the literal); YEAR the literal's digits ("2020", or "20" for
+# 2020); BIT the value's big-endian bytes; ENUM and SET the member names.
+_FLOAT_TYPES = frozenset({TYPE_FLOAT, TYPE_DOUBLE})
+_INTEGER_TEXT = re.compile(r"-?[0-9]{1,20}", re.ASCII).fullmatch
+_YEAR_TEXT = re.compile(r"[0-9]{1,4}", re.ASCII).fullmatch
+_FLOAT_TEXT = re.compile(
+    r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?", re.ASCII
+).fullmatch
+_NUMERAL = re.compile(r"[0-9]+", re.ASCII).fullmatch
+# TiDB prints the widest DOUBLE (a subnormal of 17 digits) in about 330 characters.
+_MAX_FLOAT_TEXT = 400
+_MAX_BIT_BYTES = 8
+_OLD_TICDC = "TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0"
+_SENT_DEFAULTS = f"(how {_OLD_TICDC} sent a column's default)"
+
+
+def decode_stored_default(code: int, text: str) -> int | float | str:
+    """The value of a column's default that TiCDC sent as TiDB's stored text (see above)."""
+    if code == TYPE_YEAR:
+        return _stored_year(text)
+    if code == TYPE_BIT:
+        return _stored_bit(text)
+    if code in (TYPE_ENUM, TYPE_SET):
+        return _stored_member_names(code, text)
+    if code in _FLOAT_TYPES:
+        return _stored_float(code, text)
+    return _stored_integer(code, text)
+
+
+def _stored_integer(code: int, text: str) -> int:
+    """TINYINT..BIGINT: `[-]digits`, the integer TiDB printed (its range is checked later)."""
+    if _INTEGER_TEXT(text) is None:
+        raise DecodeError(
+            f"type {code} needs a JSON integer, or decimal integer text {_SENT_DEFAULTS}; "
+            f"got {_describe(text)}"
+        )
+    return int(text)
+
+
+def _stored_year(text: str) -> int:
+    """YEAR: 1 to 4 digits, read as TiDB reads a string into a YEAR: "0000" is the zero year,
+    a shorter zero ("0", "00") is 2000, 1..69 are 2001..2069 and 70..99 are 1970..1999."""
+    if _YEAR_TEXT(text) is None:
+        raise DecodeError(
+            f"type 13 (YEAR) needs a JSON integer, or 1 to 4 digits {_SENT_DEFAULTS}; "
+            f"got {_describe(text)}"
+        )
+    year = int(text)
+    if year == 0:
+        return 0 if len(text) == 4 else 2000
+    if year <= 69:
+        return 2000 + year
+    if year <= 99:
+        return 1900 + year
+    return year
+
+
+def _stored_float(code: int, text: str) -> float:
+    """FLOAT/DOUBLE: a decimal number, optionally with an exponent; FLOAT rounds to float32."""
+    if len(text) > _MAX_FLOAT_TEXT or _FLOAT_TEXT(text) is None:
+        raise DecodeError(
+            f"type {code} needs a JSON number, or decimal number text of at most "
+            f"{_MAX_FLOAT_TEXT} characters {_SENT_DEFAULTS}; got {_describe(text)}"
+        )
+    number = float(text)
+    if code == TYPE_DOUBLE:
+        return number
+    try:
+        return mysql.float32(number)
+    except OverflowError:
+        raise DecodeError(f"FLOAT text {text[:40]!r} is beyond the FLOAT range") from None
+
+
+def _stored_bit(text: str) -> int:
+    """BIT: TiDB stores a BIT default as the value's big-endian bytes, which Go's JSON encoder
+    wrote as characters (U+0000..U+007F for bytes below 0x80, valid UTF-8 as it is): encoded
+    back as UTF-8 they are the bytes. "5" is therefore the byte 0x35, 53, as TiDB reads it.
+    Bytes that are not valid UTF-8 became U+FFFD there, so that value is lost."""
+    if "\ufffd" in text:
+        raise DecodeError(
+            f"BIT text {text[:40]!r} holds U+FFFD: {_OLD_TICDC} sent a BIT default as its "
+            "bytes, and Go's JSON encoder replaced those that are not UTF-8, so the value is lost"
+        )
+    try:
+        raw = text.encode().lstrip(b"\0")
+    except UnicodeEncodeError:  # a lone surrogate (\ud800): no Go string gives one
+        raise DecodeError(f"BIT text {text[:40]!r} is not a string of bytes") from None
+    if len(raw) > _MAX_BIT_BYTES:
+        raise DecodeError(
+            f"BIT text of {len(raw)} bytes: {_OLD_TICDC} sent a BIT default as its big-endian "
+            f"bytes, and a BIT value has at most {_MAX_BIT_BYTES}"
+        )
+    return int.from_bytes(raw, "big")
+
+
+def _stored_member_names(code: int, text: str) -> int | str:
+    """ENUM/SET: TiDB stores the member names ("b", "x,z"), and the Open Protocol does not
+    carry the members that would give their index or bitmask, so a name is kept as text for
+    gold to resolve from the table's DDL. The empty text is the empty set, and for an ENUM
+    index 0, MySQL's '' member (an ENUM that declares '' itself is named '' either way). A
+    numeral is refused: as a name ('10') it cannot be told from an index."""
+    if not text:
+        return 0
+    if _NUMERAL(text) is not None:
+        name, article = ("ENUM", "an") if code == TYPE_ENUM else ("SET", "a")
+        raise DecodeError(
+            f"{name} text {text[:40]!r}: {_OLD_TICDC} sent {article} {name} default by member "
+            "name, and a member named by a numeral cannot be told from an index without the "
+            "members, which the Open Protocol does not carry"
+        )
+    return text
+
+
 def _old_format_column(code: Any, value: Any, column: dict) -> Column:
-    """A column written before TiCDC v4.0.6: no `f`, and string values base64-encoded.
+    """A column written before TiCDC v4.0.5: no `f`, and string values base64-encoded.
 
     Old TiCDC marshalled CHAR/VARCHAR/BINARY/VARBINARY and TEXT/BLOB values as Go `[]byte`,
     i.e. base64, and had no flags, so text and binary look alike. The rules, chosen so that the
@@ -606,7 +740,7 @@ def _old_format_column(code: Any, value: Any, column: dict) -> Column:
         try:
             value = _text_if_utf8(_strict_base64(value))
         except ValueError as exc:
-            raise DecodeError(f"pre-v4.0.6 TEXT/BLOB value is not base64: {exc}") from exc
+            raise DecodeError(f"pre-v4.0.5 TEXT/BLOB value is not base64: {exc}") from exc
     elif code == TYPE_FLOAT and type(value) in (int, float):
         value = mysql.float32(value)
     elif code == TYPE_DOUBLE and type(value) in (int, float):
