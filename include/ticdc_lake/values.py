@@ -132,9 +132,12 @@ _DATE = r"\d{4}-(?:0\d|1[0-2])-(?:[0-2]\d|3[01])"
 _FRACTION = r"(?:\.\d{1,6})?"
 # Month and day may be 00: zero dates ('0000-00-00') and, in some SQL modes, zero parts.
 _date = _text_check(_DATE, "a date YYYY-MM-DD")
-_datetime = _text_check(
-    _DATE + r" (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION,
-    "a date and time YYYY-MM-DD HH:MM:SS[.ffffff]",
+_CLOCK = r" (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION
+_datetime = _text_check(_DATE + _CLOCK, "a date and time YYYY-MM-DD HH:MM:SS[.ffffff]")
+# A TIMESTAMP is local time in the TiCDC zone, or with a Z an instant in UTC: Avro's
+# timestamp-millis, as TiCDC up to v6.0 wrote TIMESTAMP (and DATE and DATETIME) columns.
+_timestamp = _text_check(
+    _DATE + _CLOCK + "Z?", "a date and time YYYY-MM-DD HH:MM:SS[.ffffff], Z if in UTC"
 )
 _TIME_TEXT = re.compile(r"-?(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?", re.ASCII).fullmatch
 _TIME_MAX = (838, 59, 59, 0)
@@ -195,7 +198,7 @@ _TEXT_CHECKS: dict[int, Check] = {
     mysql.TYPE_DATE: _date,
     mysql.TYPE_NEWDATE: _date,
     mysql.TYPE_DATETIME: _datetime,
-    mysql.TYPE_TIMESTAMP: _datetime,
+    mysql.TYPE_TIMESTAMP: _timestamp,
     mysql.TYPE_DURATION: _time,
     mysql.TYPE_JSON: _json,
     mysql.TYPE_FLOAT: _finite,

@@ -747,6 +747,51 @@ def test_messages_decode_from_every_kind_of_schema_source(tmp_path):
         assert decoded == expected, source
 
 
+# --- logical types, and TiCDC up to v6.0 (the 2022 layout) -------------------------------------
+#
+# Expected values below are worked out by hand from tiflow v6.0.0 cdc/sink/codec/avro.go and
+# goavro v2.9.8 logical_type.go; the records are written by fastavro from schemas written here.
+
+
+def _raw_framed(registry, subject: str, schema: dict, native: dict) -> bytes:
+    """`_framed` for a schema with logical types: registered as it is, the values written raw
+    (ints and bytes), as the Go encoder's output holds them."""
+    schema_id = registry.register(subject, json.dumps(schema))
+    out = io.BytesIO()
+    out.write(b"\x00" + struct.pack(">I", schema_id))
+    plain = json.loads(json.dumps(schema).replace('"logicalType"', '"ignoredLogicalType"'))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(plain), native)
+    return out.getvalue()
+
+
+TIME_MILLIS = {"type": "int", "logicalType": "time-millis"}
+
+
+def test_time_logical_types_read_as_signed_durations_past_24_hours():
+    """fastavro's datetime.time refused every TIME below zero or from 24 h (issue 53 item 4)."""
+    registry = InMemorySchemaRegistry()
+    micros = {"type": "long", "logicalType": "time-micros"}
+    schema = {
+        "type": "record",
+        "name": "t",
+        "namespace": "default.s",
+        "fields": [
+            {"name": "m", "type": {**TIME_MILLIS, "connect.parameters": {"tidb_type": "TIME"}}},
+            {"name": "u", "type": {**micros, "connect.parameters": {"tidb_type": "TIME"}}},
+        ],
+    }
+    decoder = AvroDecoder(_settings(registry))
+    for millis, micro, expected in [
+        (-5_400_000, -3_020_399_000_000, ("-01:30:00", "-838:59:59")),
+        (86_400_000, 3_020_399_000_000, ("24:00:00", "838:59:59")),
+        (-1, 1_500_000, ("-00:00:00.001", "00:00:01.500000")),
+    ]:
+        value = _raw_framed(registry, "s", schema, {"m": millis, "u": micro})
+        [event] = decoder.decode(_record(None, value))
+        assert (event.columns["m"].value, event.columns["u"].value) == expected
+        assert event.columns["m"].type_code == mysql.TYPE_DURATION
+
+
 # --- robustness --------------------------------------------------------------------------------
 
 

@@ -19,10 +19,14 @@ Without the TiDB extension a value carries no commit TS (commit_ts stays None) a
 Such a record is decoded as an `update` without an old image: it is the full new row of a key,
 which is what an upsert applies, and it claims nothing about whether the row existed before,
 which an `insert` would.
+
+Logical types are read here, not by fastavro: TIME as a signed duration (MySQL's spans
+±838:59:59), timestamps as text (a TIMESTAMP instant ends in `Z`), decimals as exact text.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import struct
 from collections.abc import Callable, Sequence
@@ -256,7 +260,7 @@ class RecordPlan:
     schema_id: int
     schema: str
     table: str
-    reader: Any  # fastavro-parsed schema, decimal logical types read as raw bytes
+    reader: Any  # fastavro-parsed schema without logical types: values as written
     columns: tuple[FieldPlan, ...]
     has_before: bool  # ticdc's `_ticdc_before` record (the old row) follows the columns
 
@@ -314,6 +318,95 @@ def _set_reader(members: tuple[str, ...]) -> Callable[[str], int]:
     return set_bitmask
 
 
+# --- logical types ---------------------------------------------------------------------------
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_UNIT_DIGITS = {"millis": 3, "micros": 6}
+
+
+def _fraction(units: int, unit_digits: int, fsp: int | None) -> str:
+    """`.fff` of `units` (10**-unit_digits s): all `unit_digits` digits when `fsp` is None and
+    there is a fraction, else exactly `fsp` digits, which must hold all of it."""
+    if fsp is None:
+        return f".{units:0{unit_digits}d}" if units else ""
+    digits = f"{units:0{unit_digits}d}".ljust(fsp, "0")
+    if digits[fsp:].strip("0"):
+        raise ValueError(f"the fraction .{digits.rstrip('0')} has more than {fsp} digits")
+    return f".{digits[:fsp]}" if fsp else ""
+
+
+def time_text(amount: int, unit_digits: int, fsp: int | None = None) -> str:
+    """A signed duration of `amount` × 10**-unit_digits s as MySQL prints a TIME:
+    `[-]HH:MM:SS[.f]`, hours past 24 and the sign kept (`-838:59:59`, `100:00:00.5`)."""
+    sign = "-" if amount < 0 else ""
+    seconds, units = divmod(abs(amount), 10**unit_digits)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}{_fraction(units, unit_digits, fsp)}"
+
+
+def moment_text(amount: int, unit_digits: int, fsp: int | None = None, *, utc: bool) -> str:
+    """`amount` × 10**-unit_digits s since 1970-01-01 00:00 as `YYYY-MM-DD HH:MM:SS[.f]`, and a
+    `Z` when it is an instant in UTC (silver's TIMESTAMP text is otherwise local time in the
+    TiCDC zone). ValueError outside the years 1 to 9999."""
+    seconds, units = divmod(amount, 10**unit_digits)  # floor: before 1970 counts back
+    try:
+        moment = _EPOCH + dt.timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(
+            f"{amount} × 1e-{unit_digits} s from 1970 is outside years 1-9999"
+        ) from None
+    text = moment.isoformat(sep=" ") + _fraction(units, unit_digits, fsp)
+    return text + "Z" if utc else text
+
+
+def date_text(days: int) -> str:
+    """Avro's `date`: days since 1970-01-01."""
+    try:
+        return (_EPOCH + dt.timedelta(days=days)).date().isoformat()
+    except OverflowError:
+        raise ValueError(f"{days} days from 1970 is outside years 1-9999") from None
+
+
+class _Reading(NamedTuple):
+    """What a field's Avro type says of its column, and how its values are read."""
+
+    type_code: int | None
+    flags: int
+    convert: Callable[[Any], Any] | None
+    mysql_type: str | None = None
+
+
+def _logical_reading(branch: Any) -> _Reading | None:
+    """The reading of an Avro logical type, or None for a type without one we read. A logical
+    type on another primitive than its own is ignored, as the Avro specification says."""
+    if not isinstance(branch, dict):
+        return None
+    logical, primitive = branch.get("logicalType"), branch.get("type")
+    if logical == "decimal" and primitive == "bytes":
+        precision, scale = branch.get("precision"), int(branch.get("scale", 0))
+        return _Reading(
+            mysql.TYPE_NEWDECIMAL, 0, _decimal_reader(scale), f"decimal({precision},{scale})"
+        )
+    if logical == "date" and primitive == "int":
+        return _Reading(mysql.TYPE_DATE, 0, date_text, "date")
+    kind, _, unit = str(logical).rpartition("-")
+    digits = _UNIT_DIGITS.get(unit)
+    if digits is None:
+        return None
+    if kind == "time" and primitive == ("int" if unit == "millis" else "long"):
+        return _Reading(mysql.TYPE_DURATION, 0, lambda amount: time_text(amount, digits))
+    if kind == "timestamp" and primitive == "long":
+        return _Reading(
+            mysql.TYPE_TIMESTAMP, 0, lambda amount: moment_text(amount, digits, utc=True)
+        )
+    if kind == "local-timestamp" and primitive == "long":
+        return _Reading(
+            mysql.TYPE_DATETIME, 0, lambda amount: moment_text(amount, digits, utc=False)
+        )
+    return None
+
+
 def compile_field(name: str, avro_type: Any) -> FieldPlan:
     """The plan of one column field, from its Avro type and `connect.parameters`."""
     branch, nullable = _unwrap_union(avro_type)
@@ -321,12 +414,12 @@ def compile_field(name: str, avro_type: Any) -> FieldPlan:
     params = branch.get("connect.parameters") if isinstance(branch, dict) else None
     primitive = branch.get("type") if isinstance(branch, dict) else branch
     tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
-    convert, mysql_type = None, None
-    if isinstance(branch, dict) and branch.get("logicalType") == "decimal":
-        convert = _decimal_reader(int(branch.get("scale", 0)))
-        mysql_type = f"decimal({branch.get('precision')},{branch.get('scale', 0)})"
+    type_code, convert, mysql_type = None, None, None
+    logical = _logical_reading(branch)
+    if logical is not None:
+        type_code, _, convert, mysql_type = logical
     if tidb_type is None:
-        return FieldPlan(name, None, flags, mysql_type, _keep_null(convert))
+        return FieldPlan(name, type_code, flags, mysql_type, _keep_null(convert))
     if tidb_type not in TIDB_TYPE_CODES:
         raise DecodeError(f"field {name!r} has an unknown tidb_type {tidb_type!r}")
     if tidb_type.endswith("UNSIGNED"):
@@ -358,19 +451,21 @@ def _keep_null(convert: Callable[[Any], Any] | None) -> Callable[[Any], Any] | N
     return lambda value: None if value is None else convert(value)
 
 
-def _raw_decimals(schema: Any) -> Any:
-    """A copy of `schema` with decimal logical types dropped, so fastavro hands us the raw bytes.
+def _without_logical_types(schema: Any) -> Any:
+    """A copy of `schema` without logical types, so fastavro hands us the values as written.
 
-    We turn them into exact text ourselves: faster than fastavro's Decimal, and never rounded to
-    the declared precision.
+    We read them ourselves (`_logical_reading`): decimals into exact text, faster than
+    fastavro's Decimal and never rounded to the declared precision; times as signed durations,
+    where fastavro's `datetime.time` refuses every TIME that is negative or 24 hours or more
+    (MySQL's TIME spans -838:59:59 to 838:59:59); timestamps into text, where fastavro's
+    `datetime` cannot hold the years TiCDC's overflows produce.
     """
     if isinstance(schema, list):
-        return [_raw_decimals(branch) for branch in schema]
+        return [_without_logical_types(branch) for branch in schema]
     if not isinstance(schema, dict):
         return schema
-    copied = {key: _raw_decimals(value) for key, value in schema.items()}
-    if copied.get("logicalType") == "decimal":
-        del copied["logicalType"]
+    copied = {key: _without_logical_types(value) for key, value in schema.items()}
+    copied.pop("logicalType", None)
     return copied
 
 
@@ -474,7 +569,7 @@ def compile_record(writer: WriterSchema, limits: Limits) -> RecordPlan:
     check_limit(what, limits, "max_collection_count", len(fields))
     _ShapeCheck(writer.schema_id, limits).height(definition, "", 1)
     try:
-        reader = fastavro.parse_schema(_raw_decimals(definition))
+        reader = fastavro.parse_schema(_without_logical_types(definition))
     except (fastavro.schema.SchemaParseException, fastavro.schema.UnknownType) as exc:
         raise DecodeError(
             f"schema id {writer.schema_id} is not a valid Avro schema: {exc}"
@@ -1041,4 +1136,6 @@ class AvroEncoder(Encoder):
 
     def _schema(self, topic: str, part: str, definition: dict) -> tuple[bytes, Any]:
         schema_id = self.registry.register(subject_for(topic, part), go_json(definition))
-        return confluent_header(schema_id), fastavro.parse_schema(_raw_decimals(definition))
+        return confluent_header(schema_id), fastavro.parse_schema(
+            _without_logical_types(definition)
+        )
