@@ -177,6 +177,27 @@ def test_timestamps_given_in_utc_are_kept_whatever_the_zone():
     assert typed.to_pylist() == [dt.datetime(1970, 1, 1, tzinfo=dt.UTC)]
 
 
+@pytest.mark.parametrize(
+    ("type_code", "flags", "mysql_type", "delta"),
+    [
+        (mysql.TYPE_LONG, 0, None, "integer"),  # Avro int
+        (mysql.TYPE_LONGLONG, 0, None, "long"),  # long
+        (mysql.TYPE_LONGLONG, mysql.FLAG_UNSIGNED, None, "decimal(20,0)"),  # bytes decimal(64,0)
+        (mysql.TYPE_FLOAT, 0, None, "float"),
+        (mysql.TYPE_DOUBLE, 0, None, "double"),
+        (mysql.TYPE_VARCHAR, 0, None, "string"),
+        (mysql.TYPE_LONG_BLOB, mysql.FLAG_BINARY, None, "binary"),  # bytes
+        (mysql.TYPE_TIMESTAMP, 0, None, "timestamp"),  # timestamp-millis
+        (mysql.TYPE_DURATION, 0, None, "string"),  # time-millis
+        (mysql.TYPE_NEWDECIMAL, 0, "decimal(8,2)", "decimal(8,2)"),  # column-types
+        (mysql.TYPE_DATE, 0, None, "date"),  # column-types
+    ],
+)
+def test_columns_of_ticdc_v6_0s_avro_get_gold_types(type_code, flags, mysql_type, delta):
+    spec = gold_types.ColumnSpec.from_row(type_code, flags, mysql_type)
+    assert gold_types.gold_type(spec).delta == delta
+
+
 def test_zero_dates_become_null_and_are_counted():
     typed, nulled = _convert("c_datetime", ["0000-00-00 00:00:00", "2020-00-10 01:02:03", None])
     assert typed.to_pylist() == [None, None, None] and nulled == 2

@@ -22,14 +22,27 @@ which an `insert` would.
 
 Logical types are read here, not by fastavro: TIME as a signed duration (MySQL's spans
 ±838:59:59), timestamps as text (a TIMESTAMP instant ends in `Z`), decimals as exact text.
+
+The 2022 layout: TiCDC up to v6.0 (tiflow `cdc/sink/codec/avro.go` before v6.1) wrote no
+namespace, no `connect.parameters` and no `_tidb_*` fields, and registered its schemas under
+`<schema>_<table>-key`/`-value`. A record none of whose fields carries `connect.parameters` is
+read as that layout: its columns are typed from their Avro types (`_reading_by_avro_type`),
+refined by the topic's `column-types`; its upstream schema is the topic's `schema:`, else the
+one its schema id's subjects name, else a ConfigError (an empty schema must not reach gold). Its
+temporal values are read back through its encoder's overflows (`ticdc_2022_time`,
+`ticdc_2022_moment`). What it cannot carry: the operation (every value reads as an `update`),
+the commit TS, DDL and watermarks, old values, sub-millisecond digits, the sign of a TIME
+above -01:00:00, and which integer width, string family, DATE/DATETIME/TIMESTAMP, or DECIMAL
+precision a column had where column-types does not say.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -258,11 +271,12 @@ class RecordPlan:
     """A writer schema compiled once: the fastavro reader schema and the per-column plans."""
 
     schema_id: int
-    schema: str
+    schema: str | None  # None: the writer schema names no namespace (TiCDC up to v6.0)
     table: str
     reader: Any  # fastavro-parsed schema without logical types: values as written
     columns: tuple[FieldPlan, ...]
     has_before: bool  # ticdc's `_ticdc_before` record (the old row) follows the columns
+    layout_2022: bool = False  # no field says its TiDB type: TiCDC up to v6.0 wrote it
 
 
 def _unwrap_union(avro_type: Any) -> tuple[Any, bool]:
@@ -316,6 +330,143 @@ def _set_reader(members: tuple[str, ...]) -> Callable[[str], int]:
         return mask
 
     return set_bitmask
+
+
+# --- TiCDC up to v6.0: the 2022 layout ---------------------------------------------------------
+#
+# Before v6.1 TiCDC's Avro (tiflow cdc/sink/codec/avro.go, v4.0 to v6.0) wrote no namespace, no
+# `connect.parameters` and no `_tidb_*` fields (it refuses the TiDB extension for Avro), so a
+# column's TiDB type is only what its Avro type implies (`_reading_by_avro_type`), refined where the
+# topic's `column-types` says more. Its value rules, read back below:
+#   DATE, DATETIME, TIMESTAMP  long timestamp-millis: the text parsed as a Go time.Time (DATE
+#                              and DATETIME in UTC, TIMESTAMP in the TiCDC zone), then goavro's
+#                              UnixNano() / 1e6; the zero date is Go's zero time.Time
+#   TIME                       int time-millis: `[-]H:M:S[.f]` scanned as signed hours plus
+#                              unsigned minutes, seconds and fraction, whole ms, cut to int32
+#   BIGINT UNSIGNED, BIT       bytes decimal, precision 64 (v5.x: 8, and ENUM and SET too), scale 0
+#   DECIMAL, ENUM, SET, JSON   string: the exact text, the member names (v6.0)
+#   YEAR                       long
+
+_GO_ZERO_TIME_NANOS = -62_135_596_800 * 10**9  # Go's time.Time{}: 0001-01-01 00:00:00 UTC
+_NANOS_PER_MILLI = 10**6
+_MILLIS_PER_HOUR = 3_600_000
+_TIME_LIMIT_MILLIS = 838 * _MILLIS_PER_HOUR + 59 * 60_000 + 59_000  # MySQL: ±838:59:59
+_DAY_NANOS = 86_400 * 10**9
+_SECOND_NANOS = 10**9
+_YEARS_1_TO_9999_NANOS = (_GO_ZERO_TIME_NANOS, 253_402_300_800 * 10**9 - 1)
+
+
+def go_int64(number: int) -> int:
+    """`number` as Go's int64 arithmetic leaves it: wrapped to 64 bits, two's complement."""
+    return (number + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def go_int32(number: int) -> int:
+    """`number` converted with Go's int32(): its low 32 bits, two's complement."""
+    return (number + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def go_quotient(dividend: int, divisor: int) -> int:
+    """Go's integer division, which truncates toward zero (Python's // floors)."""
+    quotient = abs(dividend) // divisor
+    return quotient if dividend >= 0 else -quotient
+
+
+def go_timestamp_millis(nanos: int) -> int:
+    """goavro's timestamp-millis of a time.Time `nanos` ns from 1970: `UnixNano() / 1e6`, whose
+    UnixNano wraps past int64, outside 1677-09-21 00:12:43.145224192 – 2262-04-11 UTC."""
+    return go_quotient(go_int64(nanos), _NANOS_PER_MILLI)
+
+
+ZERO_DATE_MILLIS_2022 = go_timestamp_millis(_GO_ZERO_TIME_NANOS)  # 1754-08-30 22:43:41.129
+
+
+def ticdc_2022_time(millis: int, fsp: int | None = None) -> str:
+    """The TIME a time-millis value of TiCDC up to v6.0 holds, as `[-]HH:MM:SS[.f]`.
+
+    That encoder added signed hours to unsigned minutes, seconds and fraction, so `-01:30:00`
+    was written as -1 h + 30 min; it kept whole milliseconds (toward zero) and cut them to 32
+    bits, so past ±596:31:23.647 a TIME wrapped around. A negative TIME under one hour (-00:MM:SS)
+    lost its sign, and reads as positive. The readings left are the value as written and as
+    wrapped; of those within ±838:59:59, the one on the column's precision (whole seconds
+    unless `fsp`, from column-types, says otherwise) is the TIME, and a value two readings fit
+    is refused rather than guessed.
+    """
+    wrapped = millis - (1 << 32) if millis >= 0 else millis + (1 << 32)
+    readings = [
+        reading
+        for reading in (_with_negative_hours(millis), _with_negative_hours(wrapped))
+        if abs(reading) <= _TIME_LIMIT_MILLIS
+    ]
+    if len(readings) == 2:
+        step = 1000 if fsp is None else 10 ** (3 - min(fsp, 3))
+        on_step = [reading for reading in readings if reading % step == 0]
+        if len(on_step) != 1:
+            shown = " or ".join(time_text(reading, 3) for reading in readings)
+            raise ValueError(
+                f"time-millis {millis} is {shown}: TiCDC up to v6.0 cut TIME to 32 bits of ms; "
+                "the column's time(fsp) in the topic's column-types may tell them apart"
+            )
+        readings = on_step
+    if not readings:
+        raise ValueError(f"time-millis {millis} is no TIME within ±838:59:59")
+    return time_text(readings[0], 3, fsp)
+
+
+def _with_negative_hours(millis: int) -> int:
+    """The TIME in ms of a written duration: a negative one was -hours + (minutes, seconds,
+    fraction), the part under an hour added instead of subtracted."""
+    if millis >= 0:
+        return millis
+    hours, under_an_hour = divmod(millis, _MILLIS_PER_HOUR)  # hours < 0, 0 <= under < 1 h
+    return hours * _MILLIS_PER_HOUR - under_an_hour
+
+
+def ticdc_2022_moment(millis: int, type_code: int, fsp: int | None = None) -> str:
+    """The DATE, DATETIME or TIMESTAMP text of a timestamp-millis value of TiCDC up to v6.0.
+
+    A TIMESTAMP is an instant, given in UTC (`...Z`); a DATE or DATETIME the wall-clock time
+    written as if in UTC. Go's zero time stands for the zero date. A DATE or a DATETIME(0)
+    outside the years 1678-2262 overflowed (`go_timestamp_millis`); it is found again as the
+    one whole day or second the dropped bits and wraps allow, and refused if there is none or
+    more than one. A DATETIME with a fraction that overflowed cannot be told from another
+    DATETIME, and reads as the wrong time.
+    """
+    if millis == ZERO_DATE_MILLIS_2022:
+        return "0000-00-00" if type_code == mysql.TYPE_DATE else "0000-00-00 00:00:00"
+    if type_code == mysql.TYPE_DATE:
+        return moment_text(_overflowed(millis, _DAY_NANOS), 9, utc=False)[:10]
+    if type_code == mysql.TYPE_DATETIME and fsp in (None, 0):
+        return moment_text(_overflowed(millis, _SECOND_NANOS), 9, 0, utc=False)
+    return moment_text(millis, 3, fsp, utc=type_code == mysql.TYPE_TIMESTAMP)
+
+
+def _overflowed(millis: int, step: int) -> int:
+    """The ns since 1970, on a whole `step` ns, that TiCDC up to v6.0 wrote as `millis`.
+
+    A value on a whole step reads as written. Else it overflowed: the true ns are millis × 1e6,
+    plus the part of a ms the division dropped (toward zero), plus some multiple of 2^64, and
+    lie within the years 1 to 9999.
+    """
+    nanos = millis * _NANOS_PER_MILLI
+    if nanos % step == 0:
+        return nanos
+    low = nanos - (_NANOS_PER_MILLI - 1 if millis <= 0 else 0)
+    high = nanos + (_NANOS_PER_MILLI - 1 if millis >= 0 else 0)
+    first, last = _YEARS_1_TO_9999_NANOS
+    found = []
+    for wraps in range((first >> 64) - 1, (last >> 64) + 2):  # N - wraps·2^64 is an int64
+        shift = wraps * (1 << 64)
+        candidate = -(-(low + shift) // step) * step  # the first whole step from the low end
+        if candidate <= high + shift and first <= candidate <= last:
+            found.append(candidate)
+    if len(found) != 1:
+        unit = "day" if step == _DAY_NANOS else "second"
+        raise ValueError(
+            f"timestamp-millis {millis} is not on a whole {unit}, and {len(found)} of the "
+            "values TiCDC up to v6.0 overflowed outside 1677-2262 could be it"
+        )
+    return found[0]
 
 
 # --- logical types ---------------------------------------------------------------------------
@@ -407,19 +558,142 @@ def _logical_reading(branch: Any) -> _Reading | None:
     return None
 
 
-def compile_field(name: str, avro_type: Any) -> FieldPlan:
-    """The plan of one column field, from its Avro type and `connect.parameters`."""
+# The TiDB type an Avro type implies where the field does not say it (TiCDC up to v6.0): int
+# holds TINYINT to INT and the unsigned TINYINT to MEDIUMINT, long INT UNSIGNED, BIGINT and
+# YEAR, string CHAR to TEXT, DECIMAL, ENUM, SET and JSON, bytes BINARY to BLOB.
+_AVRO_TYPE_CODES = {
+    "int": mysql.TYPE_LONG,
+    "long": mysql.TYPE_LONGLONG,
+    "float": mysql.TYPE_FLOAT,
+    "double": mysql.TYPE_DOUBLE,
+    "string": mysql.TYPE_VARCHAR,
+    "bytes": mysql.TYPE_LONG_BLOB,
+    "boolean": mysql.TYPE_TINY,
+}
+# TiCDC up to v6.0 wrote BIGINT UNSIGNED and BIT (v5.x also ENUM and SET) as these decimals.
+_UNSIGNED_DECIMAL_PRECISIONS = (64, 8)
+
+
+def _reading_by_avro_type(branch: Any, layout_2022: bool) -> _Reading:
+    """A field's reading when it does not say its TiDB type. A type TiCDC never writes (a
+    record, enum, fixed or several-branch union) keeps no type code and its value as read."""
+    primitive = branch.get("type") if isinstance(branch, dict) else branch
+    logical = branch.get("logicalType") if isinstance(branch, dict) else None
+    if layout_2022 and (primitive, logical) == ("bytes", "decimal"):
+        unsigned = branch.get("precision") in _UNSIGNED_DECIMAL_PRECISIONS
+        if unsigned and branch.get("scale", 0) == 0:
+            return _Reading(mysql.TYPE_LONGLONG, mysql.FLAG_UNSIGNED, _unsigned_decimal)
+    if layout_2022 and (primitive, logical) == ("long", "timestamp-millis"):
+        return _Reading(mysql.TYPE_TIMESTAMP, 0, _timestamp_2022)
+    if layout_2022 and (primitive, logical) == ("int", "time-millis"):
+        return _Reading(mysql.TYPE_DURATION, 0, ticdc_2022_time)
+    logical_reading = _logical_reading(branch)
+    if logical_reading is not None:
+        return logical_reading
+    code = _AVRO_TYPE_CODES.get(primitive) if isinstance(primitive, str) else None
+    flags = mysql.FLAG_BINARY if code == mysql.TYPE_LONG_BLOB else 0
+    return _Reading(code, flags, int if primitive == "boolean" else None)
+
+
+def _unsigned_decimal(unscaled: bytes) -> int:
+    return int.from_bytes(unscaled, "big", signed=True)
+
+
+def _timestamp_2022(millis: int) -> str:
+    return ticdc_2022_moment(millis, mysql.TYPE_TIMESTAMP)
+
+
+# What the topic's column-types may declare a 2022-layout column, by what its Avro type implies
+# (type code, unsigned): only what that type can hold.
+_DECLARABLE = {
+    (mysql.TYPE_VARCHAR, False): ("decimal", "json"),
+    (mysql.TYPE_LONG, False): ("tinyint", "smallint", "mediumint", "int"),
+    (mysql.TYPE_LONGLONG, False): ("int", "bigint", "year"),
+    (mysql.TYPE_LONGLONG, True): ("bigint", "bit"),
+    (mysql.TYPE_TIMESTAMP, False): ("date", "datetime", "timestamp"),
+    (mysql.TYPE_DURATION, False): ("time",),
+}
+DECLARABLE_TYPES = frozenset(base for bases in _DECLARABLE.values() for base in bases)
+_DECLARED_CODES = {
+    "tinyint": mysql.TYPE_TINY,
+    "smallint": mysql.TYPE_SHORT,
+    "mediumint": mysql.TYPE_INT24,
+    "int": mysql.TYPE_LONG,
+    "bigint": mysql.TYPE_LONGLONG,
+    "year": mysql.TYPE_YEAR,
+    "date": mysql.TYPE_DATE,
+    "datetime": mysql.TYPE_DATETIME,
+    "timestamp": mysql.TYPE_TIMESTAMP,
+}
+DECIMAL_DEFAULT = (10, 0)  # MySQL's DECIMAL without (M,D) is DECIMAL(10,0)
+
+
+def _declared_reading(column: str, reading: _Reading, declared: str) -> _Reading:
+    """`reading` refined by the type column-types declares, which its Avro type must hold."""
+    parsed = mysql.parse_column_type(declared)
+    base = parsed.base
+    kind = (reading.type_code, bool(reading.flags & mysql.FLAG_UNSIGNED))
+    allowed = _DECLARABLE.get(kind, ())
+    if base not in allowed:
+        can = f"one of {', '.join(allowed)}" if allowed else "nothing: its Avro type says it"
+        raise ConfigError(
+            f"column-types declares column {column!r} {declared!r}, which its Avro field "
+            f"({_described(reading)}) cannot hold; it may be declared {can}"
+        )
+    if base == "decimal":
+        precision = parsed.length or DECIMAL_DEFAULT[0]
+        scale = parsed.scale if parsed.scale is not None else DECIMAL_DEFAULT[1]
+        return _Reading(mysql.TYPE_NEWDECIMAL, 0, None, f"decimal({precision},{scale})")
+    if base == "json":
+        return _Reading(mysql.TYPE_JSON, 0, None, "json")
+    if base == "bit":
+        flags = mysql.FLAG_UNSIGNED | mysql.FLAG_BINARY
+        return _Reading(mysql.TYPE_BIT, flags, _unsigned_decimal, f"bit({parsed.length or 1})")
+    if base == "time":
+        fsp = parsed.length or 0
+        return _Reading(mysql.TYPE_DURATION, 0, lambda millis: ticdc_2022_time(millis, fsp))
+    code = _DECLARED_CODES[base]
+    if code in (mysql.TYPE_DATE, mysql.TYPE_DATETIME, mysql.TYPE_TIMESTAMP):
+        fsp = None if code == mysql.TYPE_DATE else parsed.length or 0
+        return _Reading(code, 0, lambda millis: ticdc_2022_moment(millis, code, fsp))
+    unsigned = parsed.unsigned or code == mysql.TYPE_YEAR or kind[1]
+    return _Reading(code, mysql.FLAG_UNSIGNED if unsigned else 0, reading.convert)
+
+
+def _described(reading: _Reading) -> str:
+    names = {
+        (mysql.TYPE_VARCHAR, False): "string",
+        (mysql.TYPE_LONG, False): "int",
+        (mysql.TYPE_LONGLONG, False): "long",
+        (mysql.TYPE_LONGLONG, True): "bytes decimal, scale 0",
+        (mysql.TYPE_TIMESTAMP, False): "long timestamp-millis",
+        (mysql.TYPE_DURATION, False): "int time-millis",
+    }
+    kind = (reading.type_code, bool(reading.flags & mysql.FLAG_UNSIGNED))
+    return names.get(kind, f"of type code {reading.type_code}")
+
+
+def compile_field(
+    name: str, avro_type: Any, *, layout_2022: bool = False, declared: str | None = None
+) -> FieldPlan:
+    """The plan of one column field, from its Avro type and `connect.parameters`; in the 2022
+    layout (`layout_2022`) from its Avro type, or from `declared`, the type the topic's
+    column-types gives it."""
     branch, nullable = _unwrap_union(avro_type)
     flags = mysql.FLAG_NULLABLE if nullable else 0
     params = branch.get("connect.parameters") if isinstance(branch, dict) else None
     primitive = branch.get("type") if isinstance(branch, dict) else branch
     tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
-    type_code, convert, mysql_type = None, None, None
+    if tidb_type is None:
+        reading = _reading_by_avro_type(branch, layout_2022)
+        if declared is not None:
+            reading = _declared_reading(name, reading, declared)
+        code, more_flags, convert, mysql_type = reading
+        return FieldPlan(name, code, flags | more_flags, mysql_type, _keep_null(convert))
+    convert, mysql_type = None, None
     logical = _logical_reading(branch)
     if logical is not None:
-        type_code, _, convert, mysql_type = logical
-    if tidb_type is None:
-        return FieldPlan(name, type_code, flags, mysql_type, _keep_null(convert))
+        _, _, convert, mysql_type = logical
     if tidb_type not in TIDB_TYPE_CODES:
         raise DecodeError(f"field {name!r} has an unknown tidb_type {tidb_type!r}")
     if tidb_type.endswith("UNSIGNED"):
@@ -469,8 +743,9 @@ def _without_logical_types(schema: Any) -> Any:
     return copied
 
 
-def _names(definition: dict) -> tuple[str, str]:
-    """(schema, table) from the record's namespace `<changefeed namespace>.<schema>` and name."""
+def _names(definition: dict) -> tuple[str | None, str]:
+    """(schema, table) from the record's namespace `<changefeed namespace>.<schema>` and name;
+    the schema is None when the record has no namespace (TiCDC up to v6.0 wrote none)."""
     name = definition.get("name")
     if not isinstance(name, str):
         raise DecodeError("the writer schema record has no name")
@@ -478,7 +753,26 @@ def _names(definition: dict) -> tuple[str, str]:
     if "." in name:
         namespace, _, name = name.rpartition(".")
     _, dot, schema = namespace.partition(".")
-    return (schema if dot else namespace), name
+    return (schema if dot else namespace) or None, name
+
+
+def schema_in_subject(subject: str, table: str) -> str | None:
+    """The upstream schema in a subject TiCDC up to v6.0 registered: `<schema>_<table>-key` or
+    `-value` (TopicNameStrategy came with v6.1). None for a subject not of that form."""
+    for suffix in ("-key", "-value"):
+        ending = f"_{table}{suffix}"
+        if subject.endswith(ending) and len(subject) > len(ending):
+            return subject[: -len(ending)]
+    return None
+
+
+def _says_tidb_types(fields: list) -> bool:
+    """Whether any field carries `connect.parameters` (TiCDC from v6.1 gives every column one)."""
+    for field in fields:
+        branch, _ = _unwrap_union(field["type"])
+        if isinstance(branch, dict) and "connect.parameters" in branch:
+            return True
+    return False
 
 
 class _ShapeCheck:
@@ -557,8 +851,17 @@ class _ShapeCheck:
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
-def compile_record(writer: WriterSchema, limits: Limits) -> RecordPlan:
-    """The plan of a writer schema, once its shape is known to be safe to read (_ShapeCheck)."""
+def compile_record(
+    writer: WriterSchema,
+    limits: Limits,
+    column_types: Mapping[tuple[str, str], str] | None = None,
+) -> RecordPlan:
+    """The plan of a writer schema, once its shape is known to be safe to read (_ShapeCheck).
+
+    A record none of whose fields says its TiDB type is TiCDC's 2022 layout (up to v6.0): its
+    columns are typed from their Avro types, and from `column_types` ((table, column) → the
+    column's type) where given.
+    """
     definition = writer.definition
     if not isinstance(definition, dict) or definition.get("type") != "record":
         raise DecodeError(f"schema id {writer.schema_id} is not an Avro record schema")
@@ -574,17 +877,28 @@ def compile_record(writer: WriterSchema, limits: Limits) -> RecordPlan:
         raise DecodeError(
             f"schema id {writer.schema_id} is not a valid Avro schema: {exc}"
         ) from exc
+    schema, table = _names(definition)
+    layout_2022 = not _says_tidb_types(fields)
+    declared = {
+        column: text
+        for (of_table, column), text in (column_types or {}).items()
+        if of_table == table and layout_2022
+    }
     columns, before = [], None
     for field in fields:
         name = field["name"]
         if name == BEFORE_FIELD:
             before, _ = _unwrap_union(field["type"])
         elif name not in EXTENSION_FIELDS:
-            columns.append(compile_field(name, field["type"]))
+            plan = compile_field(
+                name, field["type"], layout_2022=layout_2022, declared=declared.get(name)
+            )
+            columns.append(plan)
     if before is not None:
         _check_before_record(writer.schema_id, before, columns)
-    schema, table = _names(definition)
-    return RecordPlan(writer.schema_id, schema, table, reader, tuple(columns), before is not None)
+    return RecordPlan(
+        writer.schema_id, schema, table, reader, tuple(columns), before is not None, layout_2022
+    )
 
 
 def _check_before_record(schema_id: int, before: Any, columns: list[FieldPlan]) -> None:
@@ -619,18 +933,47 @@ class AvroDecoder(Decoder):
                 "TiCDC never compresses Avro values; set compression none for Avro topics"
             )
         self.source: SchemaSource = self.settings.schema_source
+        self._column_types = {
+            tuple(name.split(".", 1)): text for name, text in self.settings.column_types
+        }
         self._plans: dict[int, RecordPlan] = {}
         self._keyed: dict[tuple[int, int], tuple[FieldPlan, ...]] = {}
 
-    def _plan(self, schema_id: int) -> RecordPlan:
+    def _plan(self, schema_id: int, topic: str) -> RecordPlan:
         plan = self._plans.get(schema_id)
         if plan is None:
             writer = self.source.get_schema(schema_id)
-            plan = self._plans[schema_id] = compile_record(writer, self.settings.limits)
+            plan = compile_record(writer, self.settings.limits, self._column_types)
+            if plan.schema is None:
+                plan = dataclasses.replace(plan, schema=self._schema_not_named(plan, topic))
+            self._plans[schema_id] = plan
         return plan
 
-    def _read(self, data: bytes, part: str) -> tuple[RecordPlan, dict]:
-        plan = self._plan(read_confluent_header(data, part))
+    def _schema_not_named(self, plan: RecordPlan, topic: str) -> str:
+        """The upstream schema of a record that names none (TiCDC up to v6.0): the topic's
+        `schema:`, else the one schema the subjects of its id give (`schema_in_subject`).
+        A ConfigError otherwise: every record of the topic would fail alike, and an empty
+        schema must never reach gold."""
+        if self.settings.upstream_schema:
+            return self.settings.upstream_schema
+        subjects = self.source.subjects_of(plan.schema_id)
+        schemas = sorted({schema_in_subject(subject, plan.table) for subject in subjects} - {None})
+        if len(schemas) == 1:
+            return schemas[0]
+        if len(schemas) > 1:  # the same table in several schemas: one schema text, one id
+            found = f"its subjects name the table in schemas {', '.join(schemas)}"
+        elif subjects:
+            found = f"its subjects ({', '.join(sorted(subjects))}) are not <schema>_<table>-value"
+        else:
+            found = f"{self.source.description} gives no subject for it"
+        raise ConfigError(
+            f"topic {topic}: schema id {plan.schema_id} (table {plan.table}) has no namespace, "
+            f"as TiCDC up to v6.0 wrote it, so it names no upstream schema, and {found}; set "
+            "`schema:` for the topic in the pipeline config"
+        )
+
+    def _read(self, data: bytes, part: str, topic: str) -> tuple[RecordPlan, dict]:
+        plan = self._plan(read_confluent_header(data, part), topic)
         stream = io.BytesIO(data)
         stream.seek(HEADER_SIZE)
         try:
@@ -659,10 +1002,11 @@ class AvroDecoder(Decoder):
             return [self._special(value, key, record)]
         if key is None and value is None:
             raise DecodeError("record has neither key nor value")
-        key_plan, key_record = self._read(key, "key") if key is not None else (None, None)
+        topic = record.topic
+        key_plan, key_record = self._read(key, "key", topic) if key is not None else (None, None)
         if value is None:
             return [self._key_only_delete(key_plan, key_record, None, record)]
-        plan, values = self._read(value, "value")
+        plan, values = self._read(value, "value", topic)
         if key_plan is not None and (key_plan.schema, key_plan.table) != (plan.schema, plan.table):
             raise DecodeError(
                 f"key schema id {key_plan.schema_id} is for {key_plan.schema}.{key_plan.table} "
@@ -689,7 +1033,7 @@ class AvroDecoder(Decoder):
             commit_ts = read_ts_message(value, "delete marker")
             if key is None:
                 raise DecodeError("a delete marker (value 0x03) needs a key holding the row")
-            key_plan, key_record = self._read(key, "key")
+            key_plan, key_record = self._read(key, "key", record.topic)
             return self._key_only_delete(key_plan, key_record, commit_ts, record)
         raise DecodeError(
             f"value: expected the Confluent magic byte 0x00 (or TiCDC's test-only 0x01 DDL, "
