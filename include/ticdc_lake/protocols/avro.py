@@ -41,7 +41,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
+import re
 import struct
+import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -1184,6 +1186,9 @@ class AvroOptions:
     include_before_value: bool = False  # ticdc `_ticdc_before` [avro-include-before-value]
     namespace: str = "default"  # changefeed namespace (tiflow) or keyspace (ticdc)
     column_defaults: tuple[tuple[str, Any], ...] = ()  # column name → DEFAULT (event-model value)
+    # "2022": TiCDC up to v6.0 (tiflow cdc/sink/codec/avro.go before v6.1), none of the above
+    layout: str = "current"
+    time_zone: str = "UTC"  # 2022 layout: the TiCDC zone its TIMESTAMP text is parsed in [tz]
 
     @classmethod
     def from_settings(cls, settings: CodecSettings) -> AvroOptions:
@@ -1194,7 +1199,13 @@ class AvroOptions:
             include_before_value=bool(settings.option("include_before_value", False)),
             namespace=settings.option("namespace", "default"),
             column_defaults=tuple(dict(settings.option("column_defaults", None) or {}).items()),
+            layout=str(settings.option("layout", "current")),
+            time_zone=settings.option("time_zone", "UTC"),
         )
+        if options.layout not in LAYOUTS:
+            raise ConfigError(f"layout must be current or 2022, not {options.layout!r}")
+        if options.layout == "2022":
+            options._check_2022(settings)
         if options.decimal_handling not in DECIMAL_MODES:
             raise ConfigError(
                 f"decimal_handling must be precise or string, not {options.decimal_handling!r}"
@@ -1205,6 +1216,21 @@ class AvroOptions:
                 f"not {options.bigint_unsigned_handling!r}"
             )
         return options
+
+    def _check_2022(self, settings: CodecSettings) -> None:
+        """TiCDC up to v6.0 had none of the later options, and refused the TiDB extension."""
+        later = [
+            name
+            for name, value in vars(self).items()
+            if name not in ("layout", "time_zone") and value != getattr(AvroOptions, name)
+        ]
+        if settings.enable_tidb_extension:
+            later.append("enable_tidb_extension")
+        if later:
+            raise ConfigError(
+                f"the 2022 layout (TiCDC up to v6.0) has no {', '.join(later)}: its Avro "
+                "refuses enable-tidb-extension, and the rest came later"
+            )
 
 
 @dataclass(frozen=True)
@@ -1238,6 +1264,12 @@ def _set_writer(members: tuple[str, ...]) -> Callable[[int], str]:
         return ",".join(member for i, member in enumerate(members) if mask >> i & 1)
 
     return set_names
+
+
+def member_names(type_code: int, members: tuple[str, ...], value: int) -> str:
+    """An ENUM index or SET bitmask as Avro writes it: the member, or the members joined."""
+    writer = _enum_writer if type_code == mysql.TYPE_ENUM else _set_writer
+    return writer(members)(value)
 
 
 def _avro_type(column: Column, options: AvroOptions) -> tuple[dict, Callable | None]:
@@ -1362,6 +1394,121 @@ def _write(schema: Any, header: bytes, record: dict) -> bytes:
     return stream.getvalue()
 
 
+# --- encoder: TiCDC up to v6.0 (the 2022 layout) ----------------------------------------------
+
+LAYOUTS = ("current", "2022")
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TIME_TEXT = re.compile(r"(-?\d+):(\d+):(\d+)(?:\.(\d+))?")
+_MOMENT_TEXT = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?: (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?)?")
+_UNSIGNED_DECIMAL_2022 = {"type": "bytes", "logicalType": "decimal", "precision": 64, "scale": 0}
+_TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+_TIME_MILLIS = {"type": "int", "logicalType": "time-millis"}
+
+
+def subject_2022(schema: str, table: str, part: str) -> str:
+    """The subject TiCDC up to v6.0 registered a table's key or value schema under."""
+    return f"{schema}_{table}-{part}"
+
+
+def go_time_millis(text: str) -> int:
+    """A TIME as TiCDC up to v6.0 wrote it (`ticdc_2022_time` reads it back): `fmt.Sscanf` of
+    `%d:%d:%d.%s`, `types.NewDuration(hours, minutes, seconds, micros)`, which puts the sign
+    on the hours alone, then goavro's `int32(ns / 1e6)`."""
+    match = _TIME_TEXT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a TIME")
+    hours, minutes, seconds = (int(part) for part in match.group(1, 2, 3))  # int("-00") is 0
+    fraction = match.group(4) or "0"
+    micros = int(fraction) * 10 ** (6 - len(fraction))
+    nanos = ((hours * 3600 + minutes * 60 + seconds) * 10**6 + micros) * 1000
+    return go_int32(go_quotient(nanos, _NANOS_PER_MILLI))
+
+
+def go_moment_millis(text: str, type_code: int, zone: str) -> int:
+    """A DATE, DATETIME or TIMESTAMP as TiCDC up to v6.0 wrote it (`ticdc_2022_moment` reads it
+    back): Go's zero time for the zero date, else the text parsed by `time.ParseInLocation`
+    (TIMESTAMP in the TiCDC zone, the others in UTC), then `go_timestamp_millis`. A time the
+    zone skips or repeats is resolved as Python's zoneinfo does (fold 0), which may differ
+    from Go by the hour of the change. Text Go cannot parse (a zero date with a fraction, a
+    zero month or day) stopped its changefeed: ValueError here."""
+    zero = "0000-00-00" if type_code == mysql.TYPE_DATE else "0000-00-00 00:00:00"
+    if text == zero:
+        return go_timestamp_millis(_GO_ZERO_TIME_NANOS)
+    match = _MOMENT_TEXT.fullmatch(text)
+    try:
+        if match is None:
+            raise ValueError("not a date and time")
+        parts = [int(part or 0) for part in match.group(1, 2, 3, 4, 5, 6)]
+        wall_clock = dt.datetime(*parts)
+    except ValueError as exc:
+        raise ValueError(
+            f"TiCDC up to v6.0 cannot write {text!r} as timestamp-millis ({exc}): its "
+            "changefeed stops there"
+        ) from None
+    fraction = match.group(7) or ""
+    seconds = (wall_clock - _EPOCH) // dt.timedelta(seconds=1)
+    if type_code == mysql.TYPE_TIMESTAMP:
+        offset = zoneinfo.ZoneInfo(zone).utcoffset(wall_clock)
+        seconds -= offset // dt.timedelta(seconds=1)
+    return go_timestamp_millis(seconds * 10**9 + int(fraction.ljust(9, "0")))
+
+
+def unsigned_decimal_bytes(value: int) -> bytes:
+    """goavro's decimal bytes of a non-negative integer: big-endian two's complement, minimal
+    (a leading 0x00 when the top bit is set)."""
+    return value.to_bytes(value.bit_length() // 8 + 1, "big")
+
+
+def _avro_type_2022(column: Column, zone: str) -> tuple[Any, Callable | None]:
+    """(Avro type, value conversion) of a column as TiCDC up to v6.0 wrote it (its
+    getAvroDataTypeFromColumn and columnToAvroNativeData)."""
+    code, flags = column.type_code, column.flags
+    unsigned, binary = bool(flags & mysql.FLAG_UNSIGNED), bool(flags & mysql.FLAG_BINARY)
+    if code in (mysql.TYPE_FLOAT, mysql.TYPE_DOUBLE):
+        return ("float" if code == mysql.TYPE_FLOAT else "double"), None
+    if code in mysql.STRING_TYPES or code in mysql.BLOB_TYPES:
+        return ("bytes" if binary else "string"), None
+    if code in (mysql.TYPE_DATE, mysql.TYPE_DATETIME, mysql.TYPE_TIMESTAMP):
+        return dict(_TIMESTAMP_MILLIS), lambda text: go_moment_millis(text, code, zone)
+    if code == mysql.TYPE_DURATION:
+        return dict(_TIME_MILLIS), go_time_millis
+    if code in (mysql.TYPE_ENUM, mysql.TYPE_SET):
+        parsed = mysql.parse_column_type(column.mysql_type) if column.mysql_type else None
+        if parsed is None or parsed.elements is None:
+            raise ValueError("ENUM and SET need their members: give mysql_type, e.g. enum('a')")
+        return "string", (_enum_writer if code == mysql.TYPE_ENUM else _set_writer)(parsed.elements)
+    if code == mysql.TYPE_BIT or (code == mysql.TYPE_LONGLONG and unsigned):
+        return dict(_UNSIGNED_DECIMAL_2022), unsigned_decimal_bytes
+    if code in (mysql.TYPE_NEWDECIMAL, mysql.TYPE_JSON):
+        return "string", None
+    if code in (mysql.TYPE_TINY, mysql.TYPE_SHORT, mysql.TYPE_INT24):
+        return "int", None
+    if code == mysql.TYPE_LONG:
+        return ("long" if unsigned else "int"), None
+    if code in (mysql.TYPE_LONGLONG, mysql.TYPE_YEAR):
+        return "long", None
+    if code == mysql.TYPE_NULL:
+        return "null", None
+    raise ValueError(f"TiCDC up to v6.0 cannot write MySQL type code {code} in Avro")
+
+
+def _column_writer_2022(name: str, column: Column, zone: str) -> _ColumnWriter:
+    """A column's field as TiCDC up to v6.0 wrote it: the name as it is (goavro refuses one
+    that is not an Avro name), `["null", T]` with a null default when nullable, no other
+    default, and no `connect.parameters`."""
+    if not _AVRO_NAME.fullmatch(name):
+        raise ValueError(f"TiCDC up to v6.0 cannot write column {name!r}: not an Avro name")
+    try:
+        avro_type, convert = _avro_type_2022(column, zone)
+    except ValueError as exc:
+        raise ValueError(f"column {name!r}: {exc}") from exc
+    if column.flags & mysql.FLAG_NULLABLE:
+        field = {"default": None, "name": name, "type": ["null", avro_type]}
+    else:
+        field = {"name": name, "type": avro_type}
+    return _ColumnWriter(name, field, convert)
+
+
 class AvroEncoder(Encoder):
     """Encodes row events as tiflow does, registering schemas in `settings.schema_source`.
 
@@ -1370,6 +1517,11 @@ class AvroEncoder(Encoder):
     `enable_watermark` and the TiDB extension; otherwise TiCDC's Avro does not carry them and
     they are left out. A DELETE of a table without a handle key has no key to rebuild it from
     and is left out too, unless `include_before_value` writes the old row as a value.
+
+    With the option `layout: "2022"` it writes as TiCDC up to v6.0 did (`_register_2022`,
+    `_avro_type_2022`), the encoder the lake reads back as the 2022 layout; what that version
+    could not write (a zero DATETIME with a fraction, a table without a handle key, a name
+    that is not an Avro name) raises ValueError, as it stopped the changefeed there.
     """
 
     protocol = "avro"
@@ -1417,6 +1569,14 @@ class AvroEncoder(Encoder):
         if not image:
             raise ValueError(f"{event.op} of {event.schema}.{event.table} has no row image")
         writer = self._writer(event, image)
+        if self.options.layout == "2022":  # only the columns: no operation, no commit TS
+            key = _write(
+                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
+            )
+            if event.op == DELETE:
+                return KafkaMessage(key, None)
+            record = writer.native(writer.value_columns, image)
+            return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
         key = None
         if writer.key_columns:
             key = _write(
@@ -1446,8 +1606,43 @@ class AvroEncoder(Encoder):
             writer = self._writers[cache_key] = self._register(event, image)
         return writer
 
+    def _register_2022(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
+        """The schemas of a table version as TiCDC up to v6.0 registered them: a record named
+        after the table, no namespace, under `<schema>_<table>-value` and then `-key`. A table
+        without a handle key has a key record of no fields, which goavro refused."""
+        if not _AVRO_NAME.fullmatch(event.table):
+            raise ValueError(
+                f"TiCDC up to v6.0 cannot write table {event.table!r}: not an Avro name"
+            )
+        zone = self.options.time_zone
+        columns = tuple(_column_writer_2022(n, c, zone) for n, c in image.items())
+        keys = tuple(
+            w
+            for w, c in zip(columns, image.values(), strict=True)
+            if c.flags & mysql.FLAG_HANDLE_KEY
+        )
+        if not keys:
+            raise ValueError(
+                f"TiCDC up to v6.0 cannot write {event.schema}.{event.table} in Avro: it has no "
+                "handle key, and a key record of no fields is refused"
+            )
+
+        def registered(part: str, fields: list[dict]) -> tuple[bytes, Any]:
+            definition = {"type": "record", "name": event.table, "fields": fields}
+            subject = subject_2022(event.schema, event.table, part)
+            schema_id = self.registry.register(subject, go_json(definition))
+            return confluent_header(schema_id), fastavro.parse_schema(
+                _without_logical_types(definition)
+            )
+
+        value_header, value_schema = registered("value", [w.field for w in columns])
+        key_header, key_schema = registered("key", [w.field for w in keys])
+        return _TableWriter(keys, columns, key_header, key_schema, value_header, value_schema)
+
     def _register(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
         """Build and register the key and value schemas of a table version (key first)."""
+        if self.options.layout == "2022":
+            return self._register_2022(event, image)
         columns = tuple(_column_writer(n, c, self.options) for n, c in image.items())
         names = [writer.field["name"] for writer in columns]
         if len(set(names)) != len(names):
