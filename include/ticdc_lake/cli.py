@@ -6,8 +6,8 @@
                     [--partitions N] [--protocol P ...]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
-                      | --schemas-topic FILE] [--claim-check-root R ...] [--no-tidb-extension]
-                      FILE...
+                      | --schemas-topic FILE] [--schema S] [--column-type T.C=TYPE ...]
+                      [--claim-check-root R ...] [--no-tidb-extension] FILE...
     ticdc-lake generate --out DIR --protocol P [--profile realistic|ddl-heavy] [--partitions N]
                         [--seed S] [--transactions T] [--format F] [--compression C]
                         [--file-compression Z] ...
@@ -115,6 +115,16 @@ def _add_decode(commands) -> None:
         help="name of the environment variable holding the registry password",
     )
     decode.add_argument(
+        "--schema", help="Avro up to TiCDC v6.0: the upstream schema its records do not name"
+    )
+    decode.add_argument(
+        "--column-type",
+        action="append",
+        default=[],
+        metavar="TABLE.COLUMN=TYPE",
+        help="Avro up to TiCDC v6.0: a column's type its Avro type cannot tell (repeatable)",
+    )
+    decode.add_argument(
         "--claim-check-root",
         action="append",
         default=[],
@@ -151,6 +161,16 @@ def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(options)
 
 
+def _column_types(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    found = []
+    for pair in pairs:
+        column, equals, type_text = pair.partition("=")
+        if not equals or "." not in column or not type_text:
+            raise ConfigError(f"--column-type wants TABLE.COLUMN=TYPE, not {pair!r}")
+        found.append((column, type_text))
+    return tuple(found)
+
+
 def decode_topic(args) -> TopicConfig:
     """The command line's settings as a topic's, for the same factory the pipeline uses."""
     registry = None
@@ -169,6 +189,8 @@ def decode_topic(args) -> TopicConfig:
         schema_registry=registry,
         claim_check_roots=tuple(absolute_root(root, Path.cwd()) for root in args.claim_check_root),
         options=_options(args.option),
+        schema=args.schema,
+        column_types=_column_types(args.column_type),
     )
     if topic.protocol == "avro" and not (registry or topic.schema_dir or topic.schemas_topic):
         raise ConfigError("avro needs --schema-dir, --schema-registry or --schemas-topic")
