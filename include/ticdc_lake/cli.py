@@ -328,6 +328,12 @@ def _add_generate(commands) -> None:
         action="store_true",
         help="Avro: TiCDC's test-only DDL and checkpoint messages (avro-enable-watermark)",
     )
+    generate.add_argument(
+        "--avro-layout",
+        default="current",
+        choices=("current", "2022"),
+        help="Avro: 2022 writes as TiCDC up to v6.0 did (with --no-tidb-extension)",
+    )
     generate.set_defaults(run=_run_generate)
 
 
@@ -369,6 +375,7 @@ def _generate_options(args) -> GenerateOptions:
         replays=args.replays,
         tidb_extension=not args.no_tidb_extension,
         avro_watermarks=args.avro_watermarks,
+        avro_layout=args.avro_layout,
         tenants=args.tenants,
     )
 
