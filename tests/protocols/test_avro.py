@@ -838,6 +838,21 @@ def test_2022_time_millis_read_back_as_ticdc_wrote_them(upstream, written, decod
     assert event.columns["t"] == Column(mysql.TYPE_DURATION, mysql.FLAG_NULLABLE, decoded)
 
 
+@pytest.mark.parametrize(
+    ("written", "declared", "decoded"),
+    [
+        (3_020_399_000 - 2**32, "time(6)", "838:59:59.000000"),  # whole seconds: not -355:57:11.704
+        (-838 * 3_600_000 + 3_599_000 + 2**32, "time(3)", "-838:59:59.000"),
+        (45_296_780, "time(2)", "12:34:56.78"),
+        (86_399_999, "time(6)", "23:59:59.999000"),  # the digits past the ms were not written
+    ],
+)
+def test_a_declared_2022_time_has_the_columns_fraction_digits(written, declared, decoded):
+    types = (("orders.t", declared),)
+    event = _decode_2022({"t": TIME_MILLIS}, {"t": written}, column_types=types)
+    assert event.columns["t"].value == decoded
+
+
 def test_a_2022_time_two_readings_fit_is_refused_unless_its_fsp_tells_them_apart():
     written = 1_440_000_500  # 400:00:00.5, or -794:57:13.204 wrapped past 32 bits
     with pytest.raises(DecodeError, match=r"400:00:00\.500 or -794:57:13\.204"):

@@ -390,8 +390,10 @@ def ticdc_2022_time(millis: int, fsp: int | None = None) -> str:
     was written as -1 h + 30 min; it kept whole milliseconds (toward zero) and cut them to 32
     bits, so past ±596:31:23.647 a TIME wrapped around. A negative TIME under one hour (-00:MM:SS)
     lost its sign, and reads as positive. The readings left are the value as written and as
-    wrapped; of those within ±838:59:59, the one on the column's precision (whole seconds
-    unless `fsp`, from column-types, says otherwise) is the TIME, and a value two readings fit
+    wrapped. Both lie within ±838:59:59 for about 355 h to 596 h either side (838:59:59 was
+    written as -1274568296, which also reads -355:57:11.704): then the one on the column's
+    precision is the TIME, 10^(3 - fsp) ms for a TIME(0) to TIME(2) (`fsp` from column-types),
+    else whole seconds, as most TIMEs hold; a value neither or both readings of which are on it
     is refused rather than guessed.
     """
     wrapped = millis - (1 << 32) if millis >= 0 else millis + (1 << 32)
@@ -401,7 +403,7 @@ def ticdc_2022_time(millis: int, fsp: int | None = None) -> str:
         if abs(reading) <= _TIME_LIMIT_MILLIS
     ]
     if len(readings) == 2:
-        step = 1000 if fsp is None else 10 ** (3 - min(fsp, 3))
+        step = 10 ** (3 - fsp) if fsp is not None and fsp < 3 else 1000
         on_step = [reading for reading in readings if reading % step == 0]
         if len(on_step) != 1:
             shown = " or ".join(time_text(reading, 3) for reading in readings)
