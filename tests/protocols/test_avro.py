@@ -972,6 +972,20 @@ def test_2022_values_that_do_not_fit_their_declared_type_are_decode_errors():
         )
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        (UNSIGNED_2022, b"\x7f" * 4096, "a decimal of 4096 bytes holds no uint64"),
+        (UNSIGNED_2022, b"\x01" + bytes(8), r"18446744073709551616 does not fit BIGINT UNSIGNED"),
+        (TIMESTAMP_MILLIS, 2**62, "4611686018427387904 ms from 1970 is outside the years 1 to"),
+        (TIME_MILLIS, -(2**31), r"is -597:28:36\.352 or 596:31:23\.648"),
+    ],
+)
+def test_2022_values_no_ticdc_wrote_are_decode_errors_naming_the_column(field, value, reason):
+    with pytest.raises(DecodeError, match=rf"column 'c'.*{reason}"):
+        _decode_2022({"c": field}, {"c": value})
+
+
 def test_2022_schema_comes_from_the_topic_config_else_the_subject():
     assert _decode_2022({}, {}, subject="shop_eu_orders-value").schema == "shop_eu"
     assert _decode_2022({}, {}, subject="x", upstream_schema="shop").schema == "shop"

@@ -508,9 +508,8 @@ def moment_text(amount: int, unit_digits: int, fsp: int | None = None, *, utc: b
     try:
         moment = _EPOCH + dt.timedelta(seconds=seconds)
     except OverflowError:
-        raise ValueError(
-            f"{amount} × 1e-{unit_digits} s from 1970 is outside years 1-9999"
-        ) from None
+        unit = {3: "ms", 6: "µs", 9: "ns"}[unit_digits]
+        raise ValueError(f"{amount} {unit} from 1970 is outside the years 1 to 9999") from None
     text = moment.isoformat(sep=" ") + _fraction(units, unit_digits, fsp)
     return text + "Z" if utc else text
 
@@ -520,7 +519,7 @@ def date_text(days: int) -> str:
     try:
         return (_EPOCH + dt.timedelta(days=days)).date().isoformat()
     except OverflowError:
-        raise ValueError(f"{days} days from 1970 is outside years 1-9999") from None
+        raise ValueError(f"{days} days from 1970 is outside the years 1 to 9999") from None
 
 
 class _Reading(NamedTuple):
@@ -600,6 +599,10 @@ def _reading_by_avro_type(branch: Any, layout_2022: bool) -> _Reading:
 
 
 def _unsigned_decimal(unscaled: bytes) -> int:
+    """A BIGINT UNSIGNED or BIT of TiCDC up to v6.0: a uint64 in at most 9 bytes (the top bit
+    of a 9th is the sign); anything longer is refused before it becomes a huge integer."""
+    if len(unscaled) > 9:
+        raise ValueError(f"a decimal of {len(unscaled)} bytes holds no uint64 (at most 9)")
     return int.from_bytes(unscaled, "big", signed=True)
 
 
