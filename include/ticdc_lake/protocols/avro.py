@@ -336,17 +336,21 @@ def _set_reader(members: tuple[str, ...]) -> Callable[[str], int]:
 
 # --- TiCDC up to v6.0: the 2022 layout ---------------------------------------------------------
 #
-# Before v6.1 TiCDC's Avro (tiflow cdc/sink/codec/avro.go, v4.0 to v6.0) wrote no namespace, no
-# `connect.parameters` and no `_tidb_*` fields (it refuses the TiDB extension for Avro), so a
-# column's TiDB type is only what its Avro type implies (`_reading_by_avro_type`), refined where the
-# topic's `column-types` says more. Its value rules, read back below:
+# Before v6.1, TiCDC's Avro (tiflow cdc/sink/codec/avro.go, v4.0.3 to v6.0.0) wrote no namespace,
+# no `connect.parameters` and no `_tidb_*` fields (it refused the TiDB extension for Avro), so a
+# column's TiDB type is only what its Avro type implies (`_reading_by_avro_type`), refined where
+# the topic's `column-types` says more. Its value rules, read back below:
 #   DATE, DATETIME, TIMESTAMP  long timestamp-millis: the text parsed as a Go time.Time (DATE
-#                              and DATETIME in UTC, TIMESTAMP in the TiCDC zone), then goavro's
+#                              and DATETIME in UTC, TIMESTAMP in the TiCDC zone; v4.0.3-v4.0.12
+#                              and v5.0.0-v5.0.1 parsed all in UTC), then goavro's
 #                              UnixNano() / 1e6; the zero date is Go's zero time.Time
 #   TIME                       int time-millis: `[-]H:M:S[.f]` scanned as signed hours plus
 #                              unsigned minutes, seconds and fraction, whole ms, cut to int32
-#   BIGINT UNSIGNED, BIT       bytes decimal, precision 64 (v5.x: 8, and ENUM and SET too), scale 0
-#   DECIMAL, ENUM, SET, JSON   string: the exact text, the member names (v6.0)
+#   BIGINT UNSIGNED, BIT       bytes decimal, precision 64, scale 0 (up to v5.4: precision 8,
+#                              and ENUM and SET too, as their index and bitmask)
+#   DECIMAL, ENUM, SET, JSON   string: the exact text; from v6.0 the ENUM and SET member names
+#   CHAR to TEXT, BINARY..BLOB string or bytes by the binary flag (up to v5.4: CHAR/VARCHAR/
+#                              BINARY/VARBINARY string, TEXT and BLOB bytes)
 #   YEAR                       long
 
 _GO_ZERO_TIME_NANOS = -62_135_596_800 * 10**9  # Go's time.Time{}: 0001-01-01 00:00:00 UTC
@@ -430,11 +434,11 @@ def ticdc_2022_moment(millis: int, type_code: int, fsp: int | None = None) -> st
     """The DATE, DATETIME or TIMESTAMP text of a timestamp-millis value of TiCDC up to v6.0.
 
     A TIMESTAMP is an instant, given in UTC (`...Z`); a DATE or DATETIME the wall-clock time
-    written as if in UTC. Go's zero time stands for the zero date. A DATE or a DATETIME(0)
-    outside the years 1678-2262 overflowed (`go_timestamp_millis`); it is found again as the
-    one whole day or second the dropped bits and wraps allow, and refused if there is none or
-    more than one. A DATETIME with a fraction that overflowed cannot be told from another
-    DATETIME, and reads as the wrong time.
+    written as if in UTC. Go's zero time stands for the zero date. A DATE or DATETIME outside
+    1677-09-21 to 2262-04-11 overflowed (`go_timestamp_millis`): declared a DATE or a
+    DATETIME(0) (column-types), it is found again as the one whole day or second the dropped
+    bits and wraps allow, and refused if there is none or more than one; else it cannot be told
+    from a value inside those years, and reads as the wrong time.
     """
     if millis == ZERO_DATE_MILLIS_2022:
         return "0000-00-00" if type_code == mysql.TYPE_DATE else "0000-00-00 00:00:00"
