@@ -196,6 +196,13 @@ def test_decode_builds_its_topic_with_the_pipelines_factory(tmp_path, monkeypatc
     assert (settings.compression, settings.enable_tidb_extension) == ("lz4", False)
     assert settings.claim_check.roots == [str(tmp_path.resolve() / "claims")]
     assert settings.options == (("a", 1),)
+    args = cli._parser().parse_args(
+        ["decode", "--protocol", "avro", "--schema-dir", ".", "--schema", "shop",
+         "--column-type", "orders.amount=decimal(12,2)", "x.jsonl"]
+    )  # fmt: skip
+    settings = codec_settings(cli.decode_topic(args))
+    assert settings.upstream_schema == "shop"
+    assert settings.column_types == (("orders.amount", "decimal(12,2)"),)
 
 
 def closed_port() -> int:

@@ -385,6 +385,53 @@ def test_codec_settings_schema_directory(tmp_path):
     assert source.directory == tmp_path.resolve() / "schemas"
 
 
+def test_an_avro_topic_of_ticdc_up_to_v6_0_gives_its_schema_and_column_types(tmp_path):
+    (tmp_path / "schemas").mkdir()
+    topic = {
+        "protocol": "avro",
+        "partitions": 1,
+        "schema-dir": "schemas",
+        "schema": "shop",
+        "column-types": {"orders.amount": "decimal(12,2)", "orders.placed_on": "date"},
+    }
+    path = write_config(tmp_path, {"topics": {"u": topic}})
+    settings = settings_of(load_config(path), "u")
+    assert settings.upstream_schema == "shop"
+    assert settings.column_types == (
+        ("orders.amount", "decimal(12,2)"),
+        ("orders.placed_on", "date"),
+    )
+
+
+def test_schema_and_column_types_mistakes_name_their_lines(tmp_path):
+    text = textwrap.dedent(
+        """\
+        topics:
+          u:
+            protocol: avro
+            partitions: 1
+            schema-dir: schemas
+            schema: ""
+            column-types:
+              orders: date
+              orders.amount: decimel(12,2)
+              orders.name: varchar(10)
+          v:
+            protocol: craft
+            partitions: 1
+            column-types: {orders.amount: decimal}
+        """
+    )
+    error = assert_config_error(write_config(tmp_path, text))
+    lines = str(error).splitlines()
+    assert len(lines) == 5, lines
+    assert "line 6: topics.u.schema: expected a schema name, got ''" in lines[0]
+    assert "line 8: topics.u.column-types.orders: expected <table>.<column>" in lines[1]
+    assert "line 9: topics.u.column-types.orders.amount: expected a column type" in lines[2]
+    assert "got 'decimel(12,2)'" in lines[2] and "got 'varchar(10)'" in lines[3]
+    assert "line 14: topics.v: column-types is for avro topics" in lines[4]
+
+
 def test_codec_settings_missing_schema_directory(tmp_path):
     path = write_config(
         tmp_path, {"topics": {"u": {"protocol": "avro", "partitions": 1, "schema-dir": "gone"}}}
@@ -700,6 +747,7 @@ def test_the_example_config_loads():
     config = load_config(example)
     assert config.limits.max_claim_check_bytes == 16 * 1024 * 1024
     assert config.topic("tidb2-billing-invoices").schema_registry.password_env
+    assert config.topic("tidb3-legacy-orders").schema == "legacy_shop"
 
 
 def test_the_generated_configs_comment_names_the_keys_as_they_are(tmp_path):

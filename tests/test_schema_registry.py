@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import http.server
 import json
@@ -50,6 +51,7 @@ class _Registry(http.server.BaseHTTPRequestHandler):
     """`GET /schemas/ids/{id}` of a Confluent registry, behind basic auth."""
 
     schemas: dict[int, dict] = {}  # noqa: RUF012 - set per server below
+    subjects: dict[int, list] = {}  # noqa: RUF012
     hits: Counter
 
     def do_GET(self):
@@ -59,7 +61,13 @@ class _Registry(http.server.BaseHTTPRequestHandler):
         prefix = "/schemas/ids/"
         if not self.path.startswith(prefix):
             return self._reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
-        schema_id = int(self.path[len(prefix) :].split("?")[0])
+        path, _, query = self.path[len(prefix) :].partition("?")
+        if path.endswith("/subjects"):  # GET /schemas/ids/{id}/subjects
+            subjects = self.subjects.get(int(path.split("/")[0]))
+            if subjects is None or "deleted=true" not in query:
+                return self._reply(404, {"error_code": 40403, "message": "Schema not found"})
+            return self._reply(200, subjects)
+        schema_id = int(path)
         self.hits[schema_id] += 1
         if schema_id == 500:
             return self._reply(500, {"error_code": 50001, "message": "Error in the backend"})
@@ -86,6 +94,7 @@ def registry_url():
         (_Registry,),
         {
             "schemas": {7: {"schema": ORDERS}, 8: {"schema": PROTO, "schemaType": "PROTOBUF"}},
+            "subjects": {7: ["shop_orders-value", "orders-value"]},
             "hits": Counter(),
         },
     )
@@ -461,3 +470,47 @@ def test_schemas_topic_reads_export_files(tmp_path):
         SchemasTopicSource.from_file(broken)
     with pytest.raises(ConfigError, match="does not exist"):
         SchemasTopicSource.from_file(tmp_path / "missing.jsonl")
+
+
+# --- subjects: where TiCDC up to v6.0 named a record's schema -------------------------------------
+
+
+def test_registry_gives_the_subjects_of_an_id_and_none_it_does_not_know(registry_url):
+    url, _ = registry_url
+    source = _rest(url)
+    assert source.subjects_of(7) == ("orders-value", "shop_orders-value")
+    assert source.subjects_of(99) == ()
+    with pytest.raises(SchemaRegistryUnavailableError, match="could not be reached"):
+        _rest("http://127.0.0.1:1").subjects_of(7)
+
+
+def test_a_client_without_the_subjects_call_knows_no_subjects():
+    assert RegistrySchemaSource(object()).subjects_of(3) == ()
+
+
+def test_directory_knows_the_subject_of_a_subject_version_response(tmp_path):
+    response = {"subject": "shop_orders-value", "version": 1, "id": 4, "schema": ORDERS}
+    (tmp_path / "4.json").write_text(json.dumps(response))
+    (tmp_path / "5.avsc").write_text(ITEMS)
+    source = DirectorySchemaSource(tmp_path)
+    assert source.get_schema(4).text == ORDERS
+    assert (source.subjects_of(4), source.subjects_of(5), source.subjects_of(6)) == (
+        ("shop_orders-value",),
+        (),
+        (),
+    )
+
+
+def test_in_memory_and_schemas_topic_sources_know_every_subject_of_an_id():
+    registry = InMemorySchemaRegistry()
+    registry.register("shop_orders-value", ORDERS)
+    registry.register("shop_2_orders-value", ORDERS)
+    registry.register("shop_items-value", ITEMS)
+    assert registry.subjects_of(1) == ("shop_2_orders-value", "shop_orders-value")
+    records = registry.schemas_records()
+    deleted = json.loads(records[1].value) | {"deleted": True}
+    records[1] = dataclasses.replace(records[1], value=json.dumps(deleted).encode())
+    source = SchemasTopicSource(records)
+    # A soft-deleted version still names the subject its records were written under.
+    assert source.subjects_of(1) == ("shop_2_orders-value", "shop_orders-value")
+    assert source.subjects_of(2) == ("shop_items-value",)

@@ -13,8 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ticdc_lake import mysql
 from ticdc_lake.cases import COLUMN_TYPES
+from ticdc_lake.codecs import topic_decoder
+from ticdc_lake.config import load_config
 from ticdc_lake.events import DELETE, INSERT, UPDATE, DdlEvent, ResolvedEvent, RowEvent, json_value
 from ticdc_lake.exports import read_exports
+from ticdc_lake.names import split_name
 from ticdc_lake.protocols import CodecSettings
 from ticdc_lake.workload import ExpectedLog, canonical_tables, generate_workload
 from ticdc_lake.workload.dispatch import route
@@ -383,3 +386,37 @@ def test_avro_output_has_its_schemas_as_a_directory_and_a_schemas_topic(tmp_path
     config = yaml.safe_load(out.config_path.read_text())
     assert len(config["topics"]) == len(workload.tables)
     assert config["changefeeds"]["sample-avro"]["watermarks"] is False
+
+
+def test_avro_of_ticdc_up_to_v6_0_is_generated_with_each_topics_schema(tmp_path):
+    """The 2022 layout's records name no schema: the generated config gives each topic's, and
+    reads the _schemas export, which knows the subjects too."""
+    options = GenerateOptions(
+        "avro", profile="realistic", transactions=60, tenants=2, tidb_extension=False,
+        avro_layout="2022",
+    )  # fmt: skip
+    out = write_generated(tmp_path, options)
+    config = load_config(out.config_path)
+    assert {topic.schema for topic in config.topics.values()} == {"shop", "shop_2"}
+    assert all(topic.schema_dir is None for topic in config.topics.values())
+    decoders = {name: topic_decoder(topic, config.limits) for name, topic in config.topics.items()}
+    records = [record for _, record in read_exports(out.export_files)]
+    events = [event for r in records for event in decoders[r.topic].decode(r)]
+    assert {(e.schema, e.table) for e in events} == {
+        split_name(name) for name in out.manifest["tables"]
+    }
+    assert {e.commit_ts for e in events} == {None} and {e.op for e in events} == {UPDATE, DELETE}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"tidb_extension": True}, "no TiDB extension"),
+        ({"profile": "ddl-heavy"}, "generate the 2022 layout from the realistic profile"),
+        ({"avro_layout": "2021"}, "avro_layout must be current or 2022"),
+    ],
+)
+def test_the_2022_avro_layout_is_generated_only_as_ticdc_v6_0_could_write_it(changes, reason):
+    settings = {"profile": "realistic", "tidb_extension": False, "avro_layout": "2022"}
+    with pytest.raises(ValueError, match=reason):
+        GenerateOptions("avro", **(settings | changes))

@@ -6,8 +6,8 @@
                     [--partitions N] [--protocol P ...] [--spark-ui]
 
     ticdc-lake decode --protocol P [--compression C] [--schema-dir D | --schema-registry URL
-                      | --schemas-topic FILE] [--claim-check-root R ...] [--no-tidb-extension]
-                      FILE...
+                      | --schemas-topic FILE] [--schema S] [--column-type T.C=TYPE ...]
+                      [--claim-check-root R ...] [--no-tidb-extension] FILE...
     ticdc-lake generate --out DIR --protocol P [--profile realistic|ddl-heavy] [--partitions N]
                         [--seed S] [--transactions T] [--format F] [--compression C]
                         [--file-compression Z] ...
@@ -124,6 +124,16 @@ def _add_decode(commands) -> None:
         help="name of the environment variable holding the registry password",
     )
     decode.add_argument(
+        "--schema", help="Avro up to TiCDC v6.0: the upstream schema its records do not name"
+    )
+    decode.add_argument(
+        "--column-type",
+        action="append",
+        default=[],
+        metavar="TABLE.COLUMN=TYPE",
+        help="Avro up to TiCDC v6.0: a column's type its Avro type cannot tell (repeatable)",
+    )
+    decode.add_argument(
         "--claim-check-root",
         action="append",
         default=[],
@@ -160,6 +170,16 @@ def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(options)
 
 
+def _column_types(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    found = []
+    for pair in pairs:
+        column, equals, type_text = pair.partition("=")
+        if not equals or "." not in column or not type_text:
+            raise ConfigError(f"--column-type wants TABLE.COLUMN=TYPE, not {pair!r}")
+        found.append((column, type_text))
+    return tuple(found)
+
+
 def decode_topic(args) -> TopicConfig:
     """The command line's settings as a topic's, for the same factory the pipeline uses."""
     registry = None
@@ -178,6 +198,8 @@ def decode_topic(args) -> TopicConfig:
         schema_registry=registry,
         claim_check_roots=tuple(absolute_root(root, Path.cwd()) for root in args.claim_check_root),
         options=_options(args.option),
+        schema=args.schema,
+        column_types=_column_types(args.column_type),
     )
     if topic.protocol == "avro" and not (registry or topic.schema_dir or topic.schemas_topic):
         raise ConfigError("avro needs --schema-dir, --schema-registry or --schemas-topic")
@@ -315,6 +337,12 @@ def _add_generate(commands) -> None:
         action="store_true",
         help="Avro: TiCDC's test-only DDL and checkpoint messages (avro-enable-watermark)",
     )
+    generate.add_argument(
+        "--avro-layout",
+        default="current",
+        choices=("current", "2022"),
+        help="Avro: 2022 writes as TiCDC up to v6.0 did (with --no-tidb-extension)",
+    )
     generate.set_defaults(run=_run_generate)
 
 
@@ -356,6 +384,7 @@ def _generate_options(args) -> GenerateOptions:
         replays=args.replays,
         tidb_extension=not args.no_tidb_extension,
         avro_watermarks=args.avro_watermarks,
+        avro_layout=args.avro_layout,
         tenants=args.tenants,
     )
 

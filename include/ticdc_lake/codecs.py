@@ -32,6 +32,8 @@ def codec_settings(
         enable_tidb_extension=topic.enable_tidb_extension,
         claim_check=claim_check_store(topic, limits),
         schema_source=_shared_schema_source(topic, schema_sources),
+        upstream_schema=topic.schema,
+        column_types=topic.column_types,
         options=topic.options,
         limits=limits,
     )

@@ -18,6 +18,10 @@
           url: https://registry:8081
           username: lake
           password-env: SCHEMA_REGISTRY_PASSWORD   # the secret stays out of the file
+        schema: shop                 # avro up to TiCDC v6.0: its records name no schema
+        column-types:                # avro up to v6.0: column types its Avro types cannot tell
+          orders.amount: decimal(12,2)
+          orders.placed_on: date
         claim-check-roots: [s3://bucket/claims]   # the only places claim-check objects are read
         options: {}                  # protocol options (see the README's protocol sections)
     changefeeds:
@@ -114,6 +118,8 @@ class TopicConfig:
     claim_check_roots: tuple[str, ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
     source: Path | None = None  # the config file it came from (None: the command line)
+    schema: str | None = None  # avro up to TiCDC v6.0: the upstream schema of its records
+    column_types: tuple[tuple[str, str], ...] = ()  # avro up to v6.0: "table.column" → type
 
     @property
     def where(self) -> str:
@@ -287,6 +293,32 @@ _Compression = Annotated[Literal[CODECS], _expect(f"one of {', '.join(CODECS)}")
 _Options = Annotated[dict[str, Any], _expect("a mapping of option names to values")]
 
 
+def _declarable(text: str) -> str:
+    """A column type column-types may give (see protocols.avro, where they are read)."""
+    from ticdc_lake import mysql
+    from ticdc_lake.protocols.avro import DECLARABLE_TYPES
+
+    parsed = mysql.parsed_column_type_or_none(text)
+    if parsed is None or parsed.base not in DECLARABLE_TYPES:
+        raise ValueError(f"{text!r} is not one of {', '.join(sorted(DECLARABLE_TYPES))}")
+    return text
+
+
+_ColumnName = Annotated[
+    str,
+    Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$"),
+    _expect("<table>.<column>, Avro names as the writer schema spells them"),
+]
+_ColumnTypeText = Annotated[
+    str,
+    AfterValidator(_declarable),
+    _expect(
+        "a column type the Avro type cannot tell: decimal(M,D), json, date, datetime(fsp), "
+        "timestamp(fsp), time(fsp), an integer type, year, bigint unsigned or bit(M)"
+    ),
+]
+
+
 # `quality:`: durations as text or seconds, bounded so that no check's arithmetic overflows
 # (`clock-skew: .inf` did, in the silver checks) and no typo means "never".
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -354,15 +386,26 @@ class _TopicFile(_Section):
     schema_registry: _RegistryFile | None = None
     claim_check_roots: _Roots = []
     options: _Options = {}
+    # `schema` itself would shadow pydantic's BaseModel.schema
+    upstream_schema: Annotated[str, Field(min_length=1), _expect("a schema name")] | None = Field(
+        default=None, alias="schema"
+    )
+    column_types: dict[_ColumnName, _ColumnTypeText] = {}
 
     @model_validator(mode="after")
-    def _avro_has_a_schema_source(self) -> _TopicFile:
+    def _avro_settings(self) -> _TopicFile:
         if self.protocol == "avro" and not (
             self.schema_registry or self.schema_dir or self.schemas_topic
         ):
             raise _problem(
                 "an avro topic needs a schema source: schema-registry, schema-dir or schemas-topic"
             )
+        for key, given in (("schema", self.upstream_schema), ("column-types", self.column_types)):
+            if given and self.protocol != "avro":
+                raise _problem(
+                    f"{key} is for avro topics (TiCDC up to v6.0, whose records say less)",
+                    at=(key,),
+                )
         return self
 
 
@@ -557,6 +600,8 @@ def _topic_config(
         claim_check_roots=tuple(absolute_root(root, base) for root in topic.claim_check_roots),
         options=tuple(sorted(topic.options.items())),
         source=source,
+        schema=topic.upstream_schema,
+        column_types=tuple(sorted(topic.column_types.items())),
     )
 
 

@@ -13,7 +13,9 @@ Values are lossless Python objects:
 | CHAR/VARCHAR/TEXT, JSON, VECTOR     | str                                                 |
 | BINARY/VARBINARY/BLOB               | bytes                                               |
 | DATE/DATETIME/TIMESTAMP/TIME        | str as sent; TIMESTAMP is local time in the TiCDC   |
-|                                     | server's zone, which the pipeline config names      |
+|                                     | server's zone, which the pipeline config names, or  |
+|                                     | with a trailing Z an instant in UTC (Avro's         |
+|                                     | timestamp-millis); TIME `[-]HH:MM:SS[.f]`, ±838 h    |
 | NULL                                | None                                                |
 """
 

@@ -1,14 +1,17 @@
 """Where Avro writer schemas come from (PROTOCOLS.md §5.1).
 
 TiCDC's Avro messages name their writer schema by a Confluent schema id; every source here answers
-one question, `get_schema(schema_id) -> WriterSchema`, and caches the answer, so each schema is
-fetched and parsed once:
+`get_schema(schema_id) -> WriterSchema`, and caches the answer, so each schema is fetched and
+parsed once. `subjects_of(schema_id)` gives the subjects the id is registered under, where the
+source knows them: TiCDC up to v6.0 wrote no namespace, and its subjects, `<schema>_<table>-value`,
+are then the only place a record's upstream schema is named.
 
 * `RegistrySchemaSource`: a Confluent Schema Registry over REST (`GET /schemas/ids/{id}`, basic
   auth) through confluent-kafka's `SchemaRegistryClient`, passed in or built from a URL.
 * `DirectorySchemaSource`: a directory of exported schemas, one file per id: `<id>.avsc` holding
   the schema JSON, or `<id>.json` holding the registry's response to `GET /schemas/ids/{id}`
-  (`{"schema": "<schema JSON as a string>", ...}`; a bare schema object is accepted too).
+  (`{"schema": "<schema JSON as a string>", ...}`; a bare schema object is accepted too) or to
+  `GET /subjects/{subject}/versions/{version}`, whose `subject` it then knows.
 * `SchemasTopicSource`: an export of the registry's own `_schemas` topic.
 * `InMemorySchemaRegistry`: what the encoder registers into, assigning ids as a registry does for
   TiCDC's registrations; it writes itself out as a directory or as `_schemas` records.
@@ -77,6 +80,7 @@ class SchemaSource(ABC):
     def __init__(self, description: str):
         self.description = description
         self._cache: dict[int, WriterSchema] = {}
+        self._subjects_cache: dict[int, tuple[str, ...]] = {}
 
     def get_schema(self, schema_id: int) -> WriterSchema:
         schema = self._cache.get(schema_id)
@@ -87,9 +91,20 @@ class SchemaSource(ABC):
             schema = self._cache[schema_id] = WriterSchema.parse(schema_id, text, self.description)
         return schema
 
+    def subjects_of(self, schema_id: int) -> tuple[str, ...]:
+        """The subjects `schema_id` is registered under, as far as this source knows them."""
+        found = self._subjects_cache.get(schema_id)
+        if found is None:
+            found = self._subjects_cache[schema_id] = tuple(sorted(self._fetch_subjects(schema_id)))
+        return found
+
     @abstractmethod
     def _fetch(self, schema_id: int) -> str | None:
         """The schema text registered under `schema_id`, or None when the id is unknown."""
+
+    def _fetch_subjects(self, schema_id: int) -> Iterable[str]:
+        """The subjects of `schema_id`; none where the source does not record them."""
+        return ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.description})"
@@ -183,6 +198,29 @@ class RegistrySchemaSource(SchemaSource):
             )
         return schema.schema_str
 
+    def _fetch_subjects(self, schema_id: int) -> Iterable[str]:
+        """`GET /schemas/ids/{id}/subjects` (soft-deleted versions too: their records remain)."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        ask = getattr(self.client, "get_subjects_by_schema_id", None)
+        if ask is None:  # a client without it (a test's fake) knows no subjects
+            return ()
+        try:
+            subjects = ask(schema_id, deleted=True)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:  # an id or a registry version without the endpoint
+                return ()
+            raise SchemaRegistryUnavailableError(
+                self._safe(
+                    f"{self.description} failed to give the subjects of id {schema_id}: {exc}"
+                )
+            ) from None
+        except _http_errors() as exc:
+            raise SchemaRegistryUnavailableError(
+                self._safe(f"{self.description} could not be reached for id {schema_id}: {exc}")
+            ) from None
+        return [subject for subject in subjects if isinstance(subject, str)]
+
     def _safe(self, text: str) -> str:
         """``text`` with URL userinfo, Basic/Bearer credentials and this registry's password
         masked: what a server or the HTTP library says is not ours to trust with a secret (a
@@ -239,6 +277,18 @@ class DirectorySchemaSource(SchemaSource):
             return _schema_from_response(response.read_bytes(), f"{response}")
         return None
 
+    def _fetch_subjects(self, schema_id: int) -> Iterable[str]:
+        """The `subject` of a `<id>.json` holding `GET /subjects/{subject}/versions/{version}`."""
+        response = self.directory / f"{schema_id}.json"
+        if not response.is_file():
+            return ()
+        try:
+            document = orjson.loads(response.read_bytes())
+        except orjson.JSONDecodeError:
+            return ()  # get_schema names the problem
+        subject = document.get("subject") if isinstance(document, dict) else None
+        return (subject,) if isinstance(subject, str) else ()
+
 
 def _schema_from_response(data: bytes, where: str) -> str:
     """The schema text of a registry response `{"schema": "...", "schemaType": ...}`."""
@@ -267,6 +317,7 @@ class SchemasTopicSource(SchemaSource):
     def __init__(self, records: Iterable[KafkaRecord], description: str | None = None):
         self._texts: dict[int, str] = {}
         self.versions: dict[tuple[str, int], int] = {}  # (subject, version) -> id, live ones
+        self._registered: dict[int, set[str]] = {}  # id -> every subject it was registered in
         count = 0
         for record in records:
             self._add(record)
@@ -308,6 +359,7 @@ class SchemasTopicSource(SchemaSource):
         known = self._texts.setdefault(schema_id, text)
         if known != text:
             raise ConfigError(f"{where} registers id {schema_id} again with a different schema")
+        self._registered.setdefault(schema_id, set()).add(subject_version[0])
         if value.get("deleted"):
             self.versions.pop(subject_version, None)
         else:
@@ -315,6 +367,9 @@ class SchemasTopicSource(SchemaSource):
 
     def _fetch(self, schema_id: int) -> str | None:
         return self._texts.get(schema_id)
+
+    def _fetch_subjects(self, schema_id: int) -> Iterable[str]:
+        return self._registered.get(schema_id, ())
 
 
 class InMemorySchemaRegistry(SchemaSource):
@@ -350,6 +405,10 @@ class InMemorySchemaRegistry(SchemaSource):
 
     def _fetch(self, schema_id: int) -> str | None:
         return self._texts.get(schema_id)
+
+    def subjects_of(self, schema_id: int) -> tuple[str, ...]:
+        """Not cached: registering goes on while the registry is read."""
+        return tuple(sorted(subject for subject, ids in self.subjects.items() if schema_id in ids))
 
     def write_directory(self, directory: str | Path) -> Path:
         """Write every schema as `<id>.avsc`, the layout DirectorySchemaSource reads."""

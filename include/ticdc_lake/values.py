@@ -133,17 +133,28 @@ _DATE = r"\d{4}-(?:0\d|1[0-2])-(?:[0-2]\d|3[01])"
 _FRACTION = r"(?:\.\d{1,6})?"
 # Month and day may be 00: zero dates ('0000-00-00') and, in some SQL modes, zero parts.
 _date = _text_check(_DATE, "a date YYYY-MM-DD")
-_datetime_text = _text_check(
-    _DATE + r" (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION,
-    "a date and time YYYY-MM-DD HH:MM:SS[.ffffff]",
+_CLOCK = r" (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION
+_datetime_text = _text_check(_DATE + _CLOCK, "a date and time YYYY-MM-DD HH:MM:SS[.ffffff]")
+# A TIMESTAMP is local time in the TiCDC zone, or with a Z an instant in UTC: Avro's
+# timestamp-millis, as TiCDC up to v6.0 wrote TIMESTAMP (and DATE and DATETIME) columns.
+_timestamp_text = _text_check(
+    _DATE + _CLOCK + "Z?", "a date and time YYYY-MM-DD HH:MM:SS[.ffffff], Z if in UTC"
 )
 
 
 def _datetime(value: Any) -> str | None:
-    """DATETIME/TIMESTAMP text. CURRENT_TIMESTAMP itself is named: TiCDC before v5.1.4, v5.2.4,
-    v5.3.1 and v5.4.0 filled a NOT NULL column missing from a row (added after it was written)
-    with the column's DefaultValue, which TiDB keeps as that word for such a default."""
-    expected = _datetime_text(value)
+    return _named_default(value, _datetime_text(value))
+
+
+def _timestamp(value: Any) -> str | None:
+    return _named_default(value, _timestamp_text(value))
+
+
+def _named_default(value: Any, expected: str | None) -> str | None:
+    """What DATETIME/TIMESTAMP text ``value`` was expected to be, if it is not. CURRENT_TIMESTAMP
+    itself is named: TiCDC before v5.1.4, v5.2.4, v5.3.1 and v5.4.0 filled a NOT NULL column
+    missing from a row (added after it was written) with the column's DefaultValue, which TiDB
+    keeps as that word for such a default."""
     if expected is not None and value.upper().startswith("CURRENT_TIMESTAMP"):
         return (
             f"{expected}; CURRENT_TIMESTAMP is the column's default, which TiCDC before v5.1.4, "
@@ -212,7 +223,7 @@ _TEXT_CHECKS: dict[int, Check] = {
     mysql.TYPE_DATE: _date,
     mysql.TYPE_NEWDATE: _date,
     mysql.TYPE_DATETIME: _datetime,
-    mysql.TYPE_TIMESTAMP: _datetime,
+    mysql.TYPE_TIMESTAMP: _timestamp,
     mysql.TYPE_DURATION: _time,
     mysql.TYPE_JSON: _json,
     mysql.TYPE_FLOAT: _finite,

@@ -73,9 +73,27 @@ def key_changes(workload, ts: int) -> int:
     return found
 
 
+def gold_times(lake: lakes.Lake) -> set[str]:
+    """The TIME values gold must hold at the end (issue 53: negative, past 24 h, ±838:59:59)."""
+    types = lakes.si.column_types(lake.workload)
+    expected = lakes.si.expected_tables(lake.workload, final_target(lake), lake.case.time_zone)
+    return {
+        row[column]
+        for name, (columns, rows) in expected.items()
+        for column in columns
+        if mysql.parse_column_type(types[name][column]).base == "time"
+        for row in rows
+        if row[column] is not None
+    }
+
+
 def test_the_workload_has_every_case_the_issue_names(lake):
     workload, routing, manifest = lake.workload, lake.output.routing, lake.output.manifest
     assert key_changes(workload, final_target(lake)) > 0
+    times = gold_times(lake)
+    assert any(time.startswith("-") for time in times), times
+    assert any(int(time.lstrip("-").split(":")[0]) >= 24 for time in times), times
+    assert times & {"-838:59:59.00", "838:59:59.00"}, times
     assert manifest["counts"]["replayed_row_events"] > 0
     assert all(replay["offsets"] for replay in manifest["replays"])
     kinds = {e.ddl_type for e in workload.ddl_events if e.commit_ts <= final_target(lake)}

@@ -159,6 +159,45 @@ def test_timestamps_are_read_in_the_ticdc_zone_and_stored_in_utc():
         _convert("c_timestamp", ["2024-03-31 02:30:00.000"], zone="Europe/Berlin")
 
 
+def test_timestamps_given_in_utc_are_kept_whatever_the_zone():
+    """Avro's timestamp-millis (TiCDC up to v6.0) is an instant: silver says so with a Z, and
+    it is not read again in the topic's zone, where it could be repeated or skipped."""
+    typed, _ = _convert(
+        "c_timestamp",
+        ["2024-10-27 01:30:00.500Z", "2024-03-31 02:30:00Z", "2024-06-01 08:00:00.000", None],
+        zone="Europe/Berlin",
+    )
+    assert typed.to_pylist() == [
+        dt.datetime(2024, 10, 27, 1, 30, 0, 500000, tzinfo=dt.UTC),
+        dt.datetime(2024, 3, 31, 2, 30, tzinfo=dt.UTC),
+        dt.datetime(2024, 6, 1, 6, 0, tzinfo=dt.UTC),
+        None,
+    ]
+    typed, _ = _convert("c_timestamp", ["1970-01-01 00:00:00Z"], zone="Asia/Shanghai")
+    assert typed.to_pylist() == [dt.datetime(1970, 1, 1, tzinfo=dt.UTC)]
+
+
+@pytest.mark.parametrize(
+    ("type_code", "flags", "mysql_type", "delta"),
+    [
+        (mysql.TYPE_LONG, 0, None, "integer"),  # Avro int
+        (mysql.TYPE_LONGLONG, 0, None, "long"),  # long
+        (mysql.TYPE_LONGLONG, mysql.FLAG_UNSIGNED, None, "decimal(20,0)"),  # bytes decimal(64,0)
+        (mysql.TYPE_FLOAT, 0, None, "float"),
+        (mysql.TYPE_DOUBLE, 0, None, "double"),
+        (mysql.TYPE_VARCHAR, 0, None, "string"),
+        (mysql.TYPE_LONG_BLOB, mysql.FLAG_BINARY, None, "binary"),  # bytes
+        (mysql.TYPE_TIMESTAMP, 0, None, "timestamp"),  # timestamp-millis
+        (mysql.TYPE_DURATION, 0, None, "string"),  # time-millis
+        (mysql.TYPE_NEWDECIMAL, 0, "decimal(8,2)", "decimal(8,2)"),  # column-types
+        (mysql.TYPE_DATE, 0, None, "date"),  # column-types
+    ],
+)
+def test_columns_of_ticdc_v6_0s_avro_get_gold_types(type_code, flags, mysql_type, delta):
+    spec = gold_types.ColumnSpec.from_row(type_code, flags, mysql_type)
+    assert gold_types.gold_type(spec).delta == delta
+
+
 def test_zero_dates_become_null_and_are_counted():
     typed, nulled = _convert("c_datetime", ["0000-00-00 00:00:00", "2020-00-10 01:02:03", None])
     assert typed.to_pylist() == [None, None, None] and nulled == 2

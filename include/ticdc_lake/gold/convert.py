@@ -141,10 +141,9 @@ def _convert(
         text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
         if kind == gold_types.DATE:
             return text.cast(pa.date32()), nulled
-        wall_clock = text.cast(gold_types.WALL_CLOCK)
         if kind == gold_types.DATETIME:
-            return wall_clock, nulled
-        return _to_utc(wall_clock, zones), nulled
+            return text.cast(gold_types.WALL_CLOCK), nulled
+        return _timestamps(text, zones), nulled
     if kind == gold_types.ENUM_NAME:
         index = _member_numbers(text, gold.members, _enum_index)
         # Index 0 is MySQL's "invalid value" member, the empty string.
@@ -191,6 +190,20 @@ def _set_mask(names: str, members: tuple[str, ...]) -> int:
             raise ValueError(f"SET name {name!r} is not one of the {len(members)} members")
         mask |= 1 << members.index(name)
     return mask
+
+
+def _timestamps(text: pa.Array, zones: pa.Array | None) -> pa.Array:
+    """TIMESTAMP text as UTC instants: local time in each row's zone, or, ending in Z, an
+    instant in UTC already (Avro's timestamp-millis, which TiCDC up to v6.0 wrote)."""
+    in_utc = pc.fill_null(pc.ends_with(text, "Z"), False)
+    if not pc.any(in_utc).as_py():
+        return _to_utc(text.cast(gold_types.WALL_CLOCK), zones)
+    none = pa.scalar(None, pa.string())
+    instants = pc.if_else(in_utc, text, none).cast(gold_types.UTC_TIMESTAMP)
+    if pc.all(in_utc).as_py():
+        return instants
+    local = pc.if_else(in_utc, none, text).cast(gold_types.WALL_CLOCK)
+    return pc.coalesce(instants, _to_utc(local, zones))
 
 
 def _to_utc(wall_clock: pa.Array, zones: pa.Array | None) -> pa.Array:

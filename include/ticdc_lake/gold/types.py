@@ -16,6 +16,7 @@ it). ``gold_type(spec)`` decides the gold type:
 | DATE                                | date (zero dates such as 0000-00-00 become NULL)        |
 | DATETIME                            | timestamp_ntz (a wall-clock time without a zone)        |
 | TIMESTAMP                           | timestamp: the TiCDC zone's local text, normalised to UTC |
+|                                     | (text ending in Z is in UTC already: Avro's instants)   |
 | TIME                                | string as MySQL prints it (`-838:59:59.00`): no Delta |
 |                                     | interval type exists                                    |
 | YEAR                                | integer                                                 |

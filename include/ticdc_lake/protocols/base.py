@@ -28,6 +28,10 @@ class CodecSettings:
     enable_tidb_extension: bool = True  # Canal-JSON `_tidb`, Avro `_tidb_*` fields
     claim_check: ClaimCheckStore | None = None  # where claim-check objects may be read from
     schema_source: Any = None  # Avro: a SchemaSource (registry, directory or _schemas export)
+    # Avro, TiCDC up to v6.0, whose records name no schema: the topic's `schema:`, and its
+    # `column-types:` ("<table>.<column>" → the column's type, where the Avro type says less).
+    upstream_schema: str | None = None
+    column_types: tuple[tuple[str, str], ...] = ()
     max_batch_size: int = 16  # encoders: row events per batched message (Open Protocol, Craft)
     options: tuple[tuple[str, Any], ...] = ()  # protocol-specific knobs, documented per protocol
     limits: Limits = field(default_factory=Limits)  # bounds on what a message may make us read

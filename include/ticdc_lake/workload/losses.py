@@ -9,6 +9,7 @@ generated ones, so every loss listed here is checked, and anything else lost is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 
 import orjson
@@ -25,7 +26,7 @@ from ticdc_lake.events import (
     RowEvent,
     json_value,
 )
-from ticdc_lake.protocols import CodecSettings
+from ticdc_lake.protocols import CodecSettings, avro
 
 
 def _columns(image: Image | None, column: Callable[[Column], Column]) -> Image | None:
@@ -132,10 +133,15 @@ def keep_avro(event: Event, settings: CodecSettings) -> Event | None:
     no commit TS; integer widths and string families are merged (INT, TEXT, BLOB); no physical
     partition id; a unique-key handle looks like a primary key; without the TiDB extension no
     commit TS or operation (inserts and updates both read as updates); DDL and resolved events
-    only with the test-only watermark option."""
+    only with the test-only watermark option. The 2022 layout (TiCDC up to v6.0) loses more:
+    `_avro_2022_column`."""
     extension = settings.enable_tidb_extension
     if isinstance(event, ResolvedEvent | DdlEvent):
         return event if extension and settings.option("enable_watermark", False) else None
+    column = _avro_column
+    if settings.option("layout", "current") == "2022":
+        zone = settings.option("time_zone", "UTC")
+        column = functools.partial(_avro_2022_column, zone=zone)
     if event.op == DELETE:
         key = {n: c for n, c in event.old_columns.items() if c.flags & mysql.FLAG_HANDLE_KEY}
         return dataclasses.replace(
@@ -143,7 +149,7 @@ def keep_avro(event: Event, settings: CodecSettings) -> Event | None:
             commit_ts=None,
             partition_id=None,
             columns=None,
-            old_columns=_columns(key, _avro_column),
+            old_columns=_columns(key, column),
             handle_key_only=True,
         )
     return dataclasses.replace(
@@ -151,9 +157,49 @@ def keep_avro(event: Event, settings: CodecSettings) -> Event | None:
         commit_ts=event.commit_ts if extension else None,
         op=event.op if extension else UPDATE,
         partition_id=None,
-        columns=_columns(event.columns, _avro_column),
+        columns=_columns(event.columns, column),
         old_columns=None,
     )
+
+
+def _avro_2022_column(column: Column, zone: str) -> Column:
+    """TiCDC up to v6.0's Avro, read without column-types: the type is what the Avro type
+    implies (int, long, float, double, string, bytes; BIGINT UNSIGNED and BIT as an unsigned
+    BIGINT; DATE, DATETIME and TIMESTAMP as a TIMESTAMP instant, TIME as a TIME to the ms);
+    DECIMAL, ENUM, SET and JSON are text (ENUM and SET their member names); the only flags
+    left are nullable, binary, unsigned and the key's. Temporal values are what its encoder
+    made of them (avro.go_moment_millis, go_time_millis) as the decoder reads them back."""
+    code, flags, value = column.type_code, column.flags, column.value
+    binary = mysql.is_binary_string(code, flags)
+    unsigned = bool(flags & mysql.FLAG_UNSIGNED)
+    kept = flags & mysql.FLAG_NULLABLE
+    if binary:
+        kept |= mysql.FLAG_BINARY
+    if flags & mysql.FLAG_HANDLE_KEY:
+        kept |= mysql.FLAG_HANDLE_KEY | mysql.FLAG_PRIMARY_KEY
+    if code == mysql.TYPE_BIT or (code == mysql.TYPE_LONGLONG and unsigned):
+        return Column(mysql.TYPE_LONGLONG, kept | mysql.FLAG_UNSIGNED, value)
+    if code in (mysql.TYPE_TINY, mysql.TYPE_SHORT, mysql.TYPE_INT24) or (
+        code == mysql.TYPE_LONG and not unsigned
+    ):
+        return Column(mysql.TYPE_LONG, kept, value)
+    if code in (mysql.TYPE_LONG, mysql.TYPE_LONGLONG, mysql.TYPE_YEAR):
+        return Column(mysql.TYPE_LONGLONG, kept, value)
+    if code in (mysql.TYPE_FLOAT, mysql.TYPE_DOUBLE):
+        return Column(code, kept, value)
+    if binary:
+        return Column(mysql.TYPE_LONG_BLOB, kept, value)
+    if code in (mysql.TYPE_DATE, mysql.TYPE_DATETIME, mysql.TYPE_TIMESTAMP):
+        millis = None if value is None else avro.go_moment_millis(value, code, zone)
+        read = None if millis is None else avro.ticdc_2022_moment(millis, mysql.TYPE_TIMESTAMP)
+        return Column(mysql.TYPE_TIMESTAMP, kept, read)
+    if code == mysql.TYPE_DURATION:
+        read = None if value is None else avro.ticdc_2022_time(avro.go_time_millis(value))
+        return Column(mysql.TYPE_DURATION, kept, read)
+    if code in (mysql.TYPE_ENUM, mysql.TYPE_SET) and value is not None:
+        members = mysql.parse_column_type(column.mysql_type).elements
+        value = avro.member_names(code, members, value)
+    return Column(mysql.TYPE_VARCHAR, kept, value)
 
 
 KEEPS: dict[str, Callable[[Event, CodecSettings], Event | None]] = {

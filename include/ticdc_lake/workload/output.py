@@ -27,13 +27,14 @@ import yaml
 from ticdc_lake import exports
 from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.gc_pause import gc_paused
-from ticdc_lake.names import qualified_name
+from ticdc_lake.names import qualified_name, split_name
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.schema_registry import InMemorySchemaRegistry
-from ticdc_lake.workload.dispatch import Routing, Segment, route
+from ticdc_lake.workload.dispatch import Routing, Segment, route, topic_name
 from ticdc_lake.workload.generator import (
     DDL_HEAVY,
+    REALISTIC,
     Workload,
     default_replays,
     generate_workload,
@@ -50,6 +51,7 @@ PIPELINE_CONFIG_DOC = """\
 #                  compression (none | snappy | lz4; TiCDC never marks it in the message),
 #                  enable-tidb-extension, schema-dir (Avro: a directory of <id>.avsc schemas),
 #                  schemas-topic (Avro: an export of the registry's _schemas topic),
+#                  schema (Avro from TiCDC up to v6.0: the schema its records do not name),
 #                  claim-check-roots (storage roots claim-check objects may be read from)
 #   changefeeds:   name -> topics whose watermarks are combined (the unit that gates gold);
 #                  watermarks: false when the protocol sends none (Avro without the test-only
@@ -75,6 +77,7 @@ class GenerateOptions:
     replays: int | None = None  # None: the profile's (default_replays)
     tidb_extension: bool = True
     avro_watermarks: bool = False  # Avro's test-only DDL/checkpoint messages
+    avro_layout: str = "current"  # Avro: "2022" writes as TiCDC up to v6.0 (no TiDB extension)
     max_batch_size: int = 16
     tenants: int = 1  # realistic: the shop's tables once per tenant schema (shop, shop_2, ...)
 
@@ -84,6 +87,19 @@ class GenerateOptions:
         if self.transactions < 0:
             raise ValueError("transactions must not be negative")
         profile_named(self.profile, self.tenants)
+        if self.avro_layout not in ("current", "2022"):
+            raise ValueError(f"avro_layout must be current or 2022, not {self.avro_layout!r}")
+        if self.avro_layout == "2022" and (self.tidb_extension or self.avro_watermarks):
+            raise ValueError(
+                "the 2022 Avro layout (TiCDC up to v6.0) has no TiDB extension and no "
+                "watermarks: generate it without them"
+            )
+        if self.avro_layout == "2022" and self.profile != REALISTIC:
+            raise ValueError(
+                f"the {self.profile} profile holds values TiCDC up to v6.0 stopped on in Avro "
+                "(a zero DATETIME(6), names that are not Avro names): generate the 2022 "
+                "layout from the realistic profile"
+            )
         if self.replays is None:
             object.__setattr__(self, "replays", default_replays(self.profile, self.transactions))
 
@@ -100,6 +116,8 @@ def codec_settings(options: GenerateOptions, schema_source: Any = None) -> Codec
     codec_options: tuple = ()
     if options.protocol == "avro":
         codec_options = (("enable_watermark", options.avro_watermarks),)
+        if options.avro_layout == "2022":
+            codec_options = (("layout", "2022"), ("time_zone", TIME_ZONE))
     return CodecSettings(
         compression=options.compression,
         enable_tidb_extension=options.tidb_extension,
@@ -216,7 +234,10 @@ def write_manifest_and_config(
     config_path = out / "pipeline.yaml"
     config_path.write_text(
         PIPELINE_CONFIG_DOC
-        + yaml.safe_dump(pipeline_config(options, routing, schema_dir is not None), sort_keys=False)
+        + yaml.safe_dump(
+            pipeline_config(options, routing, schema_dir is not None, list(manifest["tables"])),
+            sort_keys=False,
+        )
     )
     return config_path
 
@@ -329,7 +350,11 @@ def manifest_of(
     }
 
 
-def pipeline_config(options: GenerateOptions, routing: Routing, has_schemas: bool) -> dict:
+def pipeline_config(
+    options: GenerateOptions, routing: Routing, has_schemas: bool, tables: Iterable[str] = ()
+) -> dict:
+    """The generated topics' config; ``tables`` (``schema.table``) name the schema of each
+    Avro topic of the 2022 layout, whose records do not."""
     topic_settings: dict[str, Any] = {
         "protocol": options.protocol,
         "partitions": options.partitions,
@@ -338,11 +363,18 @@ def pipeline_config(options: GenerateOptions, routing: Routing, has_schemas: boo
     }
     if has_schemas:
         topic_settings |= {"schema-dir": "schemas", "schemas-topic": "registry/_schemas.jsonl"}
+    topics = {topic: topic_settings | {"claim-check-roots": []} for topic in routing.topics}
+    if options.protocol == "avro" and options.avro_layout == "2022":
+        schemas = {topic_name("avro", *split_name(name)): split_name(name)[0] for name in tables}
+        for topic, settings in topics.items():
+            del settings["schema-dir"]  # the _schemas export knows their subjects too
+            if topic in schemas:
+                settings["schema"] = schemas[topic]
     return {
         "version": 1,
         "time-zone": TIME_ZONE,
         "inputs": ["exports/*"],
-        "topics": {topic: topic_settings | {"claim-check-roots": []} for topic in routing.topics},
+        "topics": topics,
         "changefeeds": {
             f"sample-{options.protocol}": {
                 "topics": routing.topics,
