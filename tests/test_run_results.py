@@ -68,8 +68,8 @@ def _backfill_job():
 
 def test_the_backfill_job_reads_times_and_refuses_bad_ones(capsys):
     job = _backfill_job()
-    args = job.parse_args(["--config", "c.yaml", "--start-ts", "2026-01-02T12:00:00Z",
-                           "--end-ts", "462873715384320000", "--tables", "s.t,s.u"])  # fmt: skip
+    times = ["--start-ts", "2026-01-02T12:00:00Z", "--end-ts", "462873715384320000"]
+    args = job.parse_args(["--config", "c.yaml", *times, "--tables", '["s.t", "s.u"]'])
     assert args.start_ts == 1767355200000 << 18 and args.end_ts == 462873715384320000
     assert args.tables == ["s.t", "s.u"]
     with pytest.raises(SystemExit) as stopped:

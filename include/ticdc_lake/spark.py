@@ -7,6 +7,7 @@ the library creates or looks up a global session.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -130,6 +131,15 @@ def listener_settings(master: str, submitted: Mapping[str, str], *, ui: bool) ->
     return settings
 
 
+def quiet_py4j() -> None:
+    """py4j logs every command it sends at DEBUG, pickled functions and all: a decode task
+    carries the topics' settings, registry credentials included, to the executors. So its
+    logger stays at INFO or above whatever the root logger's level (secrets never reach logs)."""
+    py4j = logging.getLogger("py4j")
+    if py4j.getEffectiveLevel() < logging.INFO:
+        py4j.setLevel(logging.INFO)
+
+
 def build_session(
     app_name: str = "ticdc-lake",
     *,
@@ -146,6 +156,7 @@ def build_session(
     listens on 127.0.0.1 only, without the web UI unless ``ui`` (``listener_settings``). On a
     cluster the executors' Python is checked once (``check_executor_python``).
     """
+    quiet_py4j()
     # Settings spark-submit was given (--conf, spark-defaults.conf) win over these defaults;
     # ``conf`` wins over both.
     submitted = _submitted_conf()

@@ -51,18 +51,19 @@ def test_streaming_writes_what_write_generated_writes(tmp_path, options):
 # sha256 (first 16 hex digits) of what seed 7, 400 transactions gave before the profiles and
 # streaming existed: the edge-case workload must stay what a seed gives (the manifest gained
 # `options.profile` and pipeline.yaml follows the config's own changes: neither is pinned here).
+# Updated once since, on purpose: the TIME edge values became exactly ±838:59:59 (issue 53).
 BEFORE = {
     ("open-protocol", "parquet"): {
-        "expected.jsonl": "8379e9b98ae4860b",
-        "exports/ticdc-open-protocol.parquet": "1777d045c135b8d5",
+        "expected.jsonl": "a6f8e0a453e58f89",
+        "exports/ticdc-open-protocol.parquet": "be6bd2ae3ff92485",
     },
     ("craft", "jsonl"): {
-        "expected.jsonl": "8379e9b98ae4860b",
-        "exports/ticdc-craft.jsonl": "4621415e01bf0e82",
+        "expected.jsonl": "a6f8e0a453e58f89",
+        "exports/ticdc-craft.jsonl": "9b90ec34423d7736",
     },
     ("avro", "parquet"): {
         "exports/ticdc-avro_shop_orders.parquet": "f3ac87b353d6dfa7",
-        "exports/ticdc-avro_shop_times.parquet": "c224ba44c30a77b4",
+        "exports/ticdc-avro_shop_times.parquet": "68fd037cecbe69ce",
         "registry/_schemas.jsonl": "fefbfda43c983246",
     },
 }
@@ -114,7 +115,9 @@ def test_per_partition_exports_hold_one_partition_each_in_offset_order(tmp_path)
 
 
 def live_row_events() -> int:
-    return sum(isinstance(obj, RowEvent) for obj in gc.get_objects())
+    # type(), not isinstance(): a lazy proxy in memory (Airflow's serializers) would load its
+    # target to answer isinstance.
+    return sum(type(obj) is RowEvent for obj in gc.get_objects())
 
 
 def test_streaming_holds_a_resolved_interval_not_the_workload(tmp_path, monkeypatch):
