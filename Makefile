@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
 	bench-files bench-report clean
 
-setup: $(VENV)/.installed $(VENV)/.class-archive
+setup: $(VENV)/.installed $(VENV)/.jars $(VENV)/.class-archive
 
 SPEEDUPS := $(wildcard include/ticdc_lake/*/_*speedups.[ch])
 
@@ -26,9 +26,15 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	$(PY) -m compileall -q -j 0 include dags plugins spark_jobs
 	touch $@
 
+# Delta Lake's jars for Spark (ticdc_lake.jars, pinned in orchestration.DELTA_ARTIFACTS): with
+# Maven's strict checksums, from its local repository once it has them.
+$(VENV)/.jars: $(VENV)/.installed include/ticdc_lake/orchestration.py
+	$(PY) -m ticdc_lake.jars
+	touch $@
+
 # The driver JVM's archive of Spark's classes (ticdc_lake.class_archive): every Spark driver
 # started from this environment maps it instead of loading the classes from the jars.
-$(VENV)/.class-archive: $(VENV)/.installed
+$(VENV)/.class-archive: $(VENV)/.installed $(VENV)/.jars
 	$(PY) -m ticdc_lake.class_archive
 	touch $@
 

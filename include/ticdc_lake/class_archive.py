@@ -22,6 +22,7 @@ from pathlib import Path
 from ticdc_lake.orchestration import (
     DRIVER_JAVA_OPTIONS,
     class_archive,
+    delta_conf,
     spark_submit_binary,
     spark_submit_env,
 )
@@ -80,12 +81,11 @@ def _submit(
     python: str, environ: Mapping[str, str], arguments: list[str], folder: Path, what: str
 ) -> None:
     submit = spark_submit_binary(environ, python)
-    command = [
-        submit,
-        *("--conf", f"spark.pyspark.python={python}"),
-        *("--conf", f"spark.pyspark.driver.python={python}"),
-        *arguments,
-    ]
+    # The jars on the classpath are the archive's: Delta's, as every job's spark-submit has.
+    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+    conf |= delta_conf(python)
+    command = [submit, *(part for k, v in conf.items() for part in ("--conf", f"{k}={v}"))]
+    command += arguments
     env = {**environ, **spark_submit_env(python)}
     try:
         done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True)

@@ -49,6 +49,40 @@ def class_archive(python: str) -> Path:
     return Path(python).parent.parent / CLASS_ARCHIVE
 
 
+# Delta Lake on Spark: the jars of delta-spark built for Spark 4.1 (the newest build Maven
+# Central serves; its Python package is pinned beside pyspark 4.1.1 in requirements.txt), which
+# ``make setup`` fetches once into the Python environment (``python -m ticdc_lake.jars``).
+DELTA_ARTIFACTS = ("io.delta:delta-spark_4.1_2.13:4.1.0", "io.delta:delta-storage:4.1.0")
+DELTA_JARS = Path("share") / "ticdc-lake" / "jars"
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def delta_jars(python: str) -> list[Path]:
+    """The Delta jars of the environment ``python`` is in, one per DELTA_ARTIFACTS entry (a
+    missing one is left out: ``ticdc_lake.jars`` says how to fetch it)."""
+    folder = Path(python).parent.parent / DELTA_JARS
+    return [path for path in map(folder.joinpath, jar_names()) if path.is_file()]
+
+
+def jar_names() -> list[str]:
+    """The file names Maven gives DELTA_ARTIFACTS' jars (artifact-version.jar)."""
+    return [jar_name(artifact) for artifact in DELTA_ARTIFACTS]
+
+
+def jar_name(artifact: str) -> str:
+    _, name, version = artifact.split(":")
+    return f"{name}-{version}.jar"
+
+
+def delta_conf(python: str) -> dict[str, str]:
+    """The settings that give a session Delta Lake: ``python``'s environment's jars, Delta's
+    SQL extension and catalog."""
+    return {"spark.jars": ",".join(map(str, delta_jars(python))), **DELTA_SESSION_CONF}
+
+
 def driver_java_options(environ: Mapping[str, str], python: str) -> str:
     """DRIVER_JAVA_OPTIONS and the class archive of ``python``'s environment, or what
     DRIVER_JAVA_OPTIONS_ENV says instead (empty: none). A JVM whose archive is missing starts
@@ -85,9 +119,10 @@ def spark_submit_env(python: str, job: str | None = None) -> dict[str, str]:
 
 
 def spark_submit_conf(environ: Mapping[str, str], python: str) -> dict[str, str]:
-    """What every job's spark-submit is given: ``python`` for the driver and executors, and
-    the driver's JVM options (``driver_java_options``)."""
+    """What every job's spark-submit is given: ``python`` for the driver and executors, Delta
+    Lake (``delta_conf``), and the driver's JVM options (``driver_java_options``)."""
     conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+    conf |= delta_conf(python)
     java_options = driver_java_options(environ, python)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = java_options

@@ -18,7 +18,13 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from ticdc_lake.huge_pages import disable_huge_pages
-from ticdc_lake.orchestration import driver_java_options
+from ticdc_lake.jars import MissingJarsError, jars_folder
+from ticdc_lake.orchestration import (
+    DELTA_ARTIFACTS,
+    DELTA_SESSION_CONF,
+    delta_jars,
+    driver_java_options,
+)
 
 # What an Arrow batch handed to the Python workers holds at most: Spark's to land's tasks,
 # decode's own reads of bronze (bronze_splits). At 10,000 rows, 60 MB of realistic records, the
@@ -131,6 +137,32 @@ def listener_settings(master: str, submitted: Mapping[str, str], *, ui: bool) ->
     return settings
 
 
+def delta_settings(submitted: Mapping[str, str]) -> dict[str, str]:
+    """Delta Lake in the session: this environment's jars (``make setup`` fetched them) unless
+    spark-submit brought Delta itself (``--packages`` or ``--jars``), and Delta's SQL extension
+    and catalog unless spark-submit set them. MissingJarsError when there are none at all."""
+    settings = {k: v for k, v in DELTA_SESSION_CONF.items() if k not in submitted}
+    brought = " ".join(submitted.get(k, "") for k in ("spark.jars", "spark.jars.packages"))
+    if "delta-spark" in brought:
+        return settings
+    jars = delta_jars(sys.executable)
+    if len(jars) < len(DELTA_ARTIFACTS):
+        raise MissingJarsError(
+            f"Delta Lake's jars are not all in {jars_folder()}: run `python -m ticdc_lake.jars` "
+            "(make setup does), or give spark-submit --packages "
+            f"{','.join(DELTA_ARTIFACTS)}"
+        )
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # spark-submit started the driver's JVM: jars named now would reach the executors only.
+        raise MissingJarsError(
+            f"spark-submit was given no Delta Lake jars: add --jars {','.join(map(str, jars))} "
+            f"(or --packages {','.join(DELTA_ARTIFACTS)})"
+        )
+    jars_given = submitted.get("spark.jars")
+    settings["spark.jars"] = ",".join([*([jars_given] if jars_given else []), *map(str, jars)])
+    return settings
+
+
 def quiet_py4j() -> None:
     """py4j logs every command it sends at DEBUG, pickled functions and all: a decode task
     carries the topics' settings, registry credentials included, to the executors. So its
@@ -169,6 +201,7 @@ def build_session(
     if java_options and not submitted.contains(DRIVER_JAVA_OPTIONS_KEY):
         settings[DRIVER_JAVA_OPTIONS_KEY] = java_options
     settings.update(listener_settings(master, dict(submitted.getAll()), ui=ui))
+    settings.update(delta_settings(dict(submitted.getAll())))
     if master.startswith("local"):
         # Local workers are forked from this machine: run them on this interpreter. (On a
         # cluster the executors' Python is the cluster's to configure.) Both the variable,

@@ -47,7 +47,7 @@ TABLES = ("changes", "ddl", "resolved", "quarantine", "decode_log")
 RUN_COLUMNS = {"quarantined_at", "decoded_at", "bronze_version", "run"}
 
 # Bronze as the Land stage writes it: its columns, partitioned by topic.
-BRONZE_SCHEMA = to_arrow_schema(land_stage.BRONZE_SCHEMA, timezone="UTC")
+BRONZE_SCHEMA = to_arrow_schema(land_stage.BRONZE_SCHEMA)  # timestamps in UTC
 
 
 # --- helpers ---------------------------------------------------------------------------------

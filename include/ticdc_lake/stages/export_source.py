@@ -71,7 +71,7 @@ EXPORT_ROWS_SCHEMA = StructType(
     ]
 )
 # Spark compares a yielded batch's Arrow schema with exactly this one.
-ARROW_SCHEMA = to_arrow_schema(EXPORT_ROWS_SCHEMA, timezone="UTC")
+ARROW_SCHEMA = to_arrow_schema(EXPORT_ROWS_SCHEMA)  # timestamps in UTC
 
 
 # Rows per Arrow batch handed to Spark, and the uncompressed Parquet bytes per Spark partition.
