@@ -93,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_airflow(commands)
     _add_dq_report(commands)
     _add_dq_relayout(commands)
+    _add_query(commands)
+    _add_backfill(commands)
     _add_java_options(commands)
     return parser
 
@@ -605,6 +607,103 @@ def _run_dq_relayout(args) -> int:
               f"into {done.files_after:,}, partitioned by stage and month; the old table is "
               f"at {done.kept_at}")  # fmt: skip
     return 0
+
+
+def _add_query(commands) -> None:
+    query = commands.add_parser(
+        "query",
+        help="a gold table as of a TSO or time (no Spark)",
+        description="Read gold table --table as it was when its changefeed's gold reflected "
+        "the largest TS at or below --as-of (a TSO or an ISO-8601 time with a zone): the "
+        "Delta version its state names, read with delta-rs. Prints the version, the TS it "
+        "reflects and the Spark SQL that reads the same (VERSION AS OF n), then the rows. "
+        "Exit status 1, saying why, for a TS above the watermark, older than the table's "
+        "retained history, or a table with no consistent state.",
+    )
+    query.add_argument("--config", required=True, type=Path, help="the pipeline config (YAML)")
+    query.add_argument("--table", required=True, help="schema.table (`a.b`.c where quoted)")
+    query.add_argument("--as-of", required=True, help="a TSO or an ISO-8601 time with a zone")
+    shape = query.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="one JSON object, rows included")
+    shape.add_argument("--csv", action="store_true", help="the rows as CSV (with a header)")
+    query.set_defaults(run=_run_query)
+
+
+def _run_query(args) -> int:
+    from ticdc_lake.config import load_config
+    from ticdc_lake.gold.as_of import read_as_of, version_as_of
+    from ticdc_lake.lake.layout import LakeLayout
+    from ticdc_lake.names import split_name
+    from ticdc_lake.orchestration import BackfillParamError, parse_ts
+
+    try:
+        schema, table = split_name(args.table)
+        tso = parse_ts(args.as_of, "as-of")
+    except (ValueError, BackfillParamError) as exc:
+        raise ConfigError(str(exc)) from None
+    config = load_config(args.config)
+    as_of = version_as_of(LakeLayout(config.lake), schema, table, tso)
+    rows = read_as_of(as_of)
+    if args.csv:
+        rows.to_pandas().to_csv(sys.stdout, index=False)
+        return 0
+    about = {
+        "table": args.table,
+        "as_of": tso,
+        "version": as_of.version,
+        "reflects": as_of.watermark,
+        "path": as_of.path,
+        "spark_sql": as_of.spark_sql,
+    }
+    if args.json:
+        print(json.dumps(about | {"rows": rows.to_pylist()}, default=str))
+        return 0
+    print(f"{args.table} as of TS {tso}: gold version {as_of.version}, reflecting TS "
+          f"{as_of.watermark} ({rows.num_rows:,} rows)")  # fmt: skip
+    print(f"Spark SQL: {as_of.spark_sql}")
+    print(rows.to_pandas().to_string(max_rows=50, index=False))
+    return 0
+
+
+def _add_backfill(commands) -> None:
+    backfill = commands.add_parser(
+        "backfill",
+        help="re-derive silver and rebuild gold for a TS range (the backfill DAG's job)",
+        description="The job the ticdc_lake_backfill DAG runs, on local Spark: re-derive silver "
+        "from bronze for the bronze batches touching [--start-ts, --end-ts] (each a TSO or an "
+        "ISO-8601 time with a zone) and rebuild the touched changefeeds' gold to exactly the "
+        "watermark. A backfill that already ran on an unchanged lake writes nothing. Exit "
+        "status 2 for a bad range or table, 1 when a stage fails.",
+    )
+    backfill.add_argument("--config", required=True, type=Path, help="the pipeline config")
+    backfill.add_argument("--start-ts", required=True, help="a TSO or an ISO-8601 time")
+    backfill.add_argument("--end-ts", required=True, help="a TSO or an ISO-8601 time (inclusive)")
+    backfill.add_argument(
+        "--tables", nargs="+", default=(), metavar="SCHEMA.TABLE",
+        help="only these gold tables' changefeeds (default: every one the range touches)",
+    )  # fmt: skip
+    backfill.add_argument("--dry-run", action="store_true", help="say what would be done, only")
+    backfill.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_spark_ui(backfill)
+    backfill.set_defaults(run=_run_backfill)
+
+
+def _run_backfill(args) -> int:
+    from ticdc_lake.config import load_config
+    from ticdc_lake.orchestration import BackfillParamError, parse_ts
+
+    try:
+        start_ts = parse_ts(args.start_ts, "start_ts")
+        end_ts = parse_ts(args.end_ts, "end_ts", end=True)
+        config = load_config(args.config)
+        from ticdc_lake.backfill.run import run_backfill
+
+        result = run_backfill(_session(args, "ticdc-lake-backfill"), config, start_ts, end_ts,
+                              args.tables, dry_run=args.dry_run)  # fmt: skip
+    except BackfillParamError as exc:
+        raise ConfigError(str(exc)) from None
+    print(json.dumps(result.to_dict(), default=str) if args.json else str(result))
+    return 1 if result.compact is not None and result.compact.failures else 0
 
 
 def _add_java_options(commands) -> None:
