@@ -19,8 +19,10 @@ from ticdc_lake.codecs import codec_settings
 from ticdc_lake.errors import DecodeError, TicdcLakeError
 from ticdc_lake.events import INSERT, Column, RowEvent
 from ticdc_lake.exports import write_export
+from ticdc_lake.gold.state import read_state
 from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 from tests import hostile_avro
@@ -384,3 +386,26 @@ def test_run_refuses_unknown_stages_and_changefeeds(demo, spark, capsys):
     assert "unknown stage(s) gold; the stages are land, decode" in capsys.readouterr().err
     assert main(["run", "--config", config, "--changefeed", "x"], spark=spark) == 2
     assert "unknown changefeed(s) x" in capsys.readouterr().err
+
+
+def test_backfill_runs_the_dags_job_and_a_dry_run_writes_nothing(demo, spark, capsys):
+    out, *_ = demo
+    sample = out / "craft"
+    config = ["--config", str(sample / "pipeline.yaml")]
+    (state,) = {s.watermark for s in read_state(sample / "lake" / "state" / "gold")}
+    whole = ["--start-ts", "1", "--end-ts", str(state)]
+    before = delta_versions(out)
+    assert main(["backfill", *config, *whole, "--dry-run", "--json"], spark=spark) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["dry_run"] is True and planned["plan"]["batches"]
+    assert delta_versions(out) == before
+
+    assert main(["backfill", *config, *whole], spark=spark) == 0
+    assert "gold tables rewritten" in capsys.readouterr().out
+    assert ExpectedGold.from_sample(sample).compare(sample / "lake", state) == []
+    after = delta_versions(out)
+    assert main(["backfill", *config, *whole], spark=spark) == 0  # done already: no writes
+    assert delta_versions(out) == after
+
+    assert main(["backfill", *config, "--start-ts", "9", "--end-ts", "2"], spark=spark) == 2
+    assert "configuration error" in capsys.readouterr().err
