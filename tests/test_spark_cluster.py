@@ -21,6 +21,7 @@ import pytest
 from ticdc_lake.airflow_local import session_processes, signal_session
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.orchestration import delta_conf
 from ticdc_lake.workload.expected_gold import ExpectedGold
 
 from tests.airflow_harness import free_port
@@ -110,10 +111,14 @@ def master(tmp_path_factory) -> Iterator[str]:
 
 def submit(master: str, job: str, config: Path, python: str) -> subprocess.CompletedProcess:
     """One stage as the DAG submits it; ``python`` runs the executors' Python workers."""
-    conf = SUBMIT_CONF | {
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": sys.executable,
-    }
+    conf = (
+        SUBMIT_CONF
+        | delta_conf(sys.executable)
+        | {
+            "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": sys.executable,
+        }
+    )
     args = [str(BIN / "spark-submit"), "--master", master]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]

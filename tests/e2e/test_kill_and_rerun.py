@@ -42,6 +42,7 @@ import pytest
 from deltalake import DeltaTable
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import read_delta
+from ticdc_lake.orchestration import delta_conf
 from ticdc_lake.stages.watermark import watermark
 
 from tests.e2e.test_idempotency import (
@@ -157,7 +158,8 @@ class Job:
     logs: Path
 
     def command(self) -> list[str]:
-        settings = [arg for key, value in TEST_CONF.items() for arg in ("--conf", f"{key}={value}")]
+        conf = TEST_CONF | delta_conf(sys.executable)  # Delta's jars, as the DAGs give them
+        settings = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
         return [
             str(Path(sys.executable).parent / "spark-submit"),
             "--master", "local[2]", *settings,
