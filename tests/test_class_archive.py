@@ -45,7 +45,8 @@ def test_a_spark_submit_of_ones_own_maps_the_archive_with_the_printed_options(ca
     printed = capsys.readouterr().out.strip()
     assert printed == driver_java_options(os.environ, sys.executable)
     assert f'"-XX:SharedArchiveFile={class_archive(sys.executable)}"' in printed
-    # As the README gives it: --conf spark.driver.extraJavaOptions="$(ticdc-lake java-options)";
+    # As docs/operations.md gives it:
+    # --conf spark.driver.extraJavaOptions="$(ticdc-lake java-options)";
     # -Xshare:on fails the driver's start unless the archive maps.
     submit = Path(sys.executable).parent / "spark-submit"
     options = f"spark.driver.extraJavaOptions=-Xshare:on {printed}"

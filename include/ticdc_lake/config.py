@@ -23,7 +23,7 @@
           orders.amount: decimal(12,2)
           orders.placed_on: date
         claim-check-roots: [s3://bucket/claims]   # the only places claim-check objects are read
-        options: {}                  # protocol options (see the README's protocol sections)
+        options: {}                  # protocol options (see docs/protocols.md, per protocol)
     changefeeds:
       <name>:
         topics: [<topic>, ...]       # their partitions' resolved TS combine into one watermark

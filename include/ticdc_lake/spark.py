@@ -64,7 +64,7 @@ DEFAULT_CONF: dict[str, str] = {
 # but this machine need reach it. spark-submit's settings and ``conf`` win over these, so a
 # local run can still open them (--conf spark.driver.bindAddress=0.0.0.0); on a cluster
 # (spark://, yarn, k8s://) the driver must be reachable from the executors' hosts, and where it
-# listens is the cluster's to configure (README: "Listeners").
+# listens is the cluster's to configure (docs/security.md, "Listeners").
 LOCAL_LISTENERS: dict[str, str] = {
     # The driver's RPC and block-manager ports bind this address; by default it is the
     # machine's name resolved, or its first non-loopback address when the name resolves to

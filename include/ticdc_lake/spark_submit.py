@@ -3,15 +3,14 @@ for where the jobs go when the ``spark_default`` connection is not there.
 
     SparkJobOperator(application=..., conn_id="spark_default", ...)   # SparkSubmitOperator's args
 
-The provider's hook sends a job whose connection it cannot find to YARN (``--master yarn``),
-logging it at INFO: on a fresh Airflow every job failed there and was retried with backoff, with
-nothing saying that the connection was missing. The project's default is ``local[*]``
-(DESIGN.md, the README): a connection that is not defined anywhere means ``local[*]``, with a
-warning in the task's log naming the connection and the line that points it elsewhere. A
-connection given in ``AIRFLOW_CONN_<ID>`` that Airflow cannot read (an unescaped
-``spark://local[*]`` URI is the usual one) is not taken for a missing one: the task fails at
-once, without retries, saying so. Everything else, a connection found included, is the
-provider's own resolution.
+The provider's hook sends a job whose connection it cannot find to YARN (``--master yarn``), logging
+it at INFO: on a fresh Airflow every job failed there and was retried with backoff, with nothing
+saying that the connection was missing. The project's default is ``local[*]`` (DESIGN.md,
+docs/operations.md): a connection that is not defined anywhere means ``local[*]``, with a warning in
+the task's log naming the connection and the line that points it elsewhere. A connection given in
+``AIRFLOW_CONN_<ID>`` that Airflow cannot read (an unescaped ``spark://local[*]`` URI is the usual
+one) is not taken for a missing one: the task fails at once, without retries, saying so. Everything
+else, a connection found included, is the provider's own resolution.
 
 Imported by the DAG files at parse time: Airflow and the provider only.
 """

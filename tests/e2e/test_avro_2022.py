@@ -6,7 +6,7 @@ schema from the subjects in the `_schemas` export and declares three column type
 `column-types`; the other reads a schema directory, which knows no subjects, and names its
 schema in `schema:`. Gold must land at gold/<schema>/<table>, typed from the Avro types (a
 binary column included: it failed compaction when every gold column was text), with the
-values this layout keeps and the losses the README lists, and nothing in quarantine.
+values this layout keeps and the losses docs/protocols.md lists, and nothing in quarantine.
 """
 
 from __future__ import annotations

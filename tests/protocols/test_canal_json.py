@@ -509,7 +509,7 @@ def canal_view(column: Column, content_compatible: bool) -> Column:
 
 
 def expected_events(events, *, extension: bool, content_compatible: bool = False):
-    """The events Canal-JSON gives back: the losses listed in the README, nothing else."""
+    """The events Canal-JSON gives back: the losses listed in docs/protocols.md, nothing else."""
     expected = []
     for event in events:
         if isinstance(event, ResolvedEvent):

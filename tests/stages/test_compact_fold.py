@@ -172,7 +172,8 @@ def _gold(layout: LakeLayout) -> dict[str, tuple[list[str], list[dict]]]:
             found[name] = None
             continue
         table = DeltaTable(str(path)).to_pyarrow_table()
-        # Gold's columns are matched by name (README: Compact), so they are compared as a set.
+        # Gold's columns are matched by name (docs/architecture.md, Compact), so they are
+        # compared as a set.
         columns = sorted(table.column_names)
         found[name] = (columns, sorted(table.to_pylist(), key=lambda r: r["id"]))
     return found
