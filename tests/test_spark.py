@@ -16,7 +16,12 @@ from pathlib import Path
 import psutil
 import pytest
 from ticdc_lake.cli import _parser, _session
-from ticdc_lake.spark import LOCAL_IP_ENV, job_settings, listener_settings
+from ticdc_lake.spark import (
+    LOCAL_IP_ENV,
+    SNAPSHOT_PARTITIONS,
+    job_settings,
+    listener_settings,
+)
 from ticdc_lake.spark_daemon import compiled_first
 
 SPLITS = "spark.sql.files.minPartitionNum"
@@ -257,3 +262,8 @@ def test_a_spark_ui_asked_for_answers_on_loopback_and_nowhere_else():
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_a_local_session_rebuilds_delta_state_in_a_task_per_core(spark):
+    # Delta's default of 50 tasks per log replay cost seconds per small write on two cores.
+    assert spark.conf.get(SNAPSHOT_PARTITIONS) == str(os.cpu_count())
