@@ -33,8 +33,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from ticdc_lake.config import PipelineConfig, load_config
-from ticdc_lake.delta import delta_table_exists, open_table
-from ticdc_lake.delta.read import file_problem
+from ticdc_lake.delta import delta_table_exists, file_problem, open_table
 from ticdc_lake.errors import ConfigError, StageFailed, TicdcLakeError
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.lake.layout import LakeLayout

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from ticdc_lake.config import PipelineConfig
+from ticdc_lake.delta import open_table
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.names import qualified_name
 from ticdc_lake.orchestration import BackfillParamError, check_range, describe_ts
@@ -75,7 +75,7 @@ class BackfillPlan:
 
 def _read(path: Path, columns: list[str], filters=None) -> pa.Table | None:
     try:
-        table = DeltaTable(str(path))
+        table = open_table(path)
     except Exception:
         return None
     return table.to_pyarrow_dataset().to_table(columns=columns, filter=filters)
@@ -224,7 +224,7 @@ def lake_versions(layout: LakeLayout) -> dict[str, int]:
     versions = {}
     for name, path in sorted(paths.items()):
         try:
-            versions[name] = DeltaTable(str(path)).version()
+            versions[name] = open_table(path).version()
         except Exception:
             versions[name] = -1
     return versions

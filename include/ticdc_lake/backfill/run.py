@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from ticdc_lake.backfill.plan import (
@@ -30,6 +29,7 @@ from ticdc_lake.backfill.plan import (
     plan_backfill,
 )
 from ticdc_lake.config import PipelineConfig
+from ticdc_lake.delta import append_rows
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import lake_lock
 from ticdc_lake.stages.compact import CompactResult, compact
@@ -94,6 +94,4 @@ def record_backfill(config: PipelineConfig, plan: BackfillPlan) -> None:
         "changefeeds": list(plan.changefeeds),
         "finished_at": dt.datetime.now(dt.UTC),
     }
-    write_deltalake(
-        str(layout.backfills), pa.Table.from_pylist([row], BACKFILLS_SCHEMA), mode="append"
-    )
+    append_rows(layout.backfills, pa.Table.from_pylist([row], BACKFILLS_SCHEMA))

@@ -32,48 +32,14 @@ from ticdc_lake.delta.exceptions import (
     DeltaIOError,
     TableFileMissingError,
     TableFileUnreadableError,
-    TableNotFoundError,
     UnsupportedTableError,
 )
 from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.tables import open_table, table_location, table_path
 from ticdc_lake.spark_columns import named_column
 
 if TYPE_CHECKING:  # the driver's reads import it; the tasks importing this module need not
     import pyarrow.dataset as ds
-
-
-def table_path(path: str | os.PathLike) -> str:
-    """An absolute local path (the writer and Spark's reader work on local file systems)."""
-    text = os.fspath(path)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    elif "://" in text:
-        raise DeltaIOError(f"only local tables are supported, not {text}")
-    return os.path.abspath(text)
-
-
-def delta_table_exists(path: str | os.PathLike) -> bool:
-    return DeltaTable.is_deltatable(table_path(path))
-
-
-def open_table(path: str | os.PathLike, version: int | None = None) -> DeltaTable:
-    """The table at ``path`` (at ``version``), or TableNotFoundError."""
-    location = table_path(path)
-    if not DeltaTable.is_deltatable(location):
-        raise TableNotFoundError(location)
-    return DeltaTable(location, version=version)
-
-
-def table_location(table: DeltaTable) -> str:
-    """The local path of an open table (the log holds it percent-encoded)."""
-    return table_path(unquote(table.table_uri))
-
-
-def is_latest(table: DeltaTable) -> bool:
-    """Whether no commit follows the version ``table`` is open at: one look at the log for
-    the next commit's file, where opening the table again reads the log (~2 ms)."""
-    log = Path(table_location(table)) / "_delta_log"
-    return not (log / f"{table.version() + 1:020d}.json").exists()
 
 
 def check_plain_files(table: DeltaTable) -> None:

@@ -9,10 +9,13 @@ write id in its commitInfo, which is how the caller finds the version its write 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
+
+from ticdc_lake.delta.tables import open_table
 
 WRITE_ID_KEY = "ticdcLake.writeId"
 ROWS_KEY = "ticdcLake.numRecords"
@@ -65,3 +68,11 @@ def commit_in(table: DeltaTable, write_id: str, after_version: int | None) -> di
         if info.get(WRITE_ID_KEY) == write_id:
             return info
     return None
+
+
+def commits_after(path: str | os.PathLike, version: int | None) -> list[dict[str, Any]]:
+    """The commitInfos (each with its ``version``) of the table's versions after ``version``
+    (None: all of them), oldest first. TableNotFoundError for a missing table."""
+    table = open_table(path)
+    newer = table.version() - (-1 if version is None else version)
+    return sorted(table.history(limit=max(newer, 0)), key=lambda info: info["version"])

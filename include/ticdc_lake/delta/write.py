@@ -1,5 +1,7 @@
 """Spark → Delta: ``write_delta``, the one way the pipeline writes a DataFrame to a table;
-``write_arrow`` for a table of a few rows written from the driver."""
+``write_arrow`` for a table of a few rows written from the driver; ``append_rows``,
+``replace_table``, ``add_columns`` and ``compact_partition``: the other commits made from the
+driver with delta-rs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import CommitProperties, Transaction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -29,6 +33,7 @@ from ticdc_lake.delta.files import (
 )
 from ticdc_lake.delta.read import check_plain_files, table_path, table_schema
 from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.tables import Table
 from ticdc_lake.delta.txn import (
     FILES_KEY,
     ROWS_KEY,
@@ -226,3 +231,57 @@ def write_arrow(
     if info is None:  # not expected: delta-rs committed or raised
         raise RuntimeError(f"{location}: the write's commit is not in the table's history")
     return WriteResult(committed=True, version=info["version"], num_records=data.num_rows)
+
+
+def append_rows(
+    path: str | os.PathLike,
+    rows: pa.Table,
+    *,
+    partition_by: Sequence[str] | None = None,
+    configuration: Mapping[str, str] | None = None,
+    app_versions: Mapping[str, int] | None = None,
+) -> None:
+    """Append ``rows`` to the table at ``path`` from the driver, in one commit carrying no
+    properties of this package's (no write id, not skipped as a replay): a record of what a
+    run did, or a table rewritten a chunk at a time. ``partition_by`` and ``configuration``
+    as in ``write_arrow``; ``app_versions`` (app id → version), when given, is recorded as
+    the commit's app transactions (copied from the table the rows come from)."""
+    properties = None
+    if app_versions is not None:
+        transactions = [Transaction(app, version) for app, version in app_versions.items()]
+        properties = CommitProperties(app_transactions=transactions)
+    write_deltalake(
+        table_path(path),
+        rows,
+        mode="append",
+        partition_by=list(partition_by) if partition_by is not None else None,
+        configuration=configuration,
+        commit_properties=properties,
+    )
+
+
+def replace_table(table: Table, rows: pa.Table, *, app_id: str, version: int) -> None:
+    """Replace the rows and columns of ``table`` with ``rows`` in one commit by delta-rs alone
+    (no Spark job), recording ``(app_id, version)``. The caller checks it is not a replay."""
+    write_deltalake(
+        table,
+        rows,
+        mode="overwrite",
+        schema_mode="overwrite",
+        commit_properties=commit_properties(uuid.uuid4().hex, app_id, version),
+    )
+
+
+def add_columns(table: Table, fields: Sequence[pa.Field], *, app_id: str, version: int) -> None:
+    """Append the nullable columns ``fields`` to ``table``'s schema (metadata only: no file is
+    written), recording ``(app_id, version)``. The caller checks it is not a replay."""
+    table.alter.add_columns(
+        DeltaSchema.from_arrow(pa.schema(fields)).fields,
+        commit_properties=commit_properties(uuid.uuid4().hex, app_id, version),
+    )
+
+
+def compact_partition(table: Table, values: Mapping[str, str]) -> None:
+    """Rewrite the files of the partition whose columns hold ``values`` into as few as
+    delta-rs's target size allows (an ``optimize``; its rows are unchanged)."""
+    table.optimize.compact(partition_filters=[(c, "=", v) for c, v in values.items()])

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
-from ticdc_lake.delta import delta_table_exists, open_table
+from ticdc_lake.delta import delta_table_exists, open_table, read_arrow
 from ticdc_lake.errors import TicdcLakeError
 from ticdc_lake.gold.state import INCONSISTENT
 from ticdc_lake.lake.layout import LakeLayout
@@ -80,7 +79,7 @@ def version_as_of(layout: LakeLayout, schema: str, table: str, tso: int) -> AsOf
 
 def read_as_of(as_of: AsOf) -> pa.Table:
     """The gold table's rows at that version, read with delta-rs (no JVM)."""
-    return DeltaTable(as_of.path, version=as_of.version).to_pyarrow_table()
+    return read_arrow(as_of.path, as_of.version)
 
 
 def _newest_at_or_below(layout, schema, table, tso, newest) -> dict | None:
@@ -111,7 +110,7 @@ def _check_retained(as_of: AsOf, name: str) -> None:
     """AsOfError when the version is gone from the table's history (log retention) or its files
     are (VACUUM)."""
     try:
-        files = DeltaTable(as_of.path, version=as_of.version).file_uris()
+        files = open_table(as_of.path, as_of.version).file_uris()
     except Exception as exc:  # delta-rs names no error class for a version it cannot load
         raise AsOfError(
             f"TS {as_of.tso} is older than the retained history of gold table {name}: its "

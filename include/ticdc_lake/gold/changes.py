@@ -23,8 +23,13 @@ import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.delta.read import RowGroups, rows_in_partitions_above
+from ticdc_lake.delta import (
+    RowGroups,
+    delta_table_exists,
+    open_table,
+    read_delta,
+    rows_in_partitions_above,
+)
 from ticdc_lake.gold import reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan

@@ -14,22 +14,30 @@ DROP TABLE replace it with no rows.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
-from deltalake import Schema as DeltaSchema
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ticdc_lake.delta import delta_table_exists, merge_delta, open_table, read_delta, write_delta
-from ticdc_lake.delta.read import is_latest, table_schema
-from ticdc_lake.delta.txn import already_committed, commit_properties
+from ticdc_lake.delta import (
+    Table,
+    add_columns,
+    already_committed,
+    delta_table_exists,
+    file_actions,
+    is_latest,
+    merge_delta,
+    open_table,
+    read_delta,
+    replace_table,
+    table_schema,
+    write_delta,
+)
 from ticdc_lake.gold import catalog
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import ZERO_DATE, Origin, column_values, convert
@@ -90,7 +98,7 @@ class GoldTable:
         self.app_id = app_id
         # Kept open while no other commit follows it: a run's segment reads the schema, merges
         # and reads the state, each an open of ~2 ms (a run over 600 tables: 1,800 opens).
-        self._table: DeltaTable | None = None
+        self._table: Table | None = None
 
     # --- what is there -------------------------------------------------------------------
 
@@ -101,13 +109,13 @@ class GoldTable:
         table = self._open()
         return None if table is None else table_schema(table).to_arrow()
 
-    def _open(self) -> DeltaTable | None:
+    def _open(self) -> Table | None:
         """The table at its latest version (None: no table)."""
         if self._table is None or not is_latest(self._table):
             self._table = open_table(self.path) if self.exists() else None
         return self._table
 
-    def _pending(self, version: int) -> DeltaTable | None:
+    def _pending(self, version: int) -> Table | None:
         """The table, opened once for a whole DDL effect (a run may carry hundreds of them,
         each open reads the log), unless it is missing or step ``version`` is done already."""
         table = self._open()
@@ -193,7 +201,7 @@ class GoldTable:
 
     def _reshape(
         self,
-        table: DeltaTable,
+        table: Table,
         schema: pa.Schema,
         version: int,
         values: dict[str, pa.Scalar] | None = None,
@@ -209,10 +217,7 @@ class GoldTable:
             added = list(schema)[len(kept) :]
             if not added:
                 return False
-            table.alter.add_columns(
-                DeltaSchema.from_arrow(pa.schema(added)).fields,
-                commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
-            )
+            add_columns(table, added, app_id=self.app_id, version=version)
             return True
         if _row_count(table) > DRIVER_REWRITE_ROWS:
             frame = reshaped(schema, values, sources)(read_delta(self.spark, self.path))
@@ -245,16 +250,10 @@ class GoldTable:
         )
         return result.committed
 
-    def _replace(self, table: DeltaTable, rows: pa.Table, version: int) -> bool:
+    def _replace(self, table: Table, rows: pa.Table, version: int) -> bool:
         """Replace the rows and columns of ``table`` with ``rows`` by delta-rs alone: no Spark
         job, which matters for the DDL effects that write no rows (a run may carry hundreds)."""
-        write_deltalake(
-            table,
-            rows,
-            mode="overwrite",
-            schema_mode="overwrite",
-            commit_properties=commit_properties(uuid.uuid4().hex, self.app_id, version),
-        )
+        replace_table(table, rows, app_id=self.app_id, version=version)
         return True
 
     def create(self, schema: pa.Schema, version: int) -> bool:
@@ -318,8 +317,8 @@ class GoldTable:
         return other._write(read_delta(self.spark, self.path), version)
 
 
-def _row_count(table: DeltaTable) -> int:
-    actions = pa.table(table.get_add_actions(flatten=True))
+def _row_count(table: Table) -> int:
+    actions = file_actions(table)
     return int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
 
 

@@ -15,8 +15,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, spanning
-from ticdc_lake.delta.read import may_hold_nulls
+from ticdc_lake.delta import (
+    delta_table_exists,
+    may_hold_nulls,
+    open_table,
+    read_delta,
+    read_table,
+    spanning,
+)
 from ticdc_lake.quality.context import QualityContext, candidates, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations

@@ -13,13 +13,17 @@ import json
 from collections.abc import Sequence
 
 import pandas as pd
-import pyarrow as pa
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta
-from ticdc_lake.delta.txn import ROWS_KEY
+from ticdc_lake.delta import (
+    ROWS_KEY,
+    commits_after,
+    delta_table_exists,
+    file_actions,
+    open_table,
+    read_delta,
+)
 from ticdc_lake.gold.reasons import QUARANTINED
 from ticdc_lake.names import qualified_name
 from ticdc_lake.quality import lakeview
@@ -108,10 +112,8 @@ def expected_rows(path: str, start: int | None, rows_before: int) -> int | None:
     """Rows the gold table should hold after its commits since version ``start``, from each
     commit's own counts: merges add inserts and take deletes, an overwrite sets the count, an
     append adds. None when a commit does not say."""
-    table = DeltaTable(path)
-    newer = table.version() - (-1 if start is None else start)
     rows = 0 if start is None else rows_before
-    for info in sorted(table.history(limit=max(newer, 0)), key=lambda i: i["version"]):
+    for info in commits_after(path, start):
         metrics = info.get("operationMetrics") or {}
         operation = info.get("operation")
         mode = (info.get("operationParameters") or {}).get("mode")
@@ -130,7 +132,7 @@ def expected_rows(path: str, start: int | None, rows_before: int) -> int | None:
 def _file_rows(path: str, version: int | None) -> int:
     if version is None:
         return 0
-    actions = pa.table(DeltaTable(path, version=version).get_add_actions(flatten=True))
+    actions = file_actions(open_table(path, version))
     return sum(actions.column("num_records").to_pylist()) if actions.num_rows else 0
 
 
@@ -167,7 +169,7 @@ def type_rows(states: Sequence[dict]) -> pd.DataFrame:
     for state in states:
         if state["dropped"] or not delta_table_exists(state["path"]):
             continue
-        fields = DeltaTable(state["path"]).schema().fields
+        fields = open_table(state["path"]).schema().fields
         actual = {f.name: getattr(f.type, "type", str(f.type)) for f in fields}
         for column in json.loads(state["columns"] or "[]"):
             rows.append(

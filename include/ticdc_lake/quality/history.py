@@ -13,7 +13,7 @@ unread can hold a newer row than the ones wanted. A file without statistics is a
 a page reads the few files of its stage's last validations whatever the table's size, and the
 result is the one a full read gives.
 
-Reads with deltalake and pyarrow alone (no Spark), and never writes.
+Reads with delta-rs and pyarrow alone (no Spark), and never writes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
 
+from ticdc_lake.delta import Table, delta_table_exists, file_actions, open_table
 from ticdc_lake.quality.settings import CHECKS
 
 # The columns a page shows: all but GE's JSON (a few KB a row) and the partition month.
@@ -41,10 +41,10 @@ _NEWEST_FIRST = [(name, "descending") for name in ORDER]
 class ResultsHistory:
     """An open quality/results table and, from its log, each file's stage and highest batch."""
 
-    def __init__(self, table: DeltaTable):
+    def __init__(self, table: Table):
         self.table = table
         self.columns = frozenset(field.name for field in table.schema().fields)
-        actions = pa.table(table.get_add_actions(flatten=True))
+        actions = file_actions(table)
         self._files = list(
             zip(
                 _column(actions, "partition.stage", "min.stage"),
@@ -56,9 +56,9 @@ class ResultsHistory:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ResultsHistory | None:
-        if not DeltaTable.is_deltatable(str(path)):
+        if not delta_table_exists(path):
             return None
-        return cls(DeltaTable(str(path)))
+        return cls(open_table(path))
 
     def latest(self, stage: str, columns: Sequence[str] = SHOWN) -> list[dict[str, Any]]:
         """The rows of ``stage``'s last validation (unordered); [] when it has none."""

@@ -1,4 +1,4 @@
-"""What the lake holds, read with deltalake and pyarrow alone (no JVM): the read API the CLI's
+"""What the lake holds, read with delta-rs and pyarrow alone (no JVM): the read API the CLI's
 ``dq-report``, the HTML report and the Airflow UI page share.
 
     view = lake_view(config)            # LakeView: changefeeds, gold tables, quarantine, DQ results
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from ticdc_lake.config import PipelineConfig
+from ticdc_lake.delta import delta_table_exists, file_actions, open_table, read_arrow
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.names import qualified_name
 from ticdc_lake.quality.history import ResultsHistory
@@ -176,9 +176,9 @@ def report_file(config: PipelineConfig) -> Path:
 
 
 def _table(path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
-    if not DeltaTable.is_deltatable(str(path)):
+    if not delta_table_exists(path):
         return None
-    return DeltaTable(str(path)).to_pyarrow_table(columns=list(columns) if columns else None)
+    return read_arrow(path, columns=columns)
 
 
 def _rows_by(path: Path, column: str) -> dict[str, int]:
@@ -194,9 +194,9 @@ def _rows_by(path: Path, column: str) -> dict[str, int]:
 
 def newest_kafka_time(layout: LakeLayout) -> float | None:
     """The newest Kafka timestamp landed in bronze, from file statistics (no data read)."""
-    if not DeltaTable.is_deltatable(str(layout.bronze)):
+    if not delta_table_exists(layout.bronze):
         return None
-    actions = pa.table(DeltaTable(str(layout.bronze)).get_add_actions(flatten=True))
+    actions = file_actions(open_table(layout.bronze))
     if "max.timestamp" not in actions.column_names:
         return None
     stamps = [s for s in actions.column("max.timestamp").to_pylist() if s is not None]

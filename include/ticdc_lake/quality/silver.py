@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-import pyarrow as pa
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta
+from ticdc_lake.delta import delta_table_exists, file_actions, open_table, read_arrow, read_delta
 from ticdc_lake.quality.context import QualityContext, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
@@ -141,7 +139,7 @@ def failing_rows(ctx: QualityContext, changes: DataFrame, names: Sequence[str]) 
 def _bronze_counts(ctx: QualityContext, batches: Sequence[int]) -> dict[tuple[str, int], int]:
     """Bronze records per (topic, batch), from the Delta log's statistics when every file holds
     one batch (land writes them so); counted by Spark otherwise."""
-    actions = pa.table(DeltaTable(str(ctx.layout.bronze)).get_add_actions(flatten=True))
+    actions = file_actions(open_table(ctx.layout.bronze))
     names = {"partition.topic", "num_records", "min.batch_id", "max.batch_id"}
     counts: dict[tuple[str, int], int] = {}
     if names <= set(actions.column_names):
@@ -165,9 +163,7 @@ def _bronze_counts(ctx: QualityContext, batches: Sequence[int]) -> dict[tuple[st
 def _quarantined(ctx: QualityContext, batches: Sequence[int]) -> dict[tuple[str, int], int]:
     if not delta_table_exists(ctx.layout.quarantine):
         return {}
-    table = DeltaTable(str(ctx.layout.quarantine)).to_pyarrow_table(
-        columns=["topic", "bronze_batch"]
-    )
+    table = read_arrow(ctx.layout.quarantine, columns=["topic", "bronze_batch"])
     counts: dict[tuple[str, int], int] = {}
     for row in table.to_pylist():
         if row["bronze_batch"] in batches:

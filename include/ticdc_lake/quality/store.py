@@ -29,11 +29,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import DeltaTable, write_deltalake
-from deltalake.transaction import CommitProperties, Transaction
 
-from ticdc_lake.delta import WriteResult, open_table, write_arrow
-from ticdc_lake.delta.read import delta_table_exists
+from ticdc_lake.delta import (
+    Table,
+    WriteResult,
+    append_rows,
+    compact_partition,
+    delta_table_exists,
+    file_actions,
+    open_table,
+    write_arrow,
+)
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.results import (
     PARTITION_BY,
@@ -75,13 +81,13 @@ def write_results(
     return result
 
 
-def compact_results(table: DeltaTable, stage: str, current: str) -> list[str]:
+def compact_results(table: Table, stage: str, current: str) -> list[str]:
     """Compact each month of ``stage`` that holds several files, the ``current`` month only
     from ``COMPACT_AT`` files; the months compacted. A table not partitioned by
     ``PARTITION_BY`` is left as it is."""
     if tuple(table.metadata().partition_columns) != PARTITION_BY:
         return []
-    files = pa.table(table.get_add_actions(flatten=True))
+    files = file_actions(table)
     per_month = Counter(
         found_month
         for found_stage, found_month in zip(
@@ -97,7 +103,7 @@ def compact_results(table: DeltaTable, stage: str, current: str) -> list[str]:
         if count > 1 and (name != current or count >= COMPACT_AT)
     )
     for name in due:
-        table.optimize.compact(partition_filters=[("stage", "=", stage), ("month", "=", name)])
+        compact_partition(table, {"stage": stage, "month": name})
     return due
 
 
@@ -125,11 +131,11 @@ def relayout_results(layout: LakeLayout, now: dt.datetime | None = None) -> Rela
     if tuple(old.metadata().partition_columns) == PARTITION_BY:
         return None
     stages = sorted({spec.stage for spec in CHECKS.values()})
-    versions = [
-        Transaction(f"quality-{stage}", version)
+    versions = {
+        f"quality-{stage}": version
         for stage in stages
         if (version := old.transaction_version(f"quality-{stage}")) is not None
-    ]
+    }
     fresh = path.with_name(f"{path.name}.relayout")
     shutil.rmtree(fresh, ignore_errors=True)
     columns = [name for name in RESULTS_SCHEMA.names if name != "month"]
@@ -143,16 +149,15 @@ def relayout_results(layout: LakeLayout, now: dt.datetime | None = None) -> Rela
         if rows.num_rows == 0 and not last:
             continue
         labels = pc.strftime(rows.column("started_at"), format="%Y-%m")
-        write_deltalake(
-            str(fresh),
+        append_rows(
+            fresh,
             rows.append_column("month", labels).cast(RESULTS_SCHEMA),
-            mode="append",
-            partition_by=list(PARTITION_BY),
+            partition_by=PARTITION_BY,
             configuration=TABLE_PROPERTIES,
-            commit_properties=CommitProperties(app_transactions=versions) if last else None,
+            app_versions=versions if last else None,
         )
         written += rows.num_rows
-    counts = pa.table(old.get_add_actions(flatten=True)).column("num_records").to_pylist()
+    counts = file_actions(old).column("num_records").to_pylist()
     before = sum(counts) if None not in counts else old.to_pyarrow_dataset().count_rows()
     if written != before:  # not expected: every row has a month or none
         raise RuntimeError(f"{fresh}: {written} rows written of {before}; {path} left as it was")
@@ -160,10 +165,10 @@ def relayout_results(layout: LakeLayout, now: dt.datetime | None = None) -> Rela
     kept = path.with_name(f"{path.name}.before-relayout-{stamp}")
     os.rename(path, kept)
     os.rename(fresh, path)
-    return Relayout(before, len(old.file_uris()), len(DeltaTable(str(path)).file_uris()), kept)
+    return Relayout(before, len(old.file_uris()), len(open_table(path).file_uris()), kept)
 
 
-def _chunks(table: DeltaTable) -> list[tuple[str, ds.Expression]]:
+def _chunks(table: Table) -> list[tuple[str, ds.Expression]]:
     """(a predicate pruning files, the exact row filter) per month ``started_at`` spans, rows
     without one first."""
     column, utc = pc.field("started_at"), pa.timestamp("us", tz="UTC")
@@ -176,10 +181,10 @@ def _chunks(table: DeltaTable) -> list[tuple[str, ds.Expression]]:
     return chunks
 
 
-def _months(table: DeltaTable) -> list[dt.datetime]:
+def _months(table: Table) -> list[dt.datetime]:
     """The first instants (UTC) of the months ``started_at`` spans: from the files' statistics,
     or when a file has none, from the column itself."""
-    files = pa.table(table.get_add_actions(flatten=True))
+    files = file_actions(table)
     spans: set[tuple] = set()
     if {"min.started_at", "max.started_at"} <= set(files.column_names):
         spans = set(zip(files.column("min.started_at").to_pylist(),

@@ -53,7 +53,6 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -61,7 +60,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from ticdc_lake.codecs import topic_decoder
 from ticdc_lake.config import PipelineConfig, TopicConfig
 from ticdc_lake.delta import (
+    Table,
     delta_table_exists,
+    file_actions,
     open_table,
     read_delta,
     read_table,
@@ -249,7 +250,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     return run.result()
 
 
-def batch_counts(spark: SparkSession, snapshot: DeltaTable) -> dict[int, int]:
+def batch_counts(spark: SparkSession, snapshot: Table) -> dict[int, int]:
     """Records per bronze batch (of the ``snapshot``): what the decoded counts must add up to.
 
     Read from the Delta log when it can be (every file's statistics hold its record count and
@@ -265,8 +266,8 @@ def batch_counts(spark: SparkSession, snapshot: DeltaTable) -> dict[int, int]:
     return counts
 
 
-def _counts_from_log(snapshot: DeltaTable) -> dict[int, int] | None:
-    files = pa.table(snapshot.get_add_actions(flatten=True))
+def _counts_from_log(snapshot: Table) -> dict[int, int] | None:
+    files = file_actions(snapshot)
     names = ("num_records", "min.batch_id", "max.batch_id", "null_count.batch_id")
     if "partition.batch_id" in files.column_names:  # one batch per file by construction
         lows = highs = files.column("partition.batch_id").to_pylist()
@@ -422,7 +423,7 @@ class BronzeBatches:
     files: tuple[DataFile, ...]
 
     @classmethod
-    def read(cls, snapshot: DeltaTable, batches: Sequence[int]) -> BronzeBatches:
+    def read(cls, snapshot: Table, batches: Sequence[int]) -> BronzeBatches:
         within = spanning("batch_id", batches)
         check_plain_files(snapshot)
         return cls(tuple(present_files(snapshot, within)))

@@ -38,15 +38,23 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
-from ticdc_lake.delta import delta_table_exists, open_table, read_delta, read_table, write_arrow
-from ticdc_lake.delta.read import read_on_driver, rows_in_partitions_above
+from ticdc_lake.delta import (
+    Table,
+    delta_table_exists,
+    file_actions,
+    open_table,
+    read_delta,
+    read_on_driver,
+    read_table,
+    rows_in_partitions_above,
+    write_arrow,
+)
 from ticdc_lake.lake.layout import LakeLayout
 
 APP_ID = "watermark"
@@ -292,9 +300,9 @@ def column_max(path, column: str) -> int | None:
     return table_column_max(open_table(path), column) if delta_table_exists(path) else None
 
 
-def table_column_max(table: DeltaTable, column: str) -> int | None:
+def table_column_max(table: Table, column: str) -> int | None:
     """``column_max`` of a table already open."""
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = file_actions(table)
     if not actions.num_rows:
         return None
     for name in (f"partition.{column}", f"max.{column}"):
@@ -306,7 +314,7 @@ def table_column_max(table: DeltaTable, column: str) -> int | None:
 def _folded(
     spark: SparkSession,
     layout: LakeLayout,
-    table: DeltaTable,
+    table: Table,
     cursor: int,
     before: dict[tuple[str, int], dict],
 ) -> dict[tuple[str, int], dict]:

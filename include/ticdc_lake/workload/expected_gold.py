@@ -10,7 +10,7 @@ the gold package's, so that comparing the two checks gold rather than restating 
     expected.tables_at(ts, zone)                        # {"schema.table": (columns, rows)}
     expected.compare(lake_root, ts, zone)               # [] or what differs, per table
 
-``compare`` reads gold with plain delta-rs (``deltalake``), as any consumer of the lake would.
+``compare`` reads gold with delta-rs alone (``read_arrow``, no Spark), as any consumer would.
 """
 
 from __future__ import annotations
@@ -148,14 +148,14 @@ class ExpectedGold:
 
 
 def read_gold(layout: LakeLayout, name: str) -> tuple[list[str], Rows] | None:
-    """A gold table's columns and rows as plain ``deltalake`` reads them (None: no table)."""
-    from deltalake import DeltaTable
+    """A gold table's columns and rows as plain delta-rs reads them (None: no table)."""
+    from ticdc_lake.delta import read_arrow
 
     schema, table = split_name(name)
     path = layout.gold(schema, table)
     if not (path / "_delta_log").is_dir():
         return None
-    arrow = DeltaTable(str(path)).to_pyarrow_table()
+    arrow = read_arrow(path)
     return arrow.column_names, arrow.to_pylist()
 
 
