@@ -4,7 +4,7 @@ installed server's own ``initdb`` and ``postgres`` (Debian's ``postgresql`` pack
 
     def test_something(postgres):              # one server for the whole session
         url = postgres.database("airflow_x")   # a new database and its own user, password made
-        ...                                    # postgresql+psycopg2://airflow_x:...@127.0.0.1:PORT/airflow_x
+        ...     # url: postgresql+psycopg2://airflow_x:PASSWORD@127.0.0.1:PORT/airflow_x
 
 The server listens on 127.0.0.1 at a free port (its Unix socket in its own data folder, nowhere
 else), with fsync off: a crash loses the cluster, which is thrown away anyway. Every login needs
