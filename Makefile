@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint browser bench bench-decode bench-pipeline bench-pipeline-4m \
+.PHONY: setup demo airflow test lint browser postgres bench bench-decode bench-pipeline bench-pipeline-4m \
 	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
 	bench-files bench-report clean
 
@@ -49,7 +49,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint browser
+test: lint browser postgres
 	$(VENV)/bin/pytest
 
 # The report's browser test needs Chromium: installed from Debian's packages when missing, only
@@ -58,6 +58,16 @@ browser:
 	@if ! command -v chromium >/dev/null && command -v apt-get >/dev/null \
 		&& [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
+
+# The real-Airflow tests run Airflow on PostgreSQL, a temporary cluster of their own made with the
+# server's initdb (tests/postgres_harness.py): Debian's postgresql installed when no server is
+# found, the same way (elsewhere those tests are skipped and say why). Debian's package may make
+# and start a cluster of its own (main, port 5432); the tests do not use it.
+postgres:
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		&& command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
 	fi
 
 bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows \

@@ -1,20 +1,23 @@
 """A real Airflow for tests (via ``pytest_plugins``): the launcher of ``ticdc-lake airflow``
 started on a free localhost port from a temporary AIRFLOW_HOME, with the project's DAGs over a
-small generated sample, and stopped at the end whatever happened.
+small generated sample, its metadata in a database of its own on the session's PostgreSQL server
+(tests/postgres_harness.py; docker-compose.yml's database), and stopped at the end whatever
+happened. (``airflow dags test`` runs, tests/airflow/test_dag_runs.py, keep SQLite.)
 
     def test_something(local_airflow):          # one Airflow for the whole session
         admin = local_airflow.client("admin")   # REST API v2 with a token from /auth/token
         admin.get("/api/v2/dags")
         local_airflow.client(None)               # no token: expect 401
 
-``start_airflow(home, configs=..., env=...)`` is the context manager behind it, for a test that
-needs an Airflow of its own. Leaving it stops every process Airflow started and fails if one is
-left.
+``start_airflow(home, configs=..., database_url=postgres.database(NAME), env=...)`` is the context
+manager behind it, for a test that needs an Airflow of its own. Leaving it stops every process
+Airflow started and fails if one is left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import socket
 import sys
 import time
@@ -22,7 +25,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from ticdc_lake.airflow_local import LocalAirflow, LocalAirflowSettings, session_processes
+from ticdc_lake.airflow_local import (
+    LocalAirflow,
+    LocalAirflowSettings,
+    default_parallelism,
+    session_processes,
+)
 from ticdc_lake.demo import sample_options
 from ticdc_lake.workload.output import write_generated
 
@@ -41,14 +49,16 @@ def start_airflow(
     home: Path,
     *,
     configs: Path | None,
+    database_url: str | None,
     spark_master: str = "local[2]",
     triggerer: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[LocalAirflow]:
     """Airflow (api-server, scheduler, dag-processor, the task log server; no triggerer unless
     asked for: nothing defers) until the block ends; then every process they started is
-    stopped and checked gone. ``env`` is set in every Airflow process's environment over the
-    launcher's (another auth manager, users)."""
+    stopped and checked gone. ``database_url``: the metadata database (None: SQLite). ``env``
+    is set in every Airflow process's environment over the launcher's (another auth manager,
+    users)."""
     settings = LocalAirflowSettings(
         home=home,
         project=REPO,
@@ -59,6 +69,8 @@ def start_airflow(
         triggerer=triggerer,
         schedules=False,  # unpausing must not start a scheduled run ahead of the test's
         python=Path(sys.executable),
+        database_url=database_url,
+        parallelism=default_parallelism(database_url),
     )
     airflow = LocalAirflow(settings)
     airflow.env |= env or {}
@@ -81,9 +93,13 @@ def airflow_sample(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def local_airflow(tmp_path_factory, airflow_sample) -> Iterator[LocalAirflow]:
+def local_airflow(tmp_path_factory, airflow_sample, postgres) -> Iterator[LocalAirflow]:
+    # A password with what a URL must encode: Airflow, Alembic and both drivers get it right.
+    password = secrets.token_urlsafe(12) + "@:/%? x"
     with start_airflow(
-        tmp_path_factory.mktemp("airflow-home"), configs=airflow_sample / "pipeline.yaml"
+        tmp_path_factory.mktemp("airflow-home"),
+        configs=airflow_sample / "pipeline.yaml",
+        database_url=postgres.database("airflow_session", password=password),
     ) as airflow:
         yield airflow
 

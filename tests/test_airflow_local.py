@@ -11,14 +11,21 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from ticdc_lake import airflow_local, cli
 from ticdc_lake.airflow_local import (
+    DATABASE_ENV,
     PASSWORDS_FILE,
+    AirflowStartError,
     LocalAirflow,
     LocalAirflowSettings,
     airflow_env,
+    database_url,
     passwords,
+    serve,
     session_processes,
 )
+from ticdc_lake.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,6 +54,75 @@ def test_the_environment_binds_to_loopback_and_keeps_the_ports_in_step(tmp_path)
         env["AIRFLOW__API_AUTH__JWT_SECRET"]
         == airflow_env(settings(tmp_path), base)["AIRFLOW__API_AUTH__JWT_SECRET"]
     )
+
+
+# A password holding what a URL must encode, and how it appears inside one.
+PASSWORD = "s3cr:et@p/w %x"
+ENCODED = "s3cr%3Aet%40p%2Fw%20%25x"
+PG_URL = f"postgresql+psycopg2://airflow:{ENCODED}@db.example:5432/airflow"
+
+
+def test_a_database_url_replaces_sqlite_and_is_never_in_a_repr(tmp_path):
+    env = airflow_env(settings(tmp_path, database_url=PG_URL), {"PGPASSWORD": "kept"})
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == PG_URL
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["PGPASSWORD"] == "kept"  # libpq's, for a URL without its password
+    shown = settings(tmp_path, database_url=PG_URL)
+    assert shown.database_shown == "postgresql+psycopg2://airflow:***@db.example:5432/airflow"
+    assert PASSWORD not in repr(shown) and ENCODED not in repr(shown)
+    assert settings(tmp_path).database_shown == f"sqlite:///{tmp_path / 'home' / 'airflow.db'}"
+
+
+def test_database_urls_are_checked_without_showing_their_password():
+    assert database_url(f" {PG_URL} ") == PG_URL
+    # libpq's scheme, which SQLAlchemy and Airflow refuse, is read as SQLAlchemy's.
+    assert database_url("postgres://a:b@h/d") == "postgresql://a:b@h/d"
+    assert database_url("postgres+psycopg2://a:b@h/d") == "postgresql+psycopg2://a:b@h/d"
+    assert database_url("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+    for wrong in (f"oracle://airflow:{ENCODED}@h/d", f"airflow:{ENCODED}@h/d", "postgresql://"):
+        with pytest.raises(ConfigError) as error:
+            database_url(wrong)
+        assert ENCODED not in str(error.value) and PASSWORD not in str(error.value)
+
+
+def started_with(monkeypatch, argv: list[str], env: dict[str, str]) -> LocalAirflowSettings:
+    """The settings ``ticdc-lake airflow ARGV`` would start Airflow with."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if DATABASE_ENV not in env:
+        monkeypatch.delenv(DATABASE_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(airflow_local, "serve", lambda found: seen.append(found) or 0)
+    assert cli.main(["airflow", "--project", str(REPO), *argv]) == 0
+    return seen[0]
+
+
+def test_the_cli_takes_the_database_from_its_flag_or_variable_sqlite_otherwise(monkeypatch):
+    sqlite = started_with(monkeypatch, [], {})
+    assert sqlite.database_url is None and sqlite.parallelism == 2
+    from_env = started_with(monkeypatch, [], {DATABASE_ENV: "postgres://a:b@h/d"})
+    assert from_env.database_url == "postgresql://a:b@h/d" and from_env.parallelism == 4
+    flag = started_with(monkeypatch, ["--database-url", PG_URL], {DATABASE_ENV: "sqlite:///x"})
+    assert flag.database_url == PG_URL
+    assert (
+        started_with(monkeypatch, ["--parallelism", "3"], {DATABASE_ENV: PG_URL}).parallelism == 3
+    )
+
+
+def test_serving_prints_the_database_without_its_password_even_when_airflow_fails(
+    tmp_path, monkeypatch
+):
+    def failing_start(self):  # as if Airflow echoed the password, bare and in the URL
+        raise AirflowStartError(f"airflow db migrate failed: {PG_URL} refused {PASSWORD!r}")
+
+    monkeypatch.setattr(LocalAirflow, "start", failing_start)
+    monkeypatch.setattr(airflow_local.signal, "signal", lambda *args: None)
+    printed: list[str] = []
+    assert serve(settings(tmp_path, database_url=PG_URL), out=printed.append) == 1
+    text = "\n".join(printed)
+    assert "metadata database: postgresql+psycopg2://airflow:***@db.example:5432/airflow" in text
+    assert "migrate failed" in text
+    assert PASSWORD not in text and ENCODED not in text
 
 
 def test_task_logs_are_served_by_a_server_of_our_own_on_loopback_not_airflow_s_on_all(tmp_path):

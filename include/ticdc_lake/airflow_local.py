@@ -5,7 +5,7 @@
         client = airflow.client("admin")      # REST API v2 with a token from /auth/token
         ...                                   # leaving the block stops every process it started
 
-Airflow runs from its own ``AIRFLOW_HOME`` (SQLite, LocalExecutor, low parallelism), with the
+Airflow runs from its own ``AIRFLOW_HOME`` (LocalExecutor, low parallelism), with the
 project's dags/ and plugins/ and a ``spark_default`` connection to ``local[*]`` or a Spark
 master. Every process listens on 127.0.0.1 only: the api-server, and the task log server
 (``serve-logs``), which this module starts itself since the one the scheduler and triggerer would
@@ -17,6 +17,13 @@ it reaches the task processes and spark-submit JVMs it forked too; their output 
 The simple auth manager's users and their passwords are written to a file before Airflow starts
 (Airflow keeps a file it finds), so the login is known and can be printed; a password is made
 once and kept across restarts.
+
+The metadata database is SQLite in ``$AIRFLOW_HOME`` unless a database URL is given
+(``--database-url``, ``TICDC_LAKE_AIRFLOW_DB``): PostgreSQL as docker-compose.yml runs it,
+``postgresql+psycopg2://user:password@host:port/db``, or the same without the password with libpq's
+``PGPASSWORD`` set. The URL's password is never printed: what this module prints or raises shows
+the URL with ``***`` for it (redact.py), and Airflow's processes are given it in their environment
+only, never on a command line.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ticdc_lake.errors import TicdcLakeError
+from ticdc_lake.errors import ConfigError, TicdcLakeError
 from ticdc_lake.orchestration import CONFIGS_ENV, LOG_SERVER_PORT, POOL
+from ticdc_lake.redact import redact_text, redact_url, url_password
 
 # role in the simple auth manager, by user name
 USERS = {"admin": "admin", "viewer": "viewer"}
@@ -45,6 +53,12 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json"
 SECRETS_FILE = "local_secrets.json"
 HEALTHY_WITHIN = 240.0  # seconds; the api-server alone takes ~30 s on 2 busy cores
 STOP_WITHIN = 20.0  # seconds between SIGTERM and SIGKILL
+DATABASE_ENV = "TICDC_LAKE_AIRFLOW_DB"  # the metadata database's URL; unset: SQLite
+# Tasks at once: SQLite takes one writer at a time; a server takes more (docker-compose.yml's 4).
+SQLITE_PARALLELISM = 2
+SERVER_PARALLELISM = 4
+# SQLAlchemy's dialects Airflow supports for its metadata database.
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql")
 
 
 class AirflowStartError(TicdcLakeError):
@@ -58,21 +72,73 @@ class LocalAirflowSettings:
     port: int = 8080
     log_port: int = LOG_SERVER_PORT  # the task log server's
     spark_master: str = "local[*]"
-    parallelism: int = 2
+    parallelism: int = SQLITE_PARALLELISM
     configs: Path | None = None  # TICDC_LAKE_CONFIGS; None: the DAGs' demo sample
     triggerer: bool = True
     schedules: bool = True  # False: only triggered runs (the tests' runs must not queue behind one)
     python: Path = field(default_factory=lambda: Path(sys.executable))
+    # SQLAlchemy URL of the metadata database; None: SQLite in home. Not in the repr: a password.
+    database_url: str | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def sql_alchemy_conn(self) -> str:
+        return self.database_url or f"sqlite:///{self.home.resolve() / 'airflow.db'}"
+
+    @property
+    def database_shown(self) -> str:
+        """The metadata database as it may be printed: the URL with its password masked."""
+        return redact_url(self.sql_alchemy_conn)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be printed: the database URL's password, as given in it and decoded."""
+        if self.database_url is None:
+            return ()
+        password = url_password(self.database_url)
+        raw = self.database_url.partition("://")[2].rpartition("@")[0].partition(":")[2]
+        return tuple(dict.fromkeys(s for s in (password, raw) if s))
+
+    def redact(self, text: str) -> str:
+        return redact_text(text, self.secrets)
+
+    @property
     def processes(self) -> tuple[str, ...]:
         return ("api-server", "scheduler", "dag-processor", "serve-logs") + (
             ("triggerer",) if self.triggerer else ()
         )
+
+
+def database_url(text: str) -> str:
+    """A metadata database URL as given (``--database-url``, ``TICDC_LAKE_AIRFLOW_DB``), checked:
+    a SQLAlchemy URL of SQLite, PostgreSQL or MySQL. libpq's ``postgres://`` is read as
+    ``postgresql://`` (SQLAlchemy and Airflow refuse the former). The error shows the scheme
+    only."""
+    url = text.strip()
+    scheme, sep, rest = url.partition("://")
+    dialect = scheme.partition("+")[0].lower()
+    if dialect == "postgres":
+        scheme, dialect = "postgresql" + scheme[len("postgres") :], "postgresql"
+    if not sep or dialect not in DATABASE_SCHEMES or not rest:
+        # Not the URL itself: what is not a URL cannot be told apart from its password.
+        given = f"scheme {scheme!r}" if sep else "no scheme://"
+        raise ConfigError(
+            f"the Airflow database URL ({given}) is not a SQLAlchemy URL of "
+            + ", ".join(DATABASE_SCHEMES)
+            + " with a host or path, e.g. "
+            + "postgresql+psycopg2://airflow:PASSWORD@127.0.0.1:5432/airflow"
+        )
+    return f"{scheme}://{rest}"
+
+
+def default_parallelism(database: str | None) -> int:
+    """Tasks at once when not given: low on SQLite (one writer at a time), more on a server."""
+    if database is None or database.startswith("sqlite"):
+        return SQLITE_PARALLELISM
+    return SERVER_PARALLELISM
 
 
 def spark_connection(master: str) -> str:
@@ -109,7 +175,7 @@ def airflow_env(settings: LocalAirflowSettings, base: Mapping[str, str]) -> dict
     env = {k: v for k, v in base.items() if not k.startswith(("AIRFLOW", "TICDC_LAKE"))}
     env |= {
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": settings.sql_alchemy_conn,
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(settings.parallelism),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -218,7 +284,9 @@ class LocalAirflow:
             self.airflow("db", "migrate"), env=self.env, capture_output=True, text=True
         )
         if migrate.returncode != 0:
-            raise AirflowStartError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
+            raise AirflowStartError(
+                self.settings.redact(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
+            )
         for name in self.settings.processes:
             self._spawn(name)
         self.wait_healthy()
@@ -364,6 +432,7 @@ def serve(settings: LocalAirflowSettings, out=print) -> int:
     """Run Airflow in the foreground until Ctrl-C (or SIGTERM), then stop all of it."""
     signal.signal(signal.SIGTERM, _interrupt)
     out(f"Starting Airflow in {settings.home} (logs in {settings.home / 'logs'}) ...")
+    out(f"  metadata database: {settings.database_shown}")
     airflow = LocalAirflow(settings)
     try:
         airflow.start()
@@ -379,7 +448,7 @@ def serve(settings: LocalAirflowSettings, out=print) -> int:
         out("Stopping Airflow ...")
         return 0
     except AirflowStartError as error:
-        out(f"ticdc-lake airflow: {error}")
+        out(settings.redact(f"ticdc-lake airflow: {error}"))
         return 1
     finally:
         airflow.stop()

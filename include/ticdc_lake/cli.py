@@ -12,7 +12,7 @@
                         [--seed S] [--transactions T] [--format F] [--compression C]
                         [--file-compression Z] ...
     ticdc-lake airflow [--home .airflow] [--port 8080] [--log-port 8793] [--spark-master local[*]]
-                       [--configs P]
+                       [--configs P] [--database-url URL] [--parallelism N]
 
 The work happens in the library (pipeline, demo, exports, protocols, workload); this module
 parses arguments and prints, all of it through terminal.printing (control characters escaped,
@@ -497,10 +497,11 @@ def _add_airflow(commands) -> None:
         "airflow",
         help="run a local Airflow with the project's DAGs until Ctrl-C",
         description="Start Airflow (api-server, scheduler, dag-processor, task log server, "
-        "triggerer) from its own AIRFLOW_HOME with SQLite and the LocalExecutor, every one "
-        "listening on 127.0.0.1 only, the project's dags/ and plugins/, and spark_default "
-        "pointing at --spark-master. Prints the UI's URL and the admin login; Ctrl-C stops "
-        "everything it started.",
+        "triggerer) from its own AIRFLOW_HOME with the LocalExecutor, every one listening on "
+        "127.0.0.1 only, the project's dags/ and plugins/, and spark_default pointing at "
+        "--spark-master. The metadata database is SQLite in AIRFLOW_HOME unless "
+        "--database-url (or TICDC_LAKE_AIRFLOW_DB) names another. Prints the UI's URL and the "
+        "admin login; Ctrl-C stops everything it started.",
     )
     airflow.add_argument("--home", type=Path, default=Path(".airflow"), help="AIRFLOW_HOME")
     airflow.add_argument("--port", type=int, default=8080)
@@ -515,7 +516,18 @@ def _add_airflow(commands) -> None:
         default="local[*]",
         help="spark_default's master: local[N], or spark://HOST:PORT of a standalone cluster",
     )
-    airflow.add_argument("--parallelism", type=int, default=2, help="tasks at once")
+    airflow.add_argument(
+        "--database-url",
+        help="the metadata database's SQLAlchemy URL, e.g. "
+        "postgresql+psycopg2://airflow:PASSWORD@127.0.0.1:5432/airflow (or without the password "
+        "and PGPASSWORD set); default TICDC_LAKE_AIRFLOW_DB, else SQLite in --home. The password "
+        "is never printed; prefer the variable to the flag, which other users see in ps",
+    )
+    airflow.add_argument(
+        "--parallelism",
+        type=int,
+        help="tasks at once (default 2 on SQLite, 4 on another database)",
+    )
     airflow.add_argument(
         "--configs", type=Path, help="a pipeline config or a folder of them (default: the demo)"
     )
@@ -526,8 +538,16 @@ def _add_airflow(commands) -> None:
 
 
 def _run_airflow(args) -> int:
-    from ticdc_lake.airflow_local import LocalAirflowSettings, serve
+    from ticdc_lake.airflow_local import (
+        DATABASE_ENV,
+        LocalAirflowSettings,
+        database_url,
+        default_parallelism,
+        serve,
+    )
 
+    given = args.database_url or os.environ.get(DATABASE_ENV)
+    database = database_url(given) if given else None
     project = args.project.resolve()
     if not (project / "dags").is_dir():
         raise ConfigError(f"{project} has no dags/ folder: run from the project or give --project")
@@ -537,8 +557,9 @@ def _run_airflow(args) -> int:
         port=args.port,
         log_port=args.log_port,
         spark_master=args.spark_master,
-        parallelism=args.parallelism,
+        parallelism=args.parallelism or default_parallelism(database),
         configs=args.configs,
+        database_url=database,
     )
     return serve(settings)
 

@@ -1,24 +1,31 @@
 """A real Airflow started by the test (tests/airflow_harness.py: api-server, scheduler and
-dag-processor from ``ticdc-lake airflow``'s launcher, SQLite, its own AIRFLOW_HOME, a free port on
-127.0.0.1), driven through REST API v2 only: it lists the DAGs, a triggered ``ticdc_lake`` run and
-a ``ticdc_lake_backfill`` run reach ``success`` with gold equal to the generator's tables, and a
-viewer may read but not trigger. The harness stops every process it started, pass or fail.
+dag-processor from ``ticdc-lake airflow``'s launcher, the triggerer too where its listeners are
+checked, on PostgreSQL (a temporary server of the session's: tests/postgres_harness.py), its own
+AIRFLOW_HOME, a free port on 127.0.0.1), driven through REST API v2 only: it lists the DAGs, a
+triggered ``ticdc_lake`` run and a ``ticdc_lake_backfill`` run over a TS range reach ``success``
+with gold equal to the generator's tables, and a viewer may read but not trigger. The database's
+password is in none of the logs Airflow writes, nor in what ``ticdc-lake airflow`` prints. The
+harness stops every process it started, pass or fail.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
-from ticdc_lake.airflow_local import session_processes
+from ticdc_lake.airflow_local import DATABASE_ENV, session_processes
 from ticdc_lake.config import load_config
 from ticdc_lake.workload.expected_gold import ExpectedGold
 
-from tests.airflow_harness import run_report, start_airflow, wait_for_run
+from tests.airflow_harness import REPO, free_port, run_report, start_airflow, wait_for_run
 from tests.test_spark import _is_loopback, listening, refused_from_outside
 
 pytestmark = pytest.mark.slow
@@ -104,11 +111,55 @@ def test_triggered_pipeline_and_backfill_succeed_with_gold_right(local_airflow, 
     )
     check_gold(airflow_sample, watermark)
 
+    # The metadata database's password, which every Airflow process and task had in its
+    # environment, is in none of the files they wrote (their output, the task logs).
+    assert local_airflow.settings.sql_alchemy_conn.startswith("postgresql+psycopg2://")
+    assert files_holding(local_airflow.settings.home, local_airflow.settings.secrets) == []
 
-def test_every_process_of_a_local_airflow_listens_on_loopback_only(tmp_path):
+
+def files_holding(folder: Path, secrets: tuple[str, ...]) -> list[Path]:
+    assert secrets and all(len(secret) >= 12 for secret in secrets)
+    return [
+        path
+        for path in folder.rglob("*")
+        if path.is_file() and any(s.encode() in path.read_bytes() for s in secrets)
+    ]
+
+
+def test_ticdc_lake_airflow_refused_by_its_database_prints_why_but_not_the_password(
+    tmp_path, postgres
+):
+    """The command with TICDC_LAKE_AIRFLOW_DB naming a PostgreSQL database it has the wrong
+    password for: ``airflow db migrate`` fails, and the command says so and stops (status 1)
+    showing the URL with ``***`` for the password, which is in no file it wrote either."""
+    postgres.database("airflow_refused")
+    wrong = secrets.token_urlsafe(12) + "@:/%? x"
+    url = (
+        f"postgresql+psycopg2://airflow_refused:{quote(wrong, safe='')}@127.0.0.1:"
+        f"{postgres.port}/airflow_refused"
+    )
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-m", "ticdc_lake", "airflow", "--home", str(home), "--project",
+         str(REPO), "--port", str(free_port()), "--log-port", str(free_port())],
+        env=os.environ | {DATABASE_ENV: url}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "airflow db migrate failed" in output and "password authentication failed" in output
+    assert "metadata database: postgresql+psycopg2://airflow_refused:***@127.0.0.1:" in output
+    for shown in (wrong, quote(wrong, safe="")):
+        assert shown not in output
+    assert files_holding(home, (wrong, quote(wrong, safe=""))) == []
+
+
+def test_every_process_of_a_local_airflow_listens_on_loopback_only(tmp_path, postgres):
     """serve-logs, which the scheduler and the triggerer start with the LocalExecutor, listened
     on every interface (0.0.0.0:8793). As ``ticdc-lake airflow`` starts it, triggerer too."""
-    with start_airflow(tmp_path / "home", configs=None, triggerer=True) as airflow:
+    database = postgres.database("airflow_loopback")
+    with start_airflow(
+        tmp_path / "home", configs=None, database_url=database, triggerer=True
+    ) as airflow:
         found = {
             (address, port)
             for process in airflow.started.values()

@@ -49,7 +49,7 @@ def write_lakes(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def plugin_airflow(tmp_path_factory):
+def plugin_airflow(tmp_path_factory, postgres):
     configs = write_lakes(tmp_path_factory.mktemp("configs"))
     env = {
         "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGER,
@@ -58,6 +58,7 @@ def plugin_airflow(tmp_path_factory):
         "PYTHONPATH": str(REPO),  # the auth manager is the tests'
     }
     with start_airflow(tmp_path_factory.mktemp("airflow-home"), configs=configs,
+                       database_url=postgres.database("airflow_quality_plugin"),
                        env=env) as airflow:  # fmt: skip
         admin = airflow.client("admin")
         wait_for_dags(airflow, set(SHOP) | set(LEDGER))
