@@ -178,9 +178,12 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            # Test data is stamped with its commit times, past or future: accept any CreateTime.
+            # Test data is stamped with its commit times, past or future: accept any CreateTime,
+            # and keep it: with the default retention (7 days, by the records' timestamps) the
+            # retention check, every 5 minutes, deleted a topic of 2024's records mid-session.
             "log.message.timestamp.before.max.ms": str(2**63 - 1),
             "log.message.timestamp.after.max.ms": str(2**63 - 1),
+            "log.retention.ms": "-1",
         }
         path = self.home / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
