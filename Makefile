@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint browser postgres bench bench-decode bench-pipeline bench-pipeline-4m \
+.PHONY: setup demo airflow test lint browser postgres kafka bench bench-decode bench-pipeline bench-pipeline-4m \
 	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
 	bench-files bench-report clean
 
@@ -49,7 +49,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint browser postgres
+test: lint browser postgres kafka
 	$(VENV)/bin/pytest
 
 # The report's browser test needs Chromium: installed from Debian's packages when missing, only
@@ -69,6 +69,19 @@ postgres:
 		&& command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
 	fi
+
+# The real-Kafka tests (tests/kafka_broker.py) need a broker and kcat: Apache Kafka's jars,
+# resolved with mvn from Maven Central once (offline afterwards), and Debian's kcat, installed
+# when missing where apt-get exists and we are root (elsewhere those tests skip and say why).
+kafka: $(VENV)/.kafka
+	@if ! command -v kcat >/dev/null && command -v apt-get >/dev/null \
+		&& [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; \
+	fi
+
+$(VENV)/.kafka: $(VENV)/.installed tests/kafka_broker.py
+	$(PY) -m tests.kafka_broker
+	touch $@
 
 bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows \
 	bench-tenants bench-files bench-report

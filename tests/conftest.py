@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.spark_fixtures", "tests.airflow_harness", "tests.postgres_harness"]
+pytest_plugins = [
+    "tests.spark_fixtures",
+    "tests.airflow_harness",
+    "tests.postgres_harness",
+    "tests.kafka_broker",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 # CI clones the repo with shared/ beside it; TICDC_SHARED points elsewhere if needed.
