@@ -15,6 +15,7 @@ left.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 import time
@@ -60,6 +61,8 @@ def start_airflow(
         schedules=False,  # unpausing must not start a scheduled run ahead of the test's
         python=Path(sys.executable),
     )
+    if os.environ.get("TICDC_LAKE_TESTS_FAST") == "1":
+        pytest.fail("TICDC_LAKE_TESTS_FAST=1: this test starts Airflow; mark it airflow")
     airflow = LocalAirflow(settings)
     airflow.env |= env or {}
     try:
