@@ -1,10 +1,11 @@
 # Two commands matter: `make demo` (set up, run the main job on built-in sample data) and
 # `make test` (set up, lint, run the tests). Both create .venv and install what they need.
+# `make test-fast` is lint and the tests that start no JVM, Airflow or browser (docs/testing.md).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
-.PHONY: setup demo airflow test lint browser postgres kafka bench bench-decode bench-pipeline bench-pipeline-4m \
+.PHONY: setup demo airflow test test-fast lint browser postgres kafka bench bench-decode bench-pipeline bench-pipeline-4m \
 	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
 	bench-files bench-report clean
 
@@ -51,6 +52,13 @@ lint: setup
 
 test: lint browser postgres kafka
 	$(VENV)/bin/pytest
+
+# The fast tier: no test marked spark, airflow, browser, slow, kafka or postgres (tests/conftest.py
+# marks every test asking for the session's Spark, Airflow, Kafka or PostgreSQL). TICDC_LAKE_TESTS_FAST=1 fails any test that
+# starts a JVM or an Airflow all the same, naming the marker it lacks.
+FAST_TIER := not spark and not airflow and not browser and not slow and not kafka and not postgres
+test-fast: lint
+	TICDC_LAKE_TESTS_FAST=1 $(VENV)/bin/pytest -m "$(FAST_TIER)"
 
 # The report's browser test needs Chromium: installed from Debian's packages when missing, only
 # where apt-get exists and we are root (elsewhere the test is skipped and says why).

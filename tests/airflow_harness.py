@@ -17,6 +17,7 @@ Airflow started and fails if one is left.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import socket
 import sys
@@ -72,6 +73,8 @@ def start_airflow(
         database_url=database_url,
         parallelism=default_parallelism(database_url),
     )
+    if os.environ.get("TICDC_LAKE_TESTS_FAST") == "1":
+        pytest.fail("TICDC_LAKE_TESTS_FAST=1: this test starts Airflow; mark it airflow")
     airflow = LocalAirflow(settings)
     airflow.env |= env or {}
     try:

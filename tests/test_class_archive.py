@@ -34,12 +34,14 @@ def test_the_session_driver_is_started_with_this_environments_archive(spark):
     assert f"-XX:SharedArchiveFile={class_archive(sys.executable)}" in arguments
 
 
+@pytest.mark.spark
 def test_the_archive_setup_built_maps_into_a_spark_submit_driver():
     archive = class_archive(sys.executable)
     assert archive.is_file(), f"{archive} missing: `make setup` builds it"
     verify(archive)  # -Xshare:on: a driver that cannot map it does not start
 
 
+@pytest.mark.spark
 def test_a_spark_submit_of_ones_own_maps_the_archive_with_the_printed_options(capsys):
     assert cli_main(["java-options"]) == 0
     printed = capsys.readouterr().out.strip()

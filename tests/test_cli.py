@@ -26,6 +26,7 @@ from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 from tests import hostile_avro
+from tests.golden_files import assert_golden
 
 
 def open_protocol_record(offset: int, **values) -> KafkaRecord:
@@ -69,6 +70,19 @@ def test_decode_prints_one_lossless_json_object_per_event(tmp_path, capsysbinary
     }
     assert first["old_columns"] is None and first["handle_key"] == ["id"]
     assert b"decoded 2 records into 2 events; 0 could not" in captured.err
+
+
+def test_decode_prints_the_golden_json_lines(tmp_path, capsysbinary):
+    """The whole output (tests/golden/decode-open-protocol.jsonl: every key of an event, in
+    order), and the count on stderr after it."""
+    path = tmp_path / "records.parquet"
+    values = {"c_bigint_unsigned": 2**64 - 1, "c_blob": b"\x00\xff", "c_varchar": "中文 🎉"}
+    records = [open_protocol_record(5, **values, c_int=None), open_protocol_record(6)]
+    write_export(path, records, "parquet")
+    assert main(["decode", "--protocol", "open-protocol", str(path)]) == 0
+    captured = capsysbinary.readouterr()
+    assert_golden("decode-open-protocol.jsonl", captured.out.decode())
+    assert captured.err == b"decoded 2 records into 2 events; 0 could not be read or decoded\n"
 
 
 def test_decode_reports_bad_records_and_goes_on(tmp_path, capsysbinary):

@@ -24,6 +24,7 @@ from ticdc_lake.workload import generate_workload
 from ticdc_lake.workload.expected_gold import ExpectedGold
 from ticdc_lake.workload.output import GenerateOptions, write_generated
 
+from tests.golden_files import assert_golden, mask_keys, mask_paths, mask_seconds
 from tests.lake.test_lock import hold_lock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,6 +154,17 @@ def test_the_summary_names_counts_watermarks_gold_tables_and_paths(sample):
     assert f"reports: {config.reports} (no HTML report yet" in text  # no missing path promised
     assert len(generated.export_files) == 1
     assert f"batch 1: 1 file, {records:,} records read" in render_summary(landed)
+
+
+def test_the_summary_and_its_json_are_the_golden_ones(sample):
+    """The run's whole summary (tests/golden/run-summary.txt) and what `ticdc-lake run --json`
+    prints of it (run-summary.json), with the sample's folder and the seconds masked."""
+    generated, _, _, rest, *_ = sample
+    folder = {generated.out_dir: "sample"}
+    summary = mask_seconds(mask_paths(render_summary(rest), folder))
+    assert_golden("run-summary.txt", summary + "\n")
+    document = json.dumps(mask_keys(rest.to_dict(), {"seconds"}), indent=1)
+    assert_golden("run-summary.json", mask_paths(document, folder) + "\n")
 
 
 # --- failures --------------------------------------------------------------------------------

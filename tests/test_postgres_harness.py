@@ -14,6 +14,8 @@ from ticdc_lake.airflow_local import session_processes
 from tests.postgres_harness import start_postgres
 from tests.test_spark import _is_loopback, listening, refused_from_outside
 
+pytestmark = pytest.mark.postgres  # one test starts a server of its own
+
 
 def test_a_database_of_its_own_by_password_on_loopback_only(postgres):
     url = postgres.database("harness_check", password="p@ss:w/rd %?#")

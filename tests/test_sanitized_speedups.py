@@ -103,6 +103,7 @@ def test_the_sanitizers_stop_a_bad_read_and_an_overflow(runtime, tmp_path):
         assert ran.returncode != 0 and report in ran.stderr, (call, ran.stderr[-2000:])
 
 
+@pytest.mark.slow  # builds the extensions, then reruns two folders' tests: over a minute
 def test_decoder_and_silver_tests_pass_on_the_sanitized_extensions(runtime, sanitized):
     env = sanitized_env(runtime, sanitized)
     loaded = subprocess.run(

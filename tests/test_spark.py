@@ -231,6 +231,7 @@ spark.stop()
 """
 
 
+@pytest.mark.spark  # a session of its own, in a child process
 @pytest.mark.slow
 def test_a_spark_ui_asked_for_answers_on_loopback_and_nowhere_else():
     """The UI answered 200 from another address: it listened on every interface."""

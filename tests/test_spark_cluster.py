@@ -26,7 +26,7 @@ from ticdc_lake.workload.expected_gold import ExpectedGold
 
 from tests.airflow_harness import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a master's, a worker's, drivers' JVMs
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

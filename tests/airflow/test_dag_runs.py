@@ -30,7 +30,7 @@ from ticdc_lake.workload.output import write_generated
 
 from tests.quality.conftest import append, rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]  # spark: full_run asks for the session
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

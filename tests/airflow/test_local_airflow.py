@@ -28,7 +28,7 @@ from ticdc_lake.workload.expected_gold import ExpectedGold
 from tests.airflow_harness import REPO, free_port, run_report, start_airflow, wait_for_run
 from tests.test_spark import _is_loopback, listening, refused_from_outside
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 PIPELINE, BACKFILL = "ticdc_lake", "ticdc_lake_backfill"
 # Seven spark-submit jobs take 4-5 minutes on an idle 2-core machine; far more when it is busy.
@@ -80,6 +80,7 @@ def test_tokens_list_dags_and_only_a_viewer_is_refused_a_trigger(local_airflow):
     assert admin.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/by-a-viewer")[0] == 404
 
 
+@pytest.mark.spark  # the DAGs' spark-submits
 def test_triggered_pipeline_and_backfill_succeed_with_gold_right(local_airflow, airflow_sample):
     wait_for_dags(local_airflow, {PIPELINE, BACKFILL})
     admin = local_airflow.client("admin")

@@ -23,7 +23,7 @@ from ticdc_lake.demo import sample_options
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.workload.output import write_generated
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]  # land's spark-submit
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -23,7 +23,7 @@ from tests.plugins.refusing_auth_manager import REFUSED_ENV
 from tests.plugins.test_quality_app import AUTH_MANAGER
 from tests.quality.report_lake import BAD_KEY, fill_lake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 SHOP = ("ticdc_lake__shop", "ticdc_lake_backfill__shop")
 LEDGER = ("ticdc_lake__ledger", "ticdc_lake_backfill__ledger")

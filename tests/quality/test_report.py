@@ -99,6 +99,7 @@ def test_write_report_goes_to_the_configured_reports_folder(lake):
     assert [p.name for p in path.parent.iterdir()] == ["quality.html"]  # no partial file left
 
 
+@pytest.mark.browser
 def test_chromium_renders_the_report_offline(lake, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
