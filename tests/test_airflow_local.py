@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ticdc_lake import airflow_local, cli
-from ticdc_lake.airflow_local import (
+from ticdc_lake.airflow import airflow_local
+from ticdc_lake.airflow.airflow_local import (
     DATABASE_ENV,
     PASSWORDS_FILE,
     AirflowStartError,
@@ -25,6 +25,7 @@ from ticdc_lake.airflow_local import (
     serve,
     session_processes,
 )
+from ticdc_lake.app import cli
 from ticdc_lake.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

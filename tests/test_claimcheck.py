@@ -14,9 +14,9 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.errors import ClaimCheckError, DecodeError
 from ticdc_lake.limits import Limits
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
 
 SECRET = b"outside-the-root"
 DOCUMENT = orjson.dumps({"key": None, "value": "aGVsbG8="})  # value b"hello"

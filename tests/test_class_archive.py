@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ticdc_lake.class_archive import ClassArchiveError, build, verify
-from ticdc_lake.cli import main as cli_main
+from ticdc_lake.app.cli import main as cli_main
 from ticdc_lake.orchestration import DRIVER_JAVA_OPTIONS, class_archive, driver_java_options
+from ticdc_lake.runtime.class_archive import ClassArchiveError, build, verify
 
 
 def test_drivers_are_given_the_class_archive_of_their_environment():

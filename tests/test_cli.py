@@ -12,18 +12,18 @@ from pathlib import Path
 import orjson
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import cli
-from ticdc_lake.cases import BY_NAME, make_column
-from ticdc_lake.cli import decode_exports, main
-from ticdc_lake.codecs import codec_settings
+from ticdc_lake.app import cli
+from ticdc_lake.app.cli import decode_exports, main
+from ticdc_lake.bronze.exports import write_export
 from ticdc_lake.errors import DecodeError, TicdcLakeError
-from ticdc_lake.events import INSERT, Column, RowEvent
-from ticdc_lake.exports import write_export
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.protocols import make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.cases import BY_NAME, make_column
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver.codecs import codec_settings
+from ticdc_lake.silver.events import INSERT, Column, RowEvent
 
 from tests import hostile_avro
 from tests.golden_files import assert_golden

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from ticdc_lake import exports
-from ticdc_lake.exports import ExportError, read_export, write_export
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze.exports import ExportError, read_export, write_export
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 
@@ -412,7 +412,7 @@ def test_lines_at_the_limit_are_kept_and_one_byte_more_is_not():
 
 MEMORY_PROBE = """
 import sys
-from ticdc_lake.exports import read_export
+from ticdc_lake.bronze.exports import read_export
 from ticdc_lake.limits import Limits
 
 def status(name):  # kB

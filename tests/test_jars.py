@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from ticdc_lake import jars
 from ticdc_lake.orchestration import DELTA_ARTIFACTS, delta_conf, jar_name
-from ticdc_lake.spark import delta_settings
+from ticdc_lake.runtime import jars
+from ticdc_lake.runtime.spark import delta_settings
 
 
 @pytest.fixture
@@ -71,8 +71,8 @@ def test_a_jar_whose_sha1_differs_is_refused_and_not_kept(tmp_path, maven_centra
 
 
 def test_a_session_without_the_jars_says_how_to_get_them(monkeypatch, tmp_path):
-    monkeypatch.setattr("ticdc_lake.spark.sys.executable", environment(tmp_path))
-    with pytest.raises(jars.MissingJarsError, match=r"python -m ticdc_lake\.jars"):
+    monkeypatch.setattr("ticdc_lake.runtime.spark.sys.executable", environment(tmp_path))
+    with pytest.raises(jars.MissingJarsError, match=r"python -m ticdc_lake\.runtime\.jars"):
         delta_settings({})
     brought = {"spark.jars.packages": "io.delta:delta-spark_4.1_2.13:4.1.0"}
     assert delta_settings(brought)["spark.sql.extensions"] == (

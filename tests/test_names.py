@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake.names import qualified_name, split_name
+from ticdc_lake.lake.names import qualified_name, split_name
 
 PARTS = st.text(min_size=1, max_size=20)
 

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import pipeline
+from ticdc_lake.app import pipeline
+from ticdc_lake.app.cli import main as cli_main
+from ticdc_lake.app.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
 from ticdc_lake.backfill.run import run_backfill
-from ticdc_lake.cli import main as cli_main
+from ticdc_lake.bronze.land import LandError
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ConfigError
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import LOCK_WAIT_ENV, LakeLockedError
-from ticdc_lake.pipeline import STAGES, pipeline_order, render_summary, run_stages, tso_time
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.land import LandError
-from ticdc_lake.stages.watermark import ChangefeedWatermark
-from ticdc_lake.workload import generate_workload
-from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver.watermark import ChangefeedWatermark
 
 from tests.golden_files import assert_golden, mask_keys, mask_paths, mask_seconds
 from tests.lake.test_lock import hold_lock
@@ -271,7 +271,9 @@ def test_jobs_with_nothing_new_build_no_spark_session(sample, monkeypatch, capsy
         printed = json.loads(capsys.readouterr().out)
         assert printed, name
     argv = ["run", "--config", str(config.source), "--no-quality", "--json"]
-    monkeypatch.setattr("ticdc_lake.spark.build_session", lambda name: pytest.fail("run: session"))
+    monkeypatch.setattr(
+        "ticdc_lake.runtime.spark.build_session", lambda name: pytest.fail("run: session")
+    )
     assert cli_main(argv) == 0
 
 

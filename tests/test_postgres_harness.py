@@ -9,7 +9,7 @@ from contextlib import closing
 
 import psycopg2
 import pytest
-from ticdc_lake.airflow_local import session_processes
+from ticdc_lake.airflow.airflow_local import session_processes
 
 from tests.postgres_harness import start_postgres
 from tests.test_spark import _is_loopback, listening, refused_from_outside

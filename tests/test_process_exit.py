@@ -26,7 +26,7 @@ def test_exit_now_keeps_the_status_and_flushes_buffered_output(status):
     done = run_python(
         "-c",
         "import sys\n"
-        "from ticdc_lake.process_exit import exit_now\n"
+        "from ticdc_lake.runtime.process_exit import exit_now\n"
         "print('result')\n"
         "sys.stderr.write('why')\n"
         f"exit_now({status})\n",
@@ -39,7 +39,7 @@ def test_exit_now_survives_a_reader_that_has_gone():
     done = run_python(
         "-c",
         "import os\n"
-        "from ticdc_lake.process_exit import exit_now\n"
+        "from ticdc_lake.runtime.process_exit import exit_now\n"
         "read_end, write_end = os.pipe()\n"
         "os.dup2(write_end, 1)\n"
         "os.close(read_end)\n"

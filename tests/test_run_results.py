@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ticdc_lake.pipeline import job_main
-from ticdc_lake.run_results import MissingResultError, summarize_run
+from ticdc_lake.app.pipeline import job_main
+from ticdc_lake.app.run_results import MissingResultError, summarize_run
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "include" / "pipeline.example.yaml"

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import (
+from ticdc_lake.silver.schema_registry import (
     DirectorySchemaSource,
     InMemorySchemaRegistry,
     RegistrySchemaSource,
@@ -246,8 +246,8 @@ def test_a_registry_echoing_the_authorization_header_never_shows_the_credentials
 ):
     """The echoed ``Basic <base64 of user:password>`` went to the job's output, its result file
     and the summary task's log and XCom. A job whose stage asks the registry, as decode does."""
-    from ticdc_lake.pipeline import job_main, job_parser
-    from ticdc_lake.run_results import summarize_run
+    from ticdc_lake.app.pipeline import job_main, job_parser
+    from ticdc_lake.app.run_results import summarize_run
 
     url = f"{echoing_registry}/401" if status == 401 else echoing_registry
     source = _rest(url)

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ticdc_lake.cli import _parser, _session
-from ticdc_lake.spark import (
+from ticdc_lake.app.cli import _parser, _session
+from ticdc_lake.runtime.spark import (
     LOCAL_IP_ENV,
     SNAPSHOT_PARTITIONS,
     job_settings,
     listener_settings,
 )
-from ticdc_lake.spark_daemon import compiled_first
+from ticdc_lake.runtime.spark_daemon import compiled_first
 
 SPLITS = "spark.sql.files.minPartitionNum"
 SPLIT_BYTES = "spark.sql.files.maxPartitionBytes"
@@ -128,7 +128,7 @@ def _printed_by_fresh_python(script: str) -> str:
 @needs_thp_status
 def test_disabling_huge_pages_holds_for_the_children_of_the_process():
     script = (
-        "import subprocess, sys; from ticdc_lake.huge_pages import disable_huge_pages; "
+        "import subprocess, sys; from ticdc_lake.runtime.huge_pages import disable_huge_pages; "
         "assert disable_huge_pages(); "
         "print(subprocess.run(['grep', 'THP_enabled', '/proc/self/status'], "
         "capture_output=True, text=True).stdout.split()[1])"
@@ -140,7 +140,7 @@ def test_disabling_huge_pages_holds_for_the_children_of_the_process():
 def test_a_stage_process_without_spark_runs_without_huge_pages_too():
     """Jobs and commands hand their stage a LazySession: compaction may never build it."""
     script = (
-        "from ticdc_lake.spark import LazySession; "
+        "from ticdc_lake.runtime.spark import LazySession; "
         "LazySession(lambda: None); "
         "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])"
     )
@@ -204,7 +204,7 @@ def test_the_commands_build_their_session_with_the_ui_only_when_asked(monkeypatc
         built.append(options)
         return types.SimpleNamespace(version="4")
 
-    monkeypatch.setattr("ticdc_lake.spark.build_session", build_session)
+    monkeypatch.setattr("ticdc_lake.runtime.spark.build_session", build_session)
     for argv in (["run", "--config", "c"], ["demo"], ["run", "--config", "c", "--spark-ui"]):
         args = _parser().parse_args(argv)
         args.spark = None
@@ -222,7 +222,7 @@ def test_the_session_s_driver_listens_on_loopback_only(spark):
 # Builds a local session with the web UI asked for; says where it is; stops when told to.
 _WITH_UI = """
 import json, sys
-from ticdc_lake.spark import build_session
+from ticdc_lake.runtime.spark import build_session
 spark = build_session("ticdc-lake-ui-test", master="local[1]", ui=True)
 info = {"jvm": spark.sparkContext._gateway.proc.pid, "ui": spark.sparkContext.uiWebUrl}
 print(json.dumps(info), flush=True)

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 from ticdc_lake.gold import catalog
 from ticdc_lake.gold.tables import alter_column, delete_rows, drop_columns, reshaped
-from ticdc_lake.spark_columns import map_in_arrow, named_column, quoted
+from ticdc_lake.runtime.spark_columns import map_in_arrow, named_column, quoted
 
 pytestmark = pytest.mark.spark
 

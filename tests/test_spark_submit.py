@@ -1,7 +1,8 @@
-"""The DAGs' Spark operator (ticdc_lake.spark_submit): where a job goes with the ``spark_default``
-connection missing, defined, or set but unreadable, through the provider's own hook resolution
-(no Airflow running, no JVM: the hook is built and its spark-submit command read). The same in a
-fresh Airflow home with `airflow dags test` is tests/airflow/test_spark_connection.py."""
+"""The DAGs' Spark operator (ticdc_lake.airflow.spark_submit): where a job goes with the
+``spark_default`` connection missing, defined, or set but unreadable, through the provider's own
+hook resolution (no Airflow running, no JVM: the hook is built and its spark-submit command
+read). The same in a fresh Airflow home with `airflow dags test` is
+tests/airflow/test_spark_connection.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators import spark_submit as provider
 from airflow.sdk.exceptions import AirflowFailException
-from ticdc_lake import spark_submit
-from ticdc_lake.spark_submit import SparkJobOperator
+from ticdc_lake.airflow import spark_submit
+from ticdc_lake.airflow.spark_submit import SparkJobOperator
 
 VARIABLE = "AIRFLOW_CONN_SPARK_DEFAULT"
 

@@ -1,4 +1,4 @@
-"""What the CLI prints (ticdc_lake.terminal): control characters shown as escapes, credentials
+"""What the CLI prints (ticdc_lake.app.terminal): control characters shown as escapes, credentials
 masked, ordinary text as it is, and every command's output through it."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sys
 
 import orjson
 import pytest
-from ticdc_lake.cli import main
+from ticdc_lake.app.cli import main
+from ticdc_lake.app.terminal import printable, printable_json_bytes, printing
+from ticdc_lake.bronze.exports import write_export
 from ticdc_lake.config import load_config
-from ticdc_lake.exports import write_export
 from ticdc_lake.gold.state import TableState, write_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.terminal import printable, printable_json_bytes, printing
 
 from tests.test_cli import open_protocol_record
 

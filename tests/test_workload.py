@@ -11,18 +11,26 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import COLUMN_TYPES
-from ticdc_lake.codecs import topic_decoder
+from ticdc_lake.bronze.exports import read_exports
 from ticdc_lake.config import load_config
-from ticdc_lake.events import DELETE, INSERT, UPDATE, DdlEvent, ResolvedEvent, RowEvent, json_value
-from ticdc_lake.exports import read_exports
-from ticdc_lake.names import split_name
+from ticdc_lake.lake.names import split_name
 from ticdc_lake.protocols import CodecSettings
-from ticdc_lake.workload import ExpectedLog, canonical_tables, generate_workload
-from ticdc_lake.workload.dispatch import route
-from ticdc_lake.workload.losses import canonical
-from ticdc_lake.workload.output import GenerateOptions, encode_routing, write_generated
+from ticdc_lake.sample.cases import COLUMN_TYPES
+from ticdc_lake.sample.workload import ExpectedLog, canonical_tables, generate_workload
+from ticdc_lake.sample.workload.dispatch import route
+from ticdc_lake.sample.workload.losses import canonical
+from ticdc_lake.sample.workload.output import GenerateOptions, encode_routing, write_generated
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.codecs import topic_decoder
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    DdlEvent,
+    ResolvedEvent,
+    RowEvent,
+    json_value,
+)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.state import INCONSISTENT, WATERMARK
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import IMAGE_TYPE
+from ticdc_lake.silver.rows import IMAGE_TYPE
 
 from tests.gold import test_reduce_keys as keys
 from tests.gold import test_reduce_last as last

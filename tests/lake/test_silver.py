@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ticdc_lake.events import Column, RowEvent
-from ticdc_lake.lake import silver
-from ticdc_lake.lake.silver import ChangeRows
-from ticdc_lake.mysql import FLAG_HANDLE_KEY
+from ticdc_lake.silver import rows as silver
+from ticdc_lake.silver.events import Column, RowEvent
+from ticdc_lake.silver.mysql import FLAG_HANDLE_KEY
+from ticdc_lake.silver.rows import ChangeRows
 
 from tests.speedups import build_extension, extension_built
 from tests.strategies import row_events
@@ -34,7 +34,7 @@ def speedups(tmp_path_factory):
 
 
 def test_speedups_are_used_when_built():
-    if extension_built(SOURCE, "ticdc_lake.lake._silver_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.silver._silver_speedups"):
         assert silver.SPEEDUPS is not None
     else:
         assert silver.SPEEDUPS is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Bronze cut into even splits that decode's tasks read themselves (stages/bronze_splits.py)."""
+"""Bronze cut into even splits that decode's tasks read themselves (silver/bronze_splits.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from ticdc_lake.delta.read import DataFile
-from ticdc_lake.stages import bronze_splits
-from ticdc_lake.stages.bronze_splits import RowRange, SplitReader, even_splits
+from ticdc_lake.silver import bronze_splits
+from ticdc_lake.silver.bronze_splits import RowRange, SplitReader, even_splits
 
 COLUMNS = ("topic", "offset", "batch_id")
 

@@ -13,23 +13,23 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.config import ChangefeedConfig, PipelineConfig
 from ticdc_lake.delta import read_delta
-from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold import reasons
 from ticdc_lake.gold import steps as gold_steps
 from ticdc_lake.gold import tables as gold_tables
+from ticdc_lake.gold.compact import compact, target_of
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.state import TableState, read_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import split_name
+from ticdc_lake.lake.names import split_name
 from ticdc_lake.protocols import CodecSettings
-from ticdc_lake.stages.compact import compact, target_of
-from ticdc_lake.stages.watermark import ChangefeedWatermark, watermark
-from ticdc_lake.workload import generate_workload
+from ticdc_lake.sample.cases import BY_NAME, make_column
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.silver.watermark import ChangefeedWatermark, watermark
 
 from tests.gold import silver_input as si
 

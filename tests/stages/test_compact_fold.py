@@ -22,10 +22,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ticdc_lake.gold import changes as gold_changes
+from ticdc_lake.gold import compact as compact_stage
 from ticdc_lake.gold import tables as gold_tables
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import compact as compact_stage
-from ticdc_lake.stages.compact import compact
 
 from tests.stages.test_compact import _column, _Log
 

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake.gold import tables as gold_tables
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.limits import Limits
-from ticdc_lake.names import qualified_name
 from ticdc_lake.quality.run import validate_stage
-from ticdc_lake.stages.compact import compact
 
 from tests.stages.test_compact import _column, _Log
 

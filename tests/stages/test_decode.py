@@ -20,22 +20,22 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import to_arrow_schema
-from ticdc_lake import exports
-from ticdc_lake.codecs import topic_decoder
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze import land as land_stage
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import delta_table_exists, read_delta, write_delta
 from ticdc_lake.delta.read import DataFile
 from ticdc_lake.errors import DecodeError
-from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
-from ticdc_lake.lake import silver
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import SchemaRegistryUnavailableError
-from ticdc_lake.stages import decode as stage
-from ticdc_lake.stages import land as land_stage
-from ticdc_lake.stages.decode import DecodeResult, DecodeStageError, decode, redecode
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver import decode as stage
+from ticdc_lake.silver import rows as silver
+from ticdc_lake.silver.codecs import topic_decoder
+from ticdc_lake.silver.decode import DecodeResult, DecodeStageError, decode, redecode
+from ticdc_lake.silver.events import Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.silver.schema_registry import SchemaRegistryUnavailableError
 
 from tests import hostile_avro
 

@@ -14,12 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from pyspark.sql.types import StructType
-from ticdc_lake import exports
+from ticdc_lake.bronze import export_parquet, export_source, exports, land_batch
+from ticdc_lake.bronze.land import LandTables, land
+from ticdc_lake.bronze.land_batch import EXPORT_READER, SPARK_PARQUET
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import export_parquet, export_source, land_batch
-from ticdc_lake.stages.land import LandTables, land
-from ticdc_lake.stages.land_batch import EXPORT_READER, SPARK_PARQUET
 
 from tests.stages.test_land import bronze_records, expected, retopic, table, write_config
 from tests.test_exports import parquet_with_a_large_row_group

@@ -15,14 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports
-from ticdc_lake.config import load_config
-from ticdc_lake.errors import ConfigError
-from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.limits import Limits
-from ticdc_lake.records import KafkaRecord
-from ticdc_lake.stages import export_source
-from ticdc_lake.stages.land import (
+from ticdc_lake.bronze import export_source, exports
+from ticdc_lake.bronze.land import (
     LandError,
     LandTables,
     discover_files,
@@ -30,7 +24,12 @@ from ticdc_lake.stages.land import (
     merge_runs,
     overlap_windows,
 )
-from ticdc_lake.stages.land_batch import BatchCommits
+from ticdc_lake.bronze.land_batch import BatchCommits
+from ticdc_lake.config import load_config
+from ticdc_lake.errors import ConfigError
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.limits import Limits
+from ticdc_lake.records import KafkaRecord
 
 from tests.test_exports import parquet_with_a_large_row_group
 

@@ -6,9 +6,9 @@ import os
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from ticdc_lake.bronze.land_batch import _bronze_copies
+from ticdc_lake.bronze.land_tables import LandPlan, LandTables
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages.land_batch import _bronze_copies
-from ticdc_lake.stages.land_tables import LandPlan, LandTables
 
 
 def _landed(path, batch: int, offsets: range) -> set[str]:

@@ -12,13 +12,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import exports
+from ticdc_lake.bronze import export_source, exports, land_batch, land_pass
+from ticdc_lake.bronze.land import LandTables, land
+from ticdc_lake.bronze.land_batch import EXPORT_READER, SPARK_PARQUET
+from ticdc_lake.bronze.land_pass import IS_RECORD, TALLIED, OffsetSpan, PassTally, TaskTally
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import export_source, land_batch, land_pass
-from ticdc_lake.stages.land import LandTables, land
-from ticdc_lake.stages.land_batch import EXPORT_READER, SPARK_PARQUET
-from ticdc_lake.stages.land_pass import IS_RECORD, TALLIED, OffsetSpan, PassTally, TaskTally
 
 from tests.stages.test_export_parquet import ODD_ROWS, kafka_table, parquet_landing, write
 from tests.stages.test_land import (

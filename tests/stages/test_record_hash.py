@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
-from ticdc_lake.stages.export_source import HEADERS_TYPE
-from ticdc_lake.stages.land_batch import with_record_hash
-from ticdc_lake.stages.record_hash import record_hashes
+from ticdc_lake.bronze.export_source import HEADERS_TYPE
+from ticdc_lake.bronze.land_batch import with_record_hash
+from ticdc_lake.bronze.record_hash import record_hashes
 
 SPARK_ROWS = StructType(
     [

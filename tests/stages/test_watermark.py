@@ -14,16 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import TableFileMissingError, read_delta, write_delta
-from ticdc_lake.events import ResolvedEvent
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.stages import watermark as watermark_stage
-from ticdc_lake.stages.watermark import (
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.silver import watermark as watermark_stage
+from ticdc_lake.silver.events import ResolvedEvent
+from ticdc_lake.silver.watermark import (
     WATERMARKS_SCHEMA,
     fold_resolved,
     fold_resolved_rows,
     watermark,
 )
-from ticdc_lake.workload import generate_workload
 
 from tests.gold import silver_input as si
 

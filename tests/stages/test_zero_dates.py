@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from ticdc_lake.gold import changes as gold_changes
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.state import read_state
-from ticdc_lake.stages.compact import compact
 
 from tests.stages.test_compact import _column, _Log
 

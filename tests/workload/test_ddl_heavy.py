@@ -3,7 +3,7 @@ transactions."""
 
 from __future__ import annotations
 
-from ticdc_lake.workload import generate_workload, generator
+from ticdc_lake.sample.workload import generate_workload, generator
 
 
 def _columns_added(workload) -> int:

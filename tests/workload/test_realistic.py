@@ -9,15 +9,13 @@ from decimal import Decimal
 from itertools import groupby
 
 import pytest
-from ticdc_lake import mysql
-from ticdc_lake.cases import COLUMN_TYPES
-from ticdc_lake.events import DELETE, INSERT, UPDATE, RowEvent
-from ticdc_lake.workload import generate_workload
-from ticdc_lake.workload.dispatch import route
-from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.generator import START_PHYSICAL_MS, default_replays
-from ticdc_lake.workload.losses import canonical
-from ticdc_lake.workload.shop import (
+from ticdc_lake.sample.cases import COLUMN_TYPES
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.sample.workload.dispatch import route
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.generator import START_PHYSICAL_MS, default_replays
+from ticdc_lake.sample.workload.losses import canonical
+from ticdc_lake.sample.workload.shop import (
     FIRST_NAMES,
     LAST_NAMES,
     ORDER_STATUSES,
@@ -25,6 +23,8 @@ from ticdc_lake.workload.shop import (
     TIERS,
     shop_tables,
 )
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DELETE, INSERT, UPDATE, RowEvent
 
 TRANSACTIONS = 6000
 

@@ -9,13 +9,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ticdc_lake.events import RowEvent
-from ticdc_lake.exports import read_exports
-from ticdc_lake.workload import streaming
-from ticdc_lake.workload.expected import ExpectedLog
-from ticdc_lake.workload.generator import iter_workload
-from ticdc_lake.workload.output import GenerateOptions, write_generated
-from ticdc_lake.workload.streaming import stream_generated
+from ticdc_lake.bronze.exports import read_exports
+from ticdc_lake.sample.workload import streaming
+from ticdc_lake.sample.workload.expected import ExpectedLog
+from ticdc_lake.sample.workload.generator import iter_workload
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload.streaming import stream_generated
+from ticdc_lake.silver.events import RowEvent
 
 
 def files(directory: Path) -> dict[str, bytes]:
