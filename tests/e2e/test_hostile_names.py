@@ -37,7 +37,7 @@ from ticdc_lake.sample.workload.output import GenerateOptions, codec_settings, w
 from ticdc_lake.sample.workload.tables import ABSOLUTE_SCHEMA
 from ticdc_lake.silver.events import DdlEvent, RowEvent
 
-from tests.stages.test_compact import _column
+from tests.gold.test_compact import _column
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

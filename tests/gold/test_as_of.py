@@ -12,7 +12,7 @@ from ticdc_lake.app.cli import main
 from ticdc_lake.gold.as_of import AsOfError, read_as_of, version_as_of
 from ticdc_lake.gold.compact import compact
 
-from tests.stages.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log
 
 pytestmark = pytest.mark.spark
 

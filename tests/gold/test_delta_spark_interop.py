@@ -12,7 +12,7 @@ from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.quality.run import check_stage
 
 from tests.gold.test_as_of import by_key, row
-from tests.stages.test_compact import _Log
+from tests.gold.test_compact import _Log
 
 pytestmark = pytest.mark.spark
 

@@ -214,7 +214,7 @@ def _image_identity(image: Image | None) -> list | None:
 
 def _event_id(identity: list) -> str:
     # _silver_speedups.c writes this JSON and hashes it itself: change both or neither
-    # (tests/lake/test_silver.py holds their ids equal).
+    # (tests/silver/test_rows.py holds their ids equal).
     encoded = orjson.dumps(identity, default=_bytes_hex)
     return hashlib.blake2b(encoded, digest_size=16).hexdigest()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
 
 def run_python(*args: str) -> subprocess.CompletedProcess:

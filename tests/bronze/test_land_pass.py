@@ -19,8 +19,8 @@ from ticdc_lake.bronze.land_pass import IS_RECORD, TALLIED, OffsetSpan, PassTall
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 
-from tests.stages.test_export_parquet import ODD_ROWS, kafka_table, parquet_landing, write
-from tests.stages.test_land import (
+from tests.bronze.test_export_parquet import ODD_ROWS, kafka_table, parquet_landing, write
+from tests.bronze.test_land import (
     SimulatedKill,
     bronze_records,
     expected,

@@ -20,8 +20,8 @@ from ticdc_lake.bronze.land_batch import EXPORT_READER, SPARK_PARQUET
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 
-from tests.stages.test_land import bronze_records, expected, retopic, table, write_config
-from tests.test_exports import parquet_with_a_large_row_group
+from tests.bronze.test_exports import parquet_with_a_large_row_group
+from tests.bronze.test_land import bronze_records, expected, retopic, table, write_config
 
 UTC = dt.UTC
 MICROS_UTC = pa.timestamp("us", tz="UTC")

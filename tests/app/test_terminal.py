@@ -16,7 +16,7 @@ from ticdc_lake.config import load_config
 from ticdc_lake.gold.state import TableState, write_state
 from ticdc_lake.lake.layout import LakeLayout
 
-from tests.test_cli import open_protocol_record
+from tests.app.test_cli import open_protocol_record
 
 # A table name that, printed raw, clears the screen, homes the cursor, sets the window title,
 # says "Every check passed", returns to the line's start and shows the rest reversed.

@@ -28,7 +28,7 @@ from ticdc_lake.airflow.airflow_local import (
 from ticdc_lake.app import cli
 from ticdc_lake.errors import ConfigError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def settings(tmp_path: Path, **changes) -> LocalAirflowSettings:

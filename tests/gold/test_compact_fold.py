@@ -27,7 +27,7 @@ from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
 
-from tests.stages.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log
 
 TABLES = ("a", "b")
 ADDED = ("c1", "c2", "c3")

@@ -12,7 +12,7 @@ import pytest
 from ticdc_lake.app.pipeline import job_main
 from ticdc_lake.app.run_results import MissingResultError, summarize_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "include" / "pipeline.example.yaml"
 
 

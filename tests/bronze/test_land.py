@@ -31,7 +31,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 
-from tests.test_exports import parquet_with_a_large_row_group
+from tests.bronze.test_exports import parquet_with_a_large_row_group
 
 # --- fixtures and helpers ---------------------------------------------------------------------
 

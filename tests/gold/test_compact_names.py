@@ -25,7 +25,7 @@ from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.limits import Limits
 from ticdc_lake.quality.run import validate_stage
 
-from tests.stages.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log
 
 pytestmark = pytest.mark.spark
 

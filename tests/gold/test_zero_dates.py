@@ -8,7 +8,7 @@ from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.state import read_state
 
-from tests.stages.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log
 
 pytestmark = pytest.mark.spark
 

@@ -27,7 +27,7 @@ from ticdc_lake.silver.watermark import ChangefeedWatermark
 from tests.golden_files import assert_golden, mask_keys, mask_paths, mask_seconds
 from tests.lake.test_lock import hold_lock
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_example_config_loads_with_every_section():
