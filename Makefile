@@ -27,16 +27,16 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	$(PY) -m compileall -q -j 0 include dags plugins spark_jobs
 	touch $@
 
-# Delta Lake's jars for Spark (ticdc_lake.jars, pinned in orchestration.DELTA_ARTIFACTS): with
+# Delta Lake's jars for Spark (ticdc_lake.runtime.jars, pinned in orchestration.DELTA_ARTIFACTS): with
 # Maven's strict checksums, from its local repository once it has them.
 $(VENV)/.jars: $(VENV)/.installed include/ticdc_lake/orchestration.py
-	$(PY) -m ticdc_lake.jars
+	$(PY) -m ticdc_lake.runtime.jars
 	touch $@
 
-# The driver JVM's archive of Spark's classes (ticdc_lake.class_archive): every Spark driver
+# The driver JVM's archive of Spark's classes (ticdc_lake.runtime.class_archive): every Spark driver
 # started from this environment maps it instead of loading the classes from the jars.
 $(VENV)/.class-archive: $(VENV)/.installed $(VENV)/.jars
-	$(PY) -m ticdc_lake.class_archive
+	$(PY) -m ticdc_lake.runtime.class_archive
 	touch $@
 
 demo: setup

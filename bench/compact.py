@@ -39,17 +39,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 from deltalake import DeltaTable, write_deltalake
-from ticdc_lake import mysql
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import open_table
 from ticdc_lake.delta.read import table_schema
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.steps import ROWS_PER_FILE
 from ticdc_lake.gold.tables import COMMIT_TS
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import CHANGES_SCHEMA, COLUMN_TYPE, DDL_SCHEMA
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.watermark import watermark
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.rows import CHANGES_SCHEMA, COLUMN_TYPE, DDL_SCHEMA
+from ticdc_lake.silver.watermark import watermark
 
 from bench.machine import machine_report
 

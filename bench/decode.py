@@ -29,10 +29,10 @@ import fastavro
 import orjson
 from ticdc_lake.protocols import make_decoder
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import InMemorySchemaRegistry
-from ticdc_lake.workload import generate_workload
-from ticdc_lake.workload.dispatch import route
-from ticdc_lake.workload.output import GenerateOptions, codec_settings, encode_routing
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.sample.workload.dispatch import route
+from ticdc_lake.sample.workload.output import GenerateOptions, codec_settings, encode_routing
+from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
 
 ROWS_PER_TRANSACTION = 3.8  # what the generator averages; used to size the workload
 

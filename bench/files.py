@@ -21,9 +21,9 @@ import shutil
 import time
 from pathlib import Path
 
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.land import land
-from ticdc_lake.workload.generator import REALISTIC
+from ticdc_lake.bronze.land import land
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.sample.workload.generator import REALISTIC
 
 from bench.machine import machine_report
 from bench.pipeline import (

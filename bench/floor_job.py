@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from ticdc_lake.spark import build_session
+from ticdc_lake.runtime.spark import build_session
 
 
 def main(argv: list[str]) -> None:

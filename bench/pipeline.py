@@ -50,17 +50,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
+from ticdc_lake.bronze.land import land
 from ticdc_lake.config import load_config
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.bronze_splits import batch_records
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import BRONZE_COLUMNS, PartitionDecoder, decode
-from ticdc_lake.stages.land import land
-from ticdc_lake.stages.watermark import watermark
-from ticdc_lake.workload.generator import DDL_HEAVY, DEFAULT_PROFILE, PROFILES, REALISTIC
-from ticdc_lake.workload.output import GenerateOptions
-from ticdc_lake.workload.streaming import stream_generated
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.sample.workload.generator import DDL_HEAVY, DEFAULT_PROFILE, PROFILES, REALISTIC
+from ticdc_lake.sample.workload.output import GenerateOptions
+from ticdc_lake.sample.workload.streaming import stream_generated
+from ticdc_lake.silver.bronze_splits import batch_records
+from ticdc_lake.silver.decode import BRONZE_COLUMNS, PartitionDecoder, decode
+from ticdc_lake.silver.watermark import watermark
 
 from bench.machine import ProcessSampler, machine_report
 

@@ -18,11 +18,11 @@ import json
 import os
 import time
 
+from ticdc_lake.app.pipeline import run_stages
 from ticdc_lake.orchestration import QUALITY_AFTER
-from ticdc_lake.pipeline import run_stages
 from ticdc_lake.quality.report import write_report
-from ticdc_lake.spark import build_session
-from ticdc_lake.workload.generator import DEFAULT_PROFILE
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.sample.workload.generator import DEFAULT_PROFILE
 
 from bench.machine import machine_report
 from bench.pipeline import DRIVER_MEMORY, fresh_config, run_benchmark, workload

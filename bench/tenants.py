@@ -23,13 +23,13 @@ import os
 import time
 from pathlib import Path
 
+from ticdc_lake.bronze.land import land
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import decode
-from ticdc_lake.stages.land import land
-from ticdc_lake.stages.watermark import watermark
-from ticdc_lake.workload.generator import REALISTIC
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.sample.workload.generator import REALISTIC
+from ticdc_lake.silver.decode import decode
+from ticdc_lake.silver.watermark import watermark
 
 from bench.machine import machine_report
 from bench.pipeline import (

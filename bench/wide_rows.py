@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import yaml
-from ticdc_lake import mysql
 from ticdc_lake.config import load_config
-from ticdc_lake.events import Column, RowEvent
 from ticdc_lake.protocols import make_encoder
-from ticdc_lake.stages.decode import PartitionDecoder
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.decode import PartitionDecoder
+from ticdc_lake.silver.events import Column, RowEvent
 
 from bench.machine import machine_report
 

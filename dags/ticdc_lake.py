@@ -36,7 +36,7 @@ the first run. Schedule: `TICDC_LAKE_SCHEDULE` (default `@hourly`).
 from __future__ import annotations
 
 from airflow.sdk import DAG, task
-from ticdc_lake import dag_parts
+from ticdc_lake.airflow import dag_parts
 from ticdc_lake.orchestration import (
     DEMO_PROTOCOL,
     DEMO_TRANSACTIONS,
@@ -56,7 +56,7 @@ def prepare_demo(config: str) -> str:
     """Generate the demo sample when it is missing (a fresh install), else reuse it."""
     from pathlib import Path
 
-    from ticdc_lake.demo import prepare_sample
+    from ticdc_lake.app.demo import prepare_sample
 
     path = Path(config)
     sample = prepare_sample(

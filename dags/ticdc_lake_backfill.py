@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from ticdc_lake import dag_parts
+from ticdc_lake.airflow import dag_parts
 from ticdc_lake.orchestration import PipelineSource, discover_configs
 
 # Each interval of `airflow backfill create` is one run over that hour's TSOs.

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sys
 
+from ticdc_lake.app.pipeline import job_main, job_parser
 from ticdc_lake.orchestration import BackfillParamError, parse_tables, parse_ts
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
+from ticdc_lake.runtime.process_exit import exit_now
 
 
 def parse_args(argv: list[str] | None):
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # pyspark is imported by the job's body only, after the arguments are known to be good.
     from ticdc_lake.backfill.run import run_backfill
-    from ticdc_lake.spark import build_session
+    from ticdc_lake.runtime.spark import build_session
 
     def work(spark, config):
         return run_backfill(

@@ -1,4 +1,4 @@
-"""spark-submit entry point of the compact stage: silver → gold (ticdc_lake.stages.compact).
+"""spark-submit entry point of the compact stage: silver → gold (ticdc_lake.gold.compact).
 
     spark-submit spark_jobs/compact.py --config pipeline.yaml
     spark-submit spark_jobs/compact.py --config pipeline.yaml --changefeed feed --until-ts TSO
@@ -10,10 +10,10 @@ names it and why; the other tables were compacted).
 
 from __future__ import annotations
 
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.compact import compact
+from ticdc_lake.app.pipeline import job_main, job_parser
+from ticdc_lake.gold.compact import compact
+from ticdc_lake.runtime.process_exit import exit_now
+from ticdc_lake.runtime.spark import build_session
 
 
 def parse_args(argv: list[str] | None):

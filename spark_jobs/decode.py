@@ -1,4 +1,4 @@
-"""spark-submit entry point of the decode stage: bronze → silver (ticdc_lake.stages.decode).
+"""spark-submit entry point of the decode stage: bronze → silver (ticdc_lake.silver.decode).
 
     spark-submit spark_jobs/decode.py --config pipeline.yaml
     spark-submit spark_jobs/decode.py --config pipeline.yaml --redecode-batches 3 4
@@ -9,10 +9,10 @@ Prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.decode import decode, redecode
+from ticdc_lake.app.pipeline import job_main, job_parser
+from ticdc_lake.runtime.process_exit import exit_now
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.silver.decode import decode, redecode
 
 
 def parse_args(argv: list[str] | None):

@@ -1,4 +1,4 @@
-"""spark-submit entry point of the land stage: export files → bronze (ticdc_lake.stages.land).
+"""spark-submit entry point of the land stage: export files → bronze (ticdc_lake.bronze.land).
 
     spark-submit spark_jobs/land.py --config pipeline.yaml
 
@@ -8,10 +8,10 @@ batch a killed run left) and prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.land import land
+from ticdc_lake.app.pipeline import job_main, job_parser
+from ticdc_lake.bronze.land import land
+from ticdc_lake.runtime.process_exit import exit_now
+from ticdc_lake.runtime.spark import build_session
 
 
 def parse_args(argv: list[str] | None):

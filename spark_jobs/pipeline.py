@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from ticdc_lake.cli import main as cli_main
-from ticdc_lake.process_exit import exit_now
+from ticdc_lake.app.cli import main as cli_main
+from ticdc_lake.runtime.process_exit import exit_now
 
 
 def main(argv: list[str] | None = None) -> int:

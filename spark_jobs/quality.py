@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
+from ticdc_lake.app.pipeline import job_main, job_parser
 from ticdc_lake.quality.run import STAGES, check_stage
-from ticdc_lake.spark import build_session
+from ticdc_lake.runtime.process_exit import exit_now
+from ticdc_lake.runtime.spark import build_session
 
 
 def parse_args(argv: list[str] | None):

@@ -1,5 +1,5 @@
 """spark-submit entry point of the watermark stage: resolved events → watermarks
-(ticdc_lake.stages.watermark).
+(ticdc_lake.silver.watermark).
 
     spark-submit spark_jobs/watermark.py --config pipeline.yaml
 
@@ -8,10 +8,10 @@ Prints the stage's result as one JSON object.
 
 from __future__ import annotations
 
-from ticdc_lake.pipeline import job_main, job_parser
-from ticdc_lake.process_exit import exit_now
-from ticdc_lake.spark import build_session
-from ticdc_lake.stages.watermark import watermark
+from ticdc_lake.app.pipeline import job_main, job_parser
+from ticdc_lake.runtime.process_exit import exit_now
+from ticdc_lake.runtime.spark import build_session
+from ticdc_lake.silver.watermark import watermark
 
 
 def parse_args(argv: list[str] | None):

@@ -26,14 +26,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from ticdc_lake.airflow_local import (
+from ticdc_lake.airflow.airflow_local import (
     LocalAirflow,
     LocalAirflowSettings,
     default_parallelism,
     session_processes,
 )
-from ticdc_lake.demo import sample_options
-from ticdc_lake.workload.output import write_generated
+from ticdc_lake.app.demo import sample_options
+from ticdc_lake.sample.workload.output import write_generated
 
 REPO = Path(__file__).resolve().parent.parent
 FINISHED = {"success", "failed"}

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from ticdc_lake.airflow_local import session_processes, signal_session
+from ticdc_lake.airflow.airflow_local import session_processes, signal_session
 
 from tests.airflow_harness import free_port
 

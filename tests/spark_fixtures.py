@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ticdc_lake.spark import build_session
+from ticdc_lake.runtime.spark import build_session
 
 TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",

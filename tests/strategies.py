@@ -11,8 +11,7 @@ import datetime as dt
 import json
 
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import (
+from ticdc_lake.sample.cases import (
     BY_NAME,
     COLUMN_TYPES,
     ColumnType,
@@ -21,7 +20,8 @@ from ticdc_lake.cases import (
     integer_range,
     make_column,
 )
-from ticdc_lake.events import DELETE, OPS, UPDATE, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DELETE, OPS, UPDATE, DdlEvent, ResolvedEvent, RowEvent
 
 KEY_TYPE = BY_NAME["c_bigint"]
 TSO = st.integers(min_value=1, max_value=2**63 - 1)

@@ -10,11 +10,11 @@ import cramjam
 import pytest
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import DecodeError
-from ticdc_lake.events import INSERT, Column, RowEvent
 from ticdc_lake.limits import MIB, LimitExceededError, Limits
-from ticdc_lake.mysql import TYPE_LONG, TYPE_VARCHAR
 from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.silver.events import INSERT, Column, RowEvent
+from ticdc_lake.silver.mysql import TYPE_LONG, TYPE_VARCHAR
 
 GIB = 1024 * MIB
 

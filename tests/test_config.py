@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ticdc_lake import exports
-from ticdc_lake.claimcheck import ClaimCheckStore
-from ticdc_lake.codecs import codec_settings
+from ticdc_lake.bronze import exports
 from ticdc_lake.config import ChangefeedConfig, load_config
 from ticdc_lake.errors import ConfigError
 from ticdc_lake.limits import Limits
 from ticdc_lake.quality.settings import CHECKS, QualitySettings, default_policies
-from ticdc_lake.schema_registry import (
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
+from ticdc_lake.silver.codecs import codec_settings
+from ticdc_lake.silver.schema_registry import (
     DirectorySchemaSource,
     InMemorySchemaRegistry,
     RegistrySchemaSource,
     SchemasTopicSource,
 )
-from ticdc_lake.workload.output import GenerateOptions, write_generated
 
 MINIMAL = {"topics": {"orders": {"protocol": "open-protocol", "partitions": 3}}}
 
@@ -340,7 +340,7 @@ def test_schema_registry_password_env_unset(tmp_path, monkeypatch):
     assert "LAKE_TEST_REGISTRY_PASSWORD is not set (schema-registry password-env" in message
 
 
-# --- codec settings (ticdc_lake.codecs) ----------------------------------------------------
+# --- codec settings (ticdc_lake.silver.codecs) ----------------------------------------------------
 
 
 def test_codec_settings_of_a_json_topic(tmp_path):

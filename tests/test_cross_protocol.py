@@ -2,11 +2,11 @@
 what each protocol loses.
 
 What each protocol keeps is stated once, one function per protocol, in
-`ticdc_lake.workload.losses` (keep_open_protocol, keep_craft, keep_canal_json, keep_avro); the
-silver inputs of the compact tests (tests/gold/silver_input.py) and the end-to-end tests' check
-of decoded silver rely on the same functions. Here every protocol is decoded and compared with
-those projections partition by partition, the losses are asserted as facts, and the four
-decodings are compared with each other on what all of them keep.
+`ticdc_lake.sample.workload.losses` (keep_open_protocol, keep_craft, keep_canal_json,
+keep_avro); the silver inputs of the compact tests (tests/gold/silver_input.py) and the
+end-to-end tests' check of decoded silver rely on the same functions. Here every protocol is
+decoded and compared with those projections partition by partition, the losses are asserted as
+facts, and the four decodings are compared with each other on what all of them keep.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import dataclasses
 from collections import Counter
 
 import pytest
-from ticdc_lake import mysql
-from ticdc_lake.events import DELETE, UPDATE, DdlEvent, ResolvedEvent, RowEvent
-from ticdc_lake.lake.silver import ChangeRows
 from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.protocols import PROTOCOLS, CodecSettings, make_decoder
-from ticdc_lake.schema_registry import InMemorySchemaRegistry
-from ticdc_lake.workload import generate_workload
-from ticdc_lake.workload.check import compare_streams, compare_with_workload
-from ticdc_lake.workload.dispatch import route
-from ticdc_lake.workload.losses import canonical, kept
-from ticdc_lake.workload.output import encode_routing
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.sample.workload.check import compare_streams, compare_with_workload
+from ticdc_lake.sample.workload.dispatch import route
+from ticdc_lake.sample.workload.losses import canonical, kept
+from ticdc_lake.sample.workload.output import encode_routing
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DELETE, UPDATE, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.silver.rows import ChangeRows
+from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
 
 VARIANTS = {
     "open-protocol": dict(),

@@ -27,10 +27,10 @@ SUBMODULES = {path.stem for path in DELTA.glob("*.py")} - {"__init__"}
 # present_files). The interface has no calls for these steps yet. Remove an entry once its
 # imports are gone (the test fails on entries no longer needed).
 ALLOWED_SUBMODULE_IMPORTS = {
-    "include/ticdc_lake/stages/land_batch.py": {"files", "read", "schema", "write"},
-    "include/ticdc_lake/stages/land_pass.py": {"files"},
-    "include/ticdc_lake/stages/decode.py": {"files", "read", "schema", "write"},
-    "include/ticdc_lake/stages/bronze_splits.py": {"read"},
+    "include/ticdc_lake/bronze/land_batch.py": {"files", "read", "schema", "write"},
+    "include/ticdc_lake/bronze/land_pass.py": {"files"},
+    "include/ticdc_lake/silver/decode.py": {"files", "read", "schema", "write"},
+    "include/ticdc_lake/silver/bronze_splits.py": {"read"},
 }
 
 

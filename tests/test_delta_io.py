@@ -491,7 +491,7 @@ def test_failed_job_leaves_no_files(spark, tmp_path):
 KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
-    from ticdc_lake.spark import build_session
+    from ticdc_lake.runtime.spark import build_session
     from ticdc_lake.delta import write_delta
 
     spark = build_session("killed-write", master="local[1]", conf={"spark.ui.enabled": "false"})

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyspark
 import pytest
 import yaml
-from ticdc_lake.airflow_local import LocalAirflowSettings
+from ticdc_lake.airflow.airflow_local import LocalAirflowSettings
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT_MOUNT = "/opt/ticdc-lake"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
-from ticdc_lake.events import Column, RowEvent, to_json_dict
 from ticdc_lake.limits import Limits
-from ticdc_lake.mysql import FLAG_BINARY, FLAG_HANDLE_KEY, TYPE_LONG, TYPE_VARCHAR, float32
 from ticdc_lake.protocols import CodecSettings, make_decoder
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
+from ticdc_lake.silver.events import Column, RowEvent, to_json_dict
+from ticdc_lake.silver.mysql import FLAG_BINARY, FLAG_HANDLE_KEY, TYPE_LONG, TYPE_VARCHAR, float32
 
 
 @pytest.mark.parametrize("codec", ["none", "snappy", "lz4"])

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 from confluent_kafka import Producer
-from ticdc_lake import exports
+from ticdc_lake.bronze import exports
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

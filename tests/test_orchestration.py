@@ -27,7 +27,7 @@ NOON_TSO = int(NOON.timestamp() * 1000) << 18
 
 
 def test_stages_are_the_pipelines():
-    from ticdc_lake.pipeline import STAGES as PIPELINE_STAGES
+    from ticdc_lake.app.pipeline import STAGES as PIPELINE_STAGES
 
     assert STAGES == PIPELINE_STAGES
 

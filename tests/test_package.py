@@ -46,7 +46,7 @@ def test_pyproject_declares_every_library_the_package_imports():
 def test_no_import_points_up_or_round():
     """spark.py builds sessions and knows nothing of the lake (delta/ imports it); reading
     export files knows nothing of the protocols (decoding them is the CLI's and the stages')."""
-    spark = imported_modules(PACKAGE / "spark.py")
+    spark = imported_modules(PACKAGE / "runtime" / "spark.py")
     assert not {m for m in spark if m.startswith("ticdc_lake.delta")}
-    exports = imported_modules(PACKAGE / "exports.py")
+    exports = imported_modules(PACKAGE / "bronze" / "exports.py")
     assert not {m for m in exports if m.startswith("ticdc_lake.protocols")}

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ticdc_lake.cli import main
+from ticdc_lake.app.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ticdc_lake.airflow_local import session_processes, signal_session
+from ticdc_lake.airflow.airflow_local import session_processes, signal_session
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.orchestration import delta_conf
-from ticdc_lake.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
 
 from tests.airflow_harness import free_port
 

@@ -1,3 +1,3 @@
-from ticdc_lake.cli import run
+from ticdc_lake.app.cli import run
 
 run()

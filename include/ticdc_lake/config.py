@@ -52,7 +52,7 @@ file, the line, the key, what was expected and what was found:
 
     pipeline.yaml line 7: topics.orders.partitions: expected a whole number >= 1, got 'three'
 
-Only what needs the outside world waits until the decoders are built (ticdc_lake.codecs): a
+Only what needs the outside world waits until the decoders are built (ticdc_lake.silver.codecs): a
 schema registry's password from the environment, the schema files themselves. The result is
 plain frozen data (PipelineConfig); relative paths are made relative to the config file.
 """
@@ -295,8 +295,8 @@ _Options = Annotated[dict[str, Any], _expect("a mapping of option names to value
 
 def _declarable(text: str) -> str:
     """A column type column-types may give (see protocols.avro, where they are read)."""
-    from ticdc_lake import mysql
     from ticdc_lake.protocols.avro import DECLARABLE_TYPES
+    from ticdc_lake.silver import mysql
 
     parsed = mysql.parsed_column_type_or_none(text)
     if parsed is None or parsed.base not in DECLARABLE_TYPES:

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# In pipeline order (the same as ticdc_lake.pipeline.STAGES; a test keeps them in step).
+# In pipeline order (the same as ticdc_lake.app.pipeline.STAGES; a test keeps them in step).
 STAGES = ("land", "decode", "watermark", "compact")
 
-# The driver JVM's options: the sessions Python starts (ticdc_lake.spark) and each stage's
+# The driver JVM's options: the sessions Python starts (ticdc_lake.runtime.spark) and each stage's
 # spark-submit (the DAGs; TICDC_LAKE_DRIVER_JAVA_OPTIONS replaces them, empty gives none and
 # spark-defaults.conf decides). ``driver_java_options`` adds the class archive.
 # - The stages are batch jobs: throughput counts, not pause times. With the parallel
@@ -38,8 +38,8 @@ DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 DRIVER_JAVA_OPTIONS_ENV = "TICDC_LAKE_DRIVER_JAVA_OPTIONS"
 
 # Where, in the Python environment Spark runs from, ``make setup`` keeps the driver JVM's
-# archive of Spark's classes (``ticdc_lake.class_archive``). Under Airflow every job is a new
-# JVM that loads them: mapped from the archive, the DAG's seven jobs on 200k events took
+# archive of Spark's classes (``ticdc_lake.runtime.class_archive``). Under Airflow every job is a
+# new JVM that loads them: mapped from the archive, the DAG's seven jobs on 200k events took
 # 56.0-56.7 s against 76.4 s (bench.submit), 2.3-2.4 s each with nothing new against 2.6-3.1.
 CLASS_ARCHIVE = Path("share") / "ticdc-lake" / "spark-classes.jsa"
 
@@ -51,7 +51,7 @@ def class_archive(python: str) -> Path:
 
 # Delta Lake on Spark: the jars of delta-spark built for Spark 4.1 (the newest build Maven
 # Central serves; its Python package is pinned beside pyspark 4.1.1 in requirements.txt), which
-# ``make setup`` fetches once into the Python environment (``python -m ticdc_lake.jars``).
+# ``make setup`` fetches once into the Python environment (``python -m ticdc_lake.runtime.jars``).
 DELTA_ARTIFACTS = ("io.delta:delta-spark_4.1_2.13:4.1.0", "io.delta:delta-storage:4.1.0")
 DELTA_JARS = Path("share") / "ticdc-lake" / "jars"
 DELTA_SESSION_CONF = {
@@ -62,7 +62,7 @@ DELTA_SESSION_CONF = {
 
 def delta_jars(python: str) -> list[Path]:
     """The Delta jars of the environment ``python`` is in, one per DELTA_ARTIFACTS entry (a
-    missing one is left out: ``ticdc_lake.jars`` says how to fetch it)."""
+    missing one is left out: ``ticdc_lake.runtime.jars`` says how to fetch it)."""
     folder = Path(python).parent.parent / DELTA_JARS
     return [path for path in map(folder.joinpath, jar_names()) if path.is_file()]
 

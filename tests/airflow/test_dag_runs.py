@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from ticdc_lake.app.demo import sample_options
+from ticdc_lake.app.pipeline import run_stages
 from ticdc_lake.backfill.plan import lake_versions
 from ticdc_lake.config import load_config
-from ticdc_lake.demo import sample_options
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.pipeline import run_stages
-from ticdc_lake.workload.output import write_generated
+from ticdc_lake.sample.workload.output import write_generated
 
 from tests.quality.conftest import append, rows
 

@@ -21,12 +21,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from ticdc_lake.airflow_local import DATABASE_ENV, session_processes
+from ticdc_lake.airflow.airflow_local import DATABASE_ENV, session_processes
 from ticdc_lake.config import load_config
-from ticdc_lake.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
 
 from tests.airflow_harness import REPO, free_port, run_report, start_airflow, wait_for_run
-from tests.test_spark import _is_loopback, listening, refused_from_outside
+from tests.runtime.test_spark import _is_loopback, listening, refused_from_outside
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 

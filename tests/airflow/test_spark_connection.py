@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from ticdc_lake.app.demo import sample_options
 from ticdc_lake.config import load_config
-from ticdc_lake.demo import sample_options
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.workload.output import write_generated
+from ticdc_lake.sample.workload.output import write_generated
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]  # land's spark-submit
 

@@ -22,19 +22,20 @@ from pathlib import Path
 import pyarrow.compute as pc
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports, mysql
-from ticdc_lake.codecs import topic_decoder
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze.land import LandResult, land
 from ticdc_lake.config import PipelineConfig, load_config
-from ticdc_lake.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
+from ticdc_lake.gold.compact import CompactResult, compact
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import qualified_name, split_name
+from ticdc_lake.lake.names import qualified_name, split_name
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.stages.compact import CompactResult, compact
-from ticdc_lake.stages.decode import DecodeResult, decode
-from ticdc_lake.stages.land import LandResult, land
-from ticdc_lake.stages.watermark import WatermarkResult, watermark
-from ticdc_lake.workload import Workload
-from ticdc_lake.workload.output import GeneratedOutput, GenerateOptions, write_generated
+from ticdc_lake.sample.workload import Workload
+from ticdc_lake.sample.workload.output import GeneratedOutput, GenerateOptions, write_generated
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.codecs import topic_decoder
+from ticdc_lake.silver.decode import DecodeResult, decode
+from ticdc_lake.silver.events import Column, DdlEvent, Image, ResolvedEvent, RowEvent, json_value
+from ticdc_lake.silver.watermark import WatermarkResult, watermark
 
 from tests.gold import silver_input as si
 

@@ -18,16 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports, mysql
-from ticdc_lake.cases import BY_NAME, make_column
+from ticdc_lake.app.pipeline import run_stages
+from ticdc_lake.bronze import exports
 from ticdc_lake.config import load_config
-from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, RowEvent
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.pipeline import run_stages
 from ticdc_lake.protocols import CodecSettings, make_encoder
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import InMemorySchemaRegistry
+from ticdc_lake.sample.cases import BY_NAME, make_column
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DELETE, INSERT, UPDATE, Column, RowEvent
+from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import fastavro
 import pytest
 import yaml
+from ticdc_lake.bronze.land import LandTables
 from ticdc_lake.config import load_config
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.schema_registry import DirectorySchemaSource
-from ticdc_lake.stages.land import LandTables
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver.schema_registry import DirectorySchemaSource
 
 from tests.e2e import lakes
 

@@ -23,21 +23,21 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports
+from ticdc_lake.app.pipeline import run_stages
+from ticdc_lake.bronze import exports
 from ticdc_lake.config import load_config
-from ticdc_lake.events import DdlEvent, RowEvent
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.pipeline import run_stages
 from ticdc_lake.protocols import make_encoder
 from ticdc_lake.quality.results import RESULTS_SCHEMA
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.generator import HOSTILE_NAMES
-from ticdc_lake.workload.output import GenerateOptions, codec_settings, write_generated
-from ticdc_lake.workload.tables import ABSOLUTE_SCHEMA
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.generator import HOSTILE_NAMES
+from ticdc_lake.sample.workload.output import GenerateOptions, codec_settings, write_generated
+from ticdc_lake.sample.workload.tables import ABSOLUTE_SCHEMA
+from ticdc_lake.silver.events import DdlEvent, RowEvent
 
-from tests.stages.test_compact import _column
+from tests.gold.test_compact import _column
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

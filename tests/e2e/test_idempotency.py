@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake import exports
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze.land import land
 from ticdc_lake.config import PipelineConfig, load_config
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import decode
-from ticdc_lake.stages.land import land
-from ticdc_lake.stages.watermark import watermark
-from ticdc_lake.workload.output import GeneratedOutput, GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GeneratedOutput, GenerateOptions, write_generated
+from ticdc_lake.silver.decode import decode
+from ticdc_lake.silver.watermark import watermark
 
 from tests.e2e.lakes import assert_gold_is_expected
 

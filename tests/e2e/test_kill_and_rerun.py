@@ -43,7 +43,7 @@ from deltalake import DeltaTable
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import read_delta
 from ticdc_lake.orchestration import delta_conf
-from ticdc_lake.stages.watermark import watermark
+from ticdc_lake.silver.watermark import watermark
 
 from tests.e2e.test_idempotency import (
     TableState,

@@ -16,16 +16,25 @@ from decimal import Decimal
 import orjson
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import exports, mysql
-from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze.land import land
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.protocols import CodecSettings
 from ticdc_lake.protocols.open_protocol import OpenProtocolEncoder, go_json, split_entries
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import decode
-from ticdc_lake.stages.land import land
-from ticdc_lake.stages.watermark import watermark
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.decode import decode
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    ResolvedEvent,
+    RowEvent,
+)
+from ticdc_lake.silver.watermark import watermark
 
 from tests.gold import silver_input as si
 from tests.protocols.test_open_protocol import frame

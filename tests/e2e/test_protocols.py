@@ -15,14 +15,14 @@ from itertools import pairwise
 
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import mysql
 from ticdc_lake.delta import read_delta
-from ticdc_lake.events import DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.gold.state import read_state
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.quality.run import STAGES, validate_stage
-from ticdc_lake.workload.losses import kept
-from ticdc_lake.workload.output import codec_settings
+from ticdc_lake.sample.workload.losses import kept
+from ticdc_lake.sample.workload.output import codec_settings
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import DdlEvent, ResolvedEvent, RowEvent
 
 from tests.e2e import lakes
 

@@ -13,15 +13,15 @@ from collections import defaultdict
 
 import pytest
 import yaml
+from ticdc_lake.app.pipeline import run_stages
 from ticdc_lake.backfill.run import run_backfill
 from ticdc_lake.config import load_config
-from ticdc_lake.events import RowEvent
 from ticdc_lake.gold.state import read_state
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import qualified_name
-from ticdc_lake.pipeline import run_stages
-from ticdc_lake.workload.expected_gold import ExpectedGold
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.lake.names import qualified_name
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+from ticdc_lake.silver.events import RowEvent
 
 from tests.e2e.lakes import decoded
 

@@ -30,12 +30,12 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from deltalake import DeltaTable
-from ticdc_lake import exports
+from ticdc_lake.bronze import exports
+from ticdc_lake.bronze.land import land
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.stages.land import land
-from ticdc_lake.workload.output import GeneratedOutput, GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GeneratedOutput, GenerateOptions, write_generated
 
 from tests.e2e import lakes
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
-from ticdc_lake.cli import main
+from ticdc_lake.app.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -38,8 +38,8 @@ PASSWORD_ENV = "TEST_SCHEMA_REGISTRY_PASSWORD"
 RUNNER = textwrap.dedent(
     """
     import logging, sys
-    from ticdc_lake.cli import main
-    from ticdc_lake.spark import build_session
+    from ticdc_lake.app.cli import main
+    from ticdc_lake.runtime.spark import build_session
 
     logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     spark = build_session("secrets", master="local[2]", conf={"spark.ui.enabled": "false"})

@@ -20,9 +20,14 @@ import pyarrow as pa
 import yaml
 from ticdc_lake.config import PipelineConfig, load_config
 from ticdc_lake.delta import write_delta
-from ticdc_lake.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import (
+from ticdc_lake.protocols import CodecSettings
+from ticdc_lake.sample.workload import Workload
+from ticdc_lake.sample.workload.dispatch import Routing, route
+from ticdc_lake.sample.workload.expected_gold import ExpectedGold, typed_value
+from ticdc_lake.sample.workload.losses import kept
+from ticdc_lake.silver.events import DdlEvent, Event, ResolvedEvent, RowEvent
+from ticdc_lake.silver.rows import (
     CHANGES_SCHEMA,
     DDL_SCHEMA,
     RESOLVED_SCHEMA,
@@ -30,11 +35,6 @@ from ticdc_lake.lake.silver import (
     ddl_row,
     resolved_row,
 )
-from ticdc_lake.protocols import CodecSettings
-from ticdc_lake.workload import Workload
-from ticdc_lake.workload.dispatch import Routing, route
-from ticdc_lake.workload.expected_gold import ExpectedGold, typed_value
-from ticdc_lake.workload.losses import kept
 
 
 @dataclass

@@ -8,11 +8,11 @@ import json
 
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake.cli import main
+from ticdc_lake.app.cli import main
 from ticdc_lake.gold.as_of import AsOfError, read_as_of, version_as_of
-from ticdc_lake.stages.compact import compact
+from ticdc_lake.gold.compact import compact
 
-from tests.stages.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,6 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ticdc_lake import mysql
 from ticdc_lake.gold.catalog import (
     _NOT_LITERAL,
     AddColumns,
@@ -29,7 +28,8 @@ from ticdc_lake.gold.catalog import (
 )
 from ticdc_lake.gold.ddl import parse_ddl
 from ticdc_lake.gold.plan import DdlRecord, build_timeline, parse_record, unique_records
-from ticdc_lake.workload import generate_workload
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.silver import mysql
 
 T = TableName
 

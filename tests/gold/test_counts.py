@@ -14,8 +14,8 @@ from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.plan import Timeline
 from ticdc_lake.gold.state import INCONSISTENT, WATERMARK, TableState
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import CHANGES_SCHEMA
 from ticdc_lake.quality.quarantine import COORDINATES
+from ticdc_lake.silver.rows import CHANGES_SCHEMA
 
 CHANGE = st.tuples(
     st.sampled_from(["t", "u", "v"]),  # table

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake.cases import COLUMN_TYPES
-from ticdc_lake.events import DdlEvent
 from ticdc_lake.gold import ddl
 from ticdc_lake.gold.ddl import defined_columns
 from ticdc_lake.gold.exceptions import DdlParseError
 from ticdc_lake.limits import LimitExceededError, Limits
-from ticdc_lake.stages.decode import check_ddl_widths
-from ticdc_lake.workload import generate_workload
-from ticdc_lake.workload.tables import PRIMARY, canonical_tables
+from ticdc_lake.sample.cases import COLUMN_TYPES
+from ticdc_lake.sample.workload import generate_workload
+from ticdc_lake.sample.workload.tables import PRIMARY, canonical_tables
+from ticdc_lake.silver.decode import check_ddl_widths
+from ticdc_lake.silver.events import DdlEvent
 
 
 def one(query: str, schema: str = "db") -> ddl.Action:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 from ticdc_lake.gold.as_of import AsOfError, read_as_of, version_as_of
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.exceptions import CompactError
 from ticdc_lake.quality.run import check_stage
-from ticdc_lake.stages.compact import compact
 
 from tests.gold.test_as_of import by_key, row
-from tests.stages.test_compact import _Log
+from tests.gold.test_compact import _Log
 
 pytestmark = pytest.mark.spark
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pyarrow as pa
 import yaml
 from deltalake import write_deltalake
-from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.config import load_config
-from ticdc_lake.events import RowEvent
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.missing import checked_out, missing_reasons, quarantined_at_or_below
 from ticdc_lake.gold.reasons import carried_reasons, join_reasons
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import RESOLVED_SCHEMA
 from ticdc_lake.protocols import make_encoder
-from ticdc_lake.stages.decode import QUARANTINE_SCHEMA
+from ticdc_lake.sample.cases import BY_NAME, make_column
+from ticdc_lake.silver.decode import QUARANTINE_SCHEMA
+from ticdc_lake.silver.events import RowEvent
+from ticdc_lake.silver.rows import RESOLVED_SCHEMA
 
 TOPIC = "t"
 ORDERS, ITEMS = TableName("shop", "orders"), TableName("shop", "items")

@@ -1,7 +1,7 @@
 """gold/reduce_arrow.py: the driver's key actions and last action per key, against the rules
 worked out in Python that Spark's transforms are tested against (test_reduce_keys.py,
 test_reduce_last.py), and the bounds of a run it takes. Whole runs, folds included, are
-compared with Spark's in tests/stages/test_compact_fold.py."""
+compared with Spark's in tests/gold/test_compact_fold.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
 from ticdc_lake.gold.state import INCONSISTENT, WATERMARK
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.lake.silver import IMAGE_TYPE
+from ticdc_lake.silver.rows import IMAGE_TYPE
 
 from tests.gold import test_reduce_keys as keys
 from tests.gold import test_reduce_last as last

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ticdc_lake.gold.reduce import key_actions
-from ticdc_lake.lake.silver import CHANGES_SCHEMA
+from ticdc_lake.silver.rows import CHANGES_SCHEMA
 
 NAMES = ("id", "a", "b")
 TEXTS = st.one_of(st.none(), st.sampled_from(["1", "2", "x", ""]))

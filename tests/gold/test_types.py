@@ -10,15 +10,15 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
-from ticdc_lake.events import json_value
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, column_values, convert
 from ticdc_lake.gold.ddl import ColumnDef
 from ticdc_lake.gold.exceptions import ConversionError
-from ticdc_lake.lake.silver import ImageColumns
-from ticdc_lake.workload.expected_gold import typed_value
+from ticdc_lake.sample.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
+from ticdc_lake.sample.workload.expected_gold import typed_value
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import json_value
+from ticdc_lake.silver.rows import ImageColumns
 
 # Every canonical column, typed from its CREATE TABLE definition.
 DDL_TYPES = {

@@ -21,10 +21,7 @@ import fastavro
 import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.errors import ConfigError, DecodeError, SchemaNotFoundError
-from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.protocols import CodecSettings, make_decoder, make_encoder
 from ticdc_lake.protocols.avro import (
@@ -36,12 +33,23 @@ from ticdc_lake.protocols.avro import (
     split_allowed,
 )
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import (
+from ticdc_lake.sample.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
+from ticdc_lake.sample.workload.losses import keep_avro
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    ResolvedEvent,
+    RowEvent,
+)
+from ticdc_lake.silver.schema_registry import (
     DirectorySchemaSource,
     InMemorySchemaRegistry,
     SchemasTopicSource,
 )
-from ticdc_lake.workload.losses import keep_avro
 
 from tests import hostile_avro
 from tests.conftest import load_vector
@@ -1303,7 +1311,7 @@ _HOSTILE_PROCESS = textwrap.dedent(
     from ticdc_lake.protocols import CodecSettings
     from ticdc_lake.protocols.avro import AvroDecoder
     from ticdc_lake.records import KafkaRecord
-    from ticdc_lake.schema_registry import InMemorySchemaRegistry
+    from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
     from tests import hostile_avro as h
 
     registry = InMemorySchemaRegistry()

@@ -17,11 +17,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
-from ticdc_lake.events import Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.limits import Limits
 from ticdc_lake.protocols import CodecSettings, canal_json, make_decoder, make_encoder
 from ticdc_lake.protocols.canal_json import (
@@ -31,6 +27,10 @@ from ticdc_lake.protocols.canal_json import (
     go_float_text,
 )
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.sample.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
+from ticdc_lake.silver.events import Column, DdlEvent, ResolvedEvent, RowEvent
 
 from tests.conftest import load_vector
 from tests.speedups import build_extension, extension_built

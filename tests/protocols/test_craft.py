@@ -16,10 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
 from ticdc_lake.errors import ConfigError, DecodeError
-from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
 from ticdc_lake.protocols import CodecSettings, craft, make_decoder, make_encoder
 from ticdc_lake.protocols.craft import (
     CraftDecoder,
@@ -38,6 +35,17 @@ from ticdc_lake.protocols.craft import (
     zigzag,
 )
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.sample.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    ResolvedEvent,
+    RowEvent,
+)
 
 from tests.conftest import load_vector
 from tests.speedups import build_extension, extension_built

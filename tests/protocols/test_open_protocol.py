@@ -23,13 +23,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import decompress
 from ticdc_lake.errors import ClaimCheckError, ConfigError, DecodeError
-from ticdc_lake.events import DELETE, INSERT, UPDATE, Column, DdlEvent, ResolvedEvent, RowEvent
-from ticdc_lake.lake.silver import ChangeRows
 from ticdc_lake.limits import Limits
 from ticdc_lake.protocols import (
     CodecSettings,
@@ -48,7 +43,20 @@ from ticdc_lake.protocols.open_protocol import (
     split_entries,
 )
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.values import events_problem
+from ticdc_lake.sample.cases import BY_NAME, COLUMN_TYPES, make_column, random_value
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    ResolvedEvent,
+    RowEvent,
+)
+from ticdc_lake.silver.rows import ChangeRows
+from ticdc_lake.silver.values import events_problem
 
 from tests.conftest import VECTORS, load_vector
 from tests.protocols.test_go_quote import PROTOCOL_EXAMPLES
@@ -1283,11 +1291,11 @@ def test_decode_into_leaves_a_message_it_cannot_take_whole_to_the_events_path(
 def test_decode_into_binds_silver_however_the_modules_are_imported(speedups):
     if ChangeRows().compiled_buffers() is None:
         pytest.skip("silver's buffers are not built here")
-    # A fresh interpreter importing the decoder before anything of ticdc_lake.lake, as Spark's
-    # Python workers do when they unpickle the decode function.
+    # A fresh interpreter importing the decoder before silver's rows (ticdc_lake.silver.rows), as
+    # Spark's Python workers do when they unpickle the decode function.
     script = (
         "from ticdc_lake.protocols.open_protocol import OpenProtocolDecoder\n"
-        "from ticdc_lake.lake.silver import ChangeRows\n"
+        "from ticdc_lake.silver.rows import ChangeRows\n"
         "from ticdc_lake.records import KafkaRecord\n"
         f"key, value = {frame([ROW_KEY_AT % 1], [ROW_VALUE_OF % 1])!r}\n"
         "rows = ChangeRows()\n"

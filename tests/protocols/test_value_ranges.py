@@ -8,10 +8,7 @@ import math
 
 import orjson
 import pytest
-from ticdc_lake import mysql
-from ticdc_lake.cases import BY_NAME, make_column
 from ticdc_lake.errors import DecodeError
-from ticdc_lake.events import INSERT, Column, RowEvent
 from ticdc_lake.protocols import (
     CodecSettings,
     canal_json,
@@ -24,8 +21,11 @@ from ticdc_lake.protocols.canal_json import CanalJsonDecoder
 from ticdc_lake.protocols.craft import CraftDecoder
 from ticdc_lake.protocols.open_protocol import OpenProtocolDecoder
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import InMemorySchemaRegistry
-from ticdc_lake.values import events_problem, value_check
+from ticdc_lake.sample.cases import BY_NAME, make_column
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import INSERT, Column, RowEvent
+from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
+from ticdc_lake.silver.values import events_problem, value_check
 
 from tests.protocols.test_open_protocol import frame
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from ticdc_lake.app.pipeline import run_stages
 from ticdc_lake.config import load_config
-from ticdc_lake.pipeline import run_stages
-from ticdc_lake.workload.output import GenerateOptions, write_generated
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from ticdc_lake.gold.state import STATE_ARROW
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality.results import CheckOutcome, StageValidation
 from ticdc_lake.quality.store import write_results
-from ticdc_lake.stages.decode import QUARANTINE_SCHEMA
+from ticdc_lake.silver.decode import QUARANTINE_SCHEMA
 
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
 WATERMARK = int((NOW - dt.timedelta(minutes=30)).timestamp() * 1000) << 18

@@ -12,17 +12,17 @@ import sys
 
 import pytest
 from deltalake import DeltaTable
-from ticdc_lake import cli
+from ticdc_lake.app import cli
+from ticdc_lake.app.pipeline import job_main
+from ticdc_lake.bronze.land import land
 from ticdc_lake.config import load_config
+from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.pipeline import job_main
 from ticdc_lake.quality.bronze import may_miss_payloads
 from ticdc_lake.quality.context import QualityContext
 from ticdc_lake.quality.run import check_stage, validate_stage
 from ticdc_lake.quality.validator import Validator
-from ticdc_lake.stages.compact import compact
-from ticdc_lake.stages.decode import decode
-from ticdc_lake.stages.land import land
+from ticdc_lake.silver.decode import decode
 
 from tests.quality.conftest import append, rows
 

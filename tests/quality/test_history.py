@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
-from ticdc_lake import cli
+from ticdc_lake.app import cli
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.quality import store
 from ticdc_lake.quality.history import ORDER, SHOWN, ResultsHistory

@@ -31,10 +31,10 @@ import pyarrow.compute as pc
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.delta import open_table
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.orchestration import BackfillParamError, check_range, describe_ts
 
-# As in stages/decode.py: a quarantined record stamped this long before the range's start may
+# As in silver/decode.py: a quarantined record stamped this long before the range's start may
 # still hold a change of the range (clocks differ); earlier ones cannot.
 CLOCK_SKEW_MS = 60_000
 

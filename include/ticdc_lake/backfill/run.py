@@ -30,10 +30,10 @@ from ticdc_lake.backfill.plan import (
 )
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.delta import append_rows
+from ticdc_lake.gold.compact import CompactResult, compact
 from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.lake.lock import lake_lock
-from ticdc_lake.stages.compact import CompactResult, compact
-from ticdc_lake.stages.decode import DecodeResult, redecode
+from ticdc_lake.silver.decode import DecodeResult, redecode
 
 
 @dataclass(frozen=True)

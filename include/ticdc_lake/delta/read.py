@@ -36,7 +36,7 @@ from ticdc_lake.delta.exceptions import (
 )
 from ticdc_lake.delta.schema import TableSchema
 from ticdc_lake.delta.tables import open_table, table_location, table_path
-from ticdc_lake.spark_columns import named_column
+from ticdc_lake.runtime.spark_columns import named_column
 
 if TYPE_CHECKING:  # the driver's reads import it; the tasks importing this module need not
     import pyarrow.dataset as ds

@@ -42,7 +42,7 @@ from ticdc_lake.delta.txn import (
     commit_properties,
     find_commit,
 )
-from ticdc_lake.spark_columns import map_in_arrow
+from ticdc_lake.runtime.spark_columns import map_in_arrow
 
 
 @dataclass(frozen=True)

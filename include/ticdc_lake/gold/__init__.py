@@ -1,6 +1,6 @@
 """Gold: one typed Delta table per upstream table, as of a changefeed's watermark.
 
-The pieces the Compact stage (stages/compact.py) is built from:
+The pieces the Compact stage (gold/compact.py) is built from:
 
 - ``ddl``: a parser of the DDL queries TiCDC sends (CREATE/ALTER/RENAME/TRUNCATE/DROP);
 - ``types``: gold column types from MySQL type codes, flags and column definitions;

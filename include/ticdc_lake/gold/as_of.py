@@ -24,7 +24,7 @@ from ticdc_lake.delta import delta_table_exists, open_table, read_arrow
 from ticdc_lake.errors import TicdcLakeError
 from ticdc_lake.gold.state import INCONSISTENT
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 
 
 class AsOfError(TicdcLakeError):

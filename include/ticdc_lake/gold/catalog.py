@@ -12,7 +12,7 @@ and returns the *effects* the action has on gold tables:
   PARTITION, dropping partitions of a table whose partitioning is unknown).
 
 Columns never named by a DDL (no CREATE TABLE in the log, as with Avro or a changefeed started
-after the table was created) are typed from the change rows instead; see stages/compact.py.
+after the table was created) are typed from the change rows instead; see gold/compact.py.
 """
 
 from __future__ import annotations

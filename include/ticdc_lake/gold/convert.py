@@ -1,11 +1,11 @@
 """Silver row images → typed gold columns, vectorised with pyarrow.
 
 A silver image is a list of ``(name, type_code, flags, mysql_type, text, binary)`` structs
-(lake/silver.py); gold wants one typed column per upstream column. ``column_values`` pulls every
+(silver/rows.py); gold wants one typed column per upstream column. ``column_values`` pulls every
 wanted column's text and bytes out of a batch of images in one pass, aligned with the rows (NULL
 where an image lacks the column), and ``convert`` turns them into the column's gold type.
 
-Decoding already refused values outside their MySQL type (``ticdc_lake.values``, whose ENUM
+Decoding already refused values outside their MySQL type (``ticdc_lake.silver.values``, whose ENUM
 and SET bounds are used here too). A value that still does not fit its gold type (a DDL that
 declares fewer members than the rows use) raises ``ConversionError`` naming the table, the
 column, the value and the Kafka coordinates of the change it came from.
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.exceptions import ConversionError
-from ticdc_lake.values import enum_index_limit, set_mask_limit
+from ticdc_lake.silver.values import enum_index_limit, set_mask_limit
 
 # MySQL's zero dates and dates with a zero month or day (allowed by some SQL modes): they name
 # no day, so gold holds NULL for them.

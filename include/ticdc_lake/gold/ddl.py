@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ticdc_lake.gold.exceptions import DdlParseError
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 
 # --- actions -----------------------------------------------------------------------------------
 

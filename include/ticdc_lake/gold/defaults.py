@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ticdc_lake import mysql
 from ticdc_lake.gold import ddl
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import Origin, Values, convert
 from ticdc_lake.gold.types import ColumnSpec
+from ticdc_lake.silver import mysql
 
 _ZERO_TEXT = {
     gold_types.INTEGER: "0",
@@ -52,7 +52,7 @@ class AddedValue:
         return self.text is None and self.binary is None
 
     def image_element(self) -> dict[str, Any]:
-        """The element a change image written before the DDL gains (lake/silver.py's image)."""
+        """The element a change image written before the DDL gains (silver/rows.py's image)."""
         return {
             "name": self.name,
             "type_code": self.spec.type_code,

@@ -11,7 +11,7 @@ from ticdc_lake.gold.reasons import changefeed_mode, inconsistent_reason
 from ticdc_lake.gold.state import CUTOFF, INCONSISTENT, WATERMARK, TableState
 
 if TYPE_CHECKING:
-    from ticdc_lake.stages.watermark import ChangefeedWatermark
+    from ticdc_lake.silver.watermark import ChangefeedWatermark
 
 
 @dataclass(frozen=True)

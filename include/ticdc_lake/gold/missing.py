@@ -154,7 +154,7 @@ class _Decoders:
         self.sources: dict = {}
 
     def tables_named(self, record: KafkaRecord) -> frozenset[TableName] | None:
-        from ticdc_lake.codecs import topic_decoder
+        from ticdc_lake.silver.codecs import topic_decoder
 
         try:
             decoder = self.decoders.get(record.topic)

@@ -13,7 +13,7 @@ RENAME TABLE, partition DDLs, a MODIFY COLUMN whose values convert differently, 
 TS). The others (ADD, DROP and RENAME COLUMN, TRUNCATE, CREATE TABLE, a MODIFY or CHANGE
 COLUMN that keeps or widens the values, DDLs that only mark a table) are *folded* into the
 table's segment (``Segment``): its changes and those DDLs go to gold in one step with the
-schema after them (stages/compact.py). ``build_timeline(fold=False)`` splits at every
+schema after them (gold/compact.py). ``build_timeline(fold=False)`` splits at every
 barrier: the reference the fold is tested against.
 """
 
@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ticdc_lake import mysql
 from ticdc_lake.gold.catalog import (
     AddColumns,
     AlterColumn,
@@ -44,6 +43,7 @@ from ticdc_lake.gold.ddl import Action, NoOp, parse_ddl
 from ticdc_lake.gold.defaults import AddedValue, added_values
 from ticdc_lake.gold.exceptions import DdlParseError
 from ticdc_lake.gold.types import gold_type
+from ticdc_lake.silver import mysql
 
 # ActionTypes (PROTOCOLS.md §1.4) that change neither columns, rows nor names: no need to parse.
 HARMLESS_ACTIONS = frozenset(
@@ -55,7 +55,7 @@ HARMLESS_ACTIONS = frozenset(
 
 @dataclass(frozen=True)
 class DdlRecord:
-    """One DDL event of the silver DDL log (lake/silver.py DDL_SCHEMA)."""
+    """One DDL event of the silver DDL log (silver/rows.py DDL_SCHEMA)."""
 
     event_id: str
     commit_ts: int | None

@@ -1,6 +1,6 @@
 """Spark transforms from silver changes to the change set gold merges: DataFrame → DataFrame.
 
-In order (stages/compact.py strings them together):
+In order (gold/compact.py strings them together):
 
 1. ``with_order_ts``: the TS a change sorts by. Its commit TS; for a change the protocol sent
    without one (Avro deletes, Canal-JSON without the TiDB extension) the next known TS in its
@@ -40,7 +40,7 @@ from pyspark.sql.types import (
 )
 
 from ticdc_lake.gold.plan import ColumnTrail
-from ticdc_lake.lake.silver import COLUMN_TYPE
+from ticdc_lake.silver.rows import COLUMN_TYPE
 
 POSITION = ("topic", "partition", "offset", "index")
 IMAGE_FIELDS = tuple(field.name for field in COLUMN_TYPE)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ticdc_lake.gold.reduce import IMAGE_FIELDS, FoldRange, fold_ranges
-from ticdc_lake.lake.silver import COLUMN_TYPE, IMAGE_TYPE
+from ticdc_lake.silver.rows import COLUMN_TYPE, IMAGE_TYPE
 
 REDUCED_SCHEMA = pa.schema(
     [

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, fields
 import pyarrow as pa
 
 from ticdc_lake.delta import delta_table_exists, merge_delta, open_table
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 
 # Columns added after the table's first version, with a default for rows written before.
 LATER = ("zero_dates",)

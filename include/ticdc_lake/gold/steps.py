@@ -56,7 +56,7 @@ from ticdc_lake.gold.tables import (
     zero_dates,
 )
 from ticdc_lake.gold.types import ColumnSpec, gold_type
-from ticdc_lake.spark_columns import named_column
+from ticdc_lake.runtime.spark_columns import named_column
 
 DDL = ":ddl"  # the app id of a table's DDL effects: its merges' app id + DDL
 # Room for this many DDL effects on one table at one commit TS (versions are TS x 8 + n; a TSO

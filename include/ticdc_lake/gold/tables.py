@@ -1,7 +1,7 @@
 """One gold table: typing a segment of changes, merging it, and carrying out DDL effects.
 
 Every commit to a gold table carries the app transaction ``(app_id, version)`` (merge_delta,
-write_delta), with versions that only grow along the change log (stages/compact.py chooses
+write_delta), with versions that only grow along the change log (gold/compact.py chooses
 them), so each step of a compaction is done at most once however often a run is repeated, and a
 run killed between two steps resumes where it stopped.
 
@@ -42,7 +42,7 @@ from ticdc_lake.gold import catalog
 from ticdc_lake.gold import types as gold_types
 from ticdc_lake.gold.convert import ZERO_DATE, Origin, column_values, convert
 from ticdc_lake.gold.exceptions import ConversionError, GoldError
-from ticdc_lake.spark_columns import map_in_arrow, named_column
+from ticdc_lake.runtime.spark_columns import map_in_arrow, named_column
 
 COMMIT_TS = "_commit_ts"
 DATED = (gold_types.DATE, gold_types.DATETIME, gold_types.TIMESTAMP)

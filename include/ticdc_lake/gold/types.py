@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ticdc_lake import mysql
 from ticdc_lake.gold.ddl import ColumnDef
+from ticdc_lake.silver import mysql
 
 MAX_DECIMAL_PRECISION = 38
 

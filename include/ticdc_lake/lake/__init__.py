@@ -1,1 +1,1 @@
-"""The lake's tables: where each lives (layout) and what its rows hold (silver contract)."""
+"""The lake's tables: where each lives (layout), the names it allows (names) and its lock."""

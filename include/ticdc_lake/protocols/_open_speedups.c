@@ -30,7 +30,7 @@
  * directly instead of running the dataclass __init__ (as _craft_speedups.c does).
  */
 #include "_speedups.h"
-#include "../lake/_silver_speedups.h"
+#include "../silver/_silver_speedups.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -1328,7 +1328,7 @@ python_or_error:
 
 /* ---------------------------------------------------------------------------------------------
  * Straight to silver: a message's row events written into silver's ChangeBuffers through the
- * sink (lake/_silver_speedups.h), with no Column, image dict or RowEvent made. It takes what the
+ * sink (silver/_silver_speedups.h), with no Column, image dict or RowEvent made. It takes what the
  * events path above reads in place and declines the rest, leaving the buffers as they were. */
 
 static const SilverSink *silver_sink; /* set by configure_sink */
@@ -1974,7 +1974,7 @@ open_decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_FALSE;
 }
 
-/* configure_sink(sink): bind silver's sink (lake/_silver_speedups.h, its module's `sink`) for
+/* configure_sink(sink): bind silver's sink (silver/_silver_speedups.h, its module's `sink`) for
  * decode_into. */
 static PyObject *
 open_configure_sink(PyObject *module, PyObject *capsule)

@@ -51,18 +51,7 @@ from typing import Any, NamedTuple
 import fastavro
 import orjson
 
-from ticdc_lake import mysql
 from ticdc_lake.errors import ConfigError, DecodeError
-from ticdc_lake.events import (
-    DELETE,
-    INSERT,
-    UPDATE,
-    Column,
-    DdlEvent,
-    Event,
-    ResolvedEvent,
-    RowEvent,
-)
 from ticdc_lake.limits import Limits, check_limit
 from ticdc_lake.protocols.base import (
     MALFORMED_INPUT_ERRORS,
@@ -72,7 +61,18 @@ from ticdc_lake.protocols.base import (
     KafkaMessage,
 )
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.schema_registry import SchemaSource, WriterSchema, subject_for
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    Column,
+    DdlEvent,
+    Event,
+    ResolvedEvent,
+    RowEvent,
+)
+from ticdc_lake.silver.schema_registry import SchemaSource, WriterSchema, subject_for
 
 MAGIC_BYTE = 0x00
 DDL_BYTE = 0x01

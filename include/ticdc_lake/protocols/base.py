@@ -7,17 +7,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ticdc_lake.claimcheck import ClaimCheckStore
 from ticdc_lake.compression import check_codec
 from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, DecodeError
-from ticdc_lake.events import Event, RowEvent
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.limits import Limits, check_limit
-from ticdc_lake.names import qualified_name
 from ticdc_lake.records import KafkaRecord
-from ticdc_lake.values import check_events, events_problem
+from ticdc_lake.silver.claimcheck import ClaimCheckStore
+from ticdc_lake.silver.events import Event, RowEvent
+from ticdc_lake.silver.values import check_events, events_problem
 
 if TYPE_CHECKING:
-    from ticdc_lake.lake.silver import ChangeRows
+    from ticdc_lake.silver.rows import ChangeRows
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,12 @@ from typing import Any
 
 import orjson
 
-from ticdc_lake import mysql
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ConfigError, DecodeError
-from ticdc_lake.events import (
+from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import (
     DELETE,
     INSERT,
     UPDATE,
@@ -61,8 +63,6 @@ from ticdc_lake.events import (
     ResolvedEvent,
     RowEvent,
 )
-from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
-from ticdc_lake.records import KafkaRecord
 
 WATERMARK = "TIDB_WATERMARK"
 _ROW_OPS = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}

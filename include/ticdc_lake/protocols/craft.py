@@ -23,12 +23,12 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ticdc_lake import events as model
-from ticdc_lake import mysql
 from ticdc_lake.errors import ConfigError, DecodeError
-from ticdc_lake.events import Column, DdlEvent, Event, Image, ResolvedEvent, RowEvent
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.silver import events as model
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import Column, DdlEvent, Event, Image, ResolvedEvent, RowEvent
 
 VERSION = 1
 

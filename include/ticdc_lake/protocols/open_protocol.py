@@ -51,10 +51,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ticdc_lake import mysql
 from ticdc_lake.compression import compress, decompress
 from ticdc_lake.errors import ConfigError, DecodeError
-from ticdc_lake.events import (
+from ticdc_lake.protocols.base import (
+    CodecSettings,
+    Decoder,
+    Encoder,
+    KafkaMessage,
+    fits_message_size,
+)
+from ticdc_lake.protocols.go_quote import go_quote, go_unquote
+from ticdc_lake.records import KafkaRecord
+from ticdc_lake.silver import mysql
+from ticdc_lake.silver.events import (
     DELETE,
     INSERT,
     UPDATE,
@@ -64,7 +73,7 @@ from ticdc_lake.events import (
     ResolvedEvent,
     RowEvent,
 )
-from ticdc_lake.mysql import (
+from ticdc_lake.silver.mysql import (
     FLAG_BINARY,
     FLAG_HANDLE_KEY,
     TYPE_BIT,
@@ -85,18 +94,9 @@ from ticdc_lake.mysql import (
     TYPE_VECTOR_FLOAT32,
     TYPE_YEAR,
 )
-from ticdc_lake.protocols.base import (
-    CodecSettings,
-    Decoder,
-    Encoder,
-    KafkaMessage,
-    fits_message_size,
-)
-from ticdc_lake.protocols.go_quote import go_quote, go_unquote
-from ticdc_lake.records import KafkaRecord
 
 if TYPE_CHECKING:
-    from ticdc_lake.lake.silver import ChangeRows
+    from ticdc_lake.silver.rows import ChangeRows
 
 BATCH_VERSION = 1
 EVENT_ROW = 1
@@ -805,7 +805,7 @@ def configure_speedups(module):
         warnings.warn(f"open-protocol speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
         return None
     try:
-        from ticdc_lake.lake import _silver_speedups
+        from ticdc_lake.silver import _silver_speedups
     except ImportError:  # silver's buffers are not built: decode_into declines every record
         return module
     try:

@@ -25,12 +25,12 @@ from ticdc_lake.delta import (
     read_delta,
 )
 from ticdc_lake.gold.reasons import QUARANTINED
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.quality import lakeview
 from ticdc_lake.quality.context import QualityContext, candidates, computed_once
 from ticdc_lake.quality.results import CheckOutcome
 from ticdc_lake.quality.validator import Expectation, expectations
-from ticdc_lake.spark_columns import named_column
+from ticdc_lake.runtime.spark_columns import named_column
 
 COMMIT_TS = "_commit_ts"
 

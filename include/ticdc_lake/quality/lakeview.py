@@ -25,7 +25,7 @@ import pyarrow as pa
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.delta import delta_table_exists, file_actions, open_table, read_arrow
 from ticdc_lake.lake.layout import LakeLayout
-from ticdc_lake.names import qualified_name
+from ticdc_lake.lake.names import qualified_name
 from ticdc_lake.quality.history import ResultsHistory
 from ticdc_lake.quality.settings import QualitySettings
 

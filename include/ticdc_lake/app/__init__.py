@@ -1,0 +1,2 @@
+"""The application: the ticdc-lake command line, a whole pipeline run and its report,
+and the demo."""
