@@ -124,8 +124,13 @@ def free_port() -> int:
 
 
 def cluster_id() -> str:
-    """A random KRaft cluster id, as ``kafka-storage random-uuid`` prints (base64url, 22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id, as ``kafka-storage random-uuid`` prints (base64url, 22 chars).
+    Like Kafka's own, never one starting with ``-``: ``format -t -abc...`` reads it as an option
+    (one session in 64 failed so)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka_broker import KafkaBroker, running_broker
+from tests.kafka_broker import KafkaBroker, cluster_id, running_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -56,3 +56,10 @@ def test_a_broker_that_cannot_start_says_why_with_its_log(tmp_path, kafka_broker
             broker.start()
     assert "Address already in use" in str(failed.value), str(failed.value)
     assert broker.process.returncode is not None
+
+
+def test_cluster_ids_are_never_read_as_an_option():
+    """base64url may begin with '-', which kafka-storage's parser takes for an option."""
+    ids = [cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids)
