@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from ticdc_lake.runtime.spark import (
     SNAPSHOT_PARTITIONS,
     job_settings,
     listener_settings,
+    quiet_py4j,
 )
 from ticdc_lake.runtime.spark_daemon import compiled_first
 
@@ -268,3 +270,19 @@ def test_a_spark_ui_asked_for_answers_on_loopback_and_nowhere_else():
 def test_a_local_session_rebuilds_delta_state_in_a_task_per_core(spark):
     # Delta's default of 50 tasks per log replay cost seconds per small write on two cores.
     assert spark.conf.get(SNAPSHOT_PARTITIONS) == str(os.cpu_count())
+
+
+def test_py4j_logs_nothing_below_warning_whatever_the_root_level():
+    """At DEBUG py4j logs every command, pickled settings and their secrets with them; at INFO
+    its finalizers log into closed streams at exit."""
+    root, py4j = logging.getLogger(), logging.getLogger("py4j")
+    levels = (root.level, py4j.level)
+    root.setLevel(logging.DEBUG)
+    py4j.setLevel(logging.NOTSET)
+    try:
+        quiet_py4j()
+        assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.INFO)
+        assert logging.getLogger("py4j.clientserver").isEnabledFor(logging.WARNING)
+    finally:
+        root.setLevel(levels[0])
+        py4j.setLevel(levels[1])

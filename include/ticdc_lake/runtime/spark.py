@@ -167,10 +167,12 @@ def delta_settings(submitted: Mapping[str, str]) -> dict[str, str]:
 def quiet_py4j() -> None:
     """py4j logs every command it sends at DEBUG, pickled functions and all: a decode task
     carries the topics' settings, registry credentials included, to the executors. So its
-    logger stays at INFO or above whatever the root logger's level (secrets never reach logs)."""
+    logger stays at WARNING or above whatever the root logger's level (secrets never reach
+    logs). Not INFO: at exit its connections' finalizers log at INFO into streams already
+    closed, and Python prints a "Logging error" traceback for each."""
     py4j = logging.getLogger("py4j")
-    if py4j.getEffectiveLevel() < logging.INFO:
-        py4j.setLevel(logging.INFO)
+    if py4j.getEffectiveLevel() < logging.WARNING:
+        py4j.setLevel(logging.WARNING)
 
 
 def build_session(
