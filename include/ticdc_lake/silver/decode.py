@@ -241,13 +241,7 @@ def decode(spark: SparkSession, config: PipelineConfig) -> DecodeResult:
     version = max(pending)
     plans = silver_plans(layout, version=version)
     records = BronzeBatches.read(snapshot, pending)
-    run = decode_batches(spark, config, records, expected, bronze_version, plans, run="decode")
-    try:
-        for name in DECODE_TABLES:
-            run.commit(name)
-    finally:
-        run.release()
-    return run.result()
+    return _decode_and_commit(spark, config, records, expected, bronze_version, plans, "decode")
 
 
 def batch_counts(spark: SparkSession, snapshot: Table) -> dict[int, int]:
@@ -998,7 +992,13 @@ def redecode(
         )
     plans = silver_plans(layout, replace=chosen)
     records = BronzeBatches.read(snapshot, chosen)
-    run = decode_batches(spark, config, records, expected, bronze_version, plans, run="redecode")
+    return _decode_and_commit(spark, config, records, expected, bronze_version, plans, "redecode")
+
+
+def _decode_and_commit(spark, config, records, expected, bronze_version, plans, run_name: str):
+    """Decode ``records`` and commit every silver table of the run, releasing what the run
+    holds whether or not the commits succeed: the one ending of decode and redecode."""
+    run = decode_batches(spark, config, records, expected, bronze_version, plans, run=run_name)
     try:
         for name in DECODE_TABLES:
             run.commit(name)
