@@ -2,6 +2,12 @@
 
     python -m bench.compact [--rows 1000000 10000000] [--changes 10000] [--spread recent|uniform]
         [--out bench/results/compact.json]
+    python -m bench.compact --large [--rows 1000000] [--changes 400000] [--rounds 2]
+        [--out bench/results/compact-large.json]
+
+``--large``: a change set too large to collect (more than ``gold.changes.COLLECT_LIMIT``),
+merged by delta-spark on the executors (today's path), against the same changes collected and
+merged by delta-rs on the driver (the limit raised), alternating, on the same data.
 
 For each size, a lake holds one upstream table (id BIGINT primary key and four value columns)
 whose gold table already has ``rows`` rows, then ``changes`` changes arrive in a new bronze
@@ -42,6 +48,7 @@ from deltalake import DeltaTable, write_deltalake
 from ticdc_lake.config import load_config
 from ticdc_lake.delta import open_table
 from ticdc_lake.delta.read import table_schema
+from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold.compact import compact
 from ticdc_lake.gold.steps import ROWS_PER_FILE
 from ticdc_lake.gold.tables import COMMIT_TS
@@ -211,7 +218,7 @@ def run(spark, rows: int, count: int, spread: str, seed: int = 0) -> dict:
     elapsed = time.perf_counter() - started
     gold = DeltaTable(str(layout.gold("b", "t")))
     merge = next(h for h in gold.history() if h.get("operation") == "MERGE")
-    metrics = merge.get("operationMetrics", {})
+    metrics = _snake_case(merge.get("operationMetrics", {}))
     expected = rows + int((kinds == "insert").sum()) - int((kinds == "delete").sum())
     found = gold.to_pyarrow_dataset().count_rows()
     if found != expected or result.tables["b.t"].rows != expected:
@@ -222,6 +229,7 @@ def run(spark, rows: int, count: int, spread: str, seed: int = 0) -> dict:
         "rows": rows,
         "changes": count,
         "spread": spread,
+        "merged_by": merge.get("engineInfo") or "delta-rs",
         "base_build_s": round(built, 1),
         "compact_s": round(elapsed, 2),
         "gold_rows": found,
@@ -235,13 +243,60 @@ def run(spark, rows: int, count: int, spread: str, seed: int = 0) -> dict:
     }
 
 
+def _snake_case(metrics: dict) -> dict:
+    """delta-spark names its merge metrics numTargetRowsCopied, delta-rs num_target_rows_copied;
+    delta-spark's values are strings."""
+    named = {}
+    for name, value in metrics.items():
+        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+        named[snake] = int(value) if isinstance(value, str) and value.isdigit() else value
+    return named
+
+
+def large(spark, args) -> None:
+    """The --large comparison: executors + delta-spark against the driver + delta-rs."""
+    load_start = os.getloadavg()
+    limit = gold_changes.COLLECT_LIMIT
+    results = []
+    for _ in range(args.rounds):
+        for engine, collect_limit in (("executors", limit), ("driver", 10**12)):
+            gold_changes.COLLECT_LIMIT = collect_limit
+            result = {"path": engine, **run(spark, args.rows[0], args.changes, args.spread)}
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    gold_changes.COLLECT_LIMIT = limit
+    spark.stop()
+
+    def best(path):
+        return min(r["compact_s"] for r in results if r["path"] == path)
+
+    report = {
+        "benchmark": "compact-large",
+        "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
+        "machine": machine_report(load_start),
+        "collect_limit": limit,
+        "results": results,
+        "ratio_executors_to_driver": round(best("executors") / best("driver"), 2),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{args.changes:,} changes into {args.rows[0]:,} rows: executors + delta-spark "
+          f"{best('executors'):.2f} s, driver + delta-rs {best('driver'):.2f} s (best of "
+          f"{args.rounds})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--changes", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, nargs="+")  # default 1M and 10M; --large: 1M
+    parser.add_argument("--changes", type=int)  # default 10k; --large: 400k
     parser.add_argument("--spread", choices=("uniform", "recent"), default="recent")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/compact.json"))
+    parser.add_argument("--large", action="store_true", help="executors against driver")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    args.rows = args.rows or ([1_000_000] if args.large else [1_000_000, 10_000_000])
+    args.changes = args.changes or (400_000 if args.large else 10_000)
+    args.out = args.out or Path(f"bench/results/compact{'-large' if args.large else ''}.json")
     load_start = os.getloadavg()
     spark = build_session(
         "bench-compact",
@@ -249,6 +304,8 @@ def main() -> None:
         conf={"spark.driver.memory": DRIVER_MEMORY, "spark.ui.enabled": "false"},
     )
     run(spark, 20_000, 1_000, args.spread)  # warm-up: JVM, Python workers; not reported
+    if args.large:
+        return large(spark, args)
     results = []
     for rows in args.rows:
         results.append(run(spark, rows, args.changes, args.spread))

@@ -44,6 +44,7 @@ from ticdc_lake.delta import (
     UnsupportedTableError,
     delta_table_exists,
     merge_delta,
+    merge_frame,
     read_delta,
     write_arrow,
     write_delta,
@@ -697,6 +698,82 @@ def test_a_small_table_rewritten_whole_ends_as_delta_rs_merges_it(
     extra = small.append_column("x", pa.array([1, 2]))
     assert merged_by_delta_rs(str(tmp_path / "cols"), extra, merge_schema=True)
     assert merged_by_delta_rs(str(tmp_path / "cols"), small)  # the table has x now
+
+
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.decimal128(20, 0)])
+def test_merge_on_the_executors_ends_as_the_driver_merge(spark, tmp_path, monkeypatch, key_type):
+    """delta-spark's MERGE (merge_frame) and delta-rs's (merge_delta) leave the same rows and
+    versions from the same change sets: upserts, deletes of present and absent keys, a
+    replay of each step, a column added by the changes; its commits are delta-spark's, with
+    the step's app transaction, and delta-rs reads the table."""
+    monkeypatch.setattr(merge_module, "REWRITE_ROWS", 0)  # delta-rs's merge, not a rewrite
+    rng = random.Random(11)
+    odd = "v.x"
+
+    def key_array(keys):
+        return pa.array([Decimal(k) for k in keys] if key_type != pa.int64() else keys, key_type)
+
+    def change_set(version):
+        chosen = rng.sample(range(60), 20) if version < 6 else [U64_KEYS.get(key_type, 7)]
+        columns = {
+            "k": key_array(chosen),
+            odd: pa.array([rng.random() for _ in chosen]),
+            "deleted": [rng.random() < 0.3 and version > 1 for _ in chosen],
+        }
+        if version >= 4:  # a column the table lacks: the merge adds it
+            columns["added"] = pa.array([f"a{version}"] * len(chosen))
+        return pa.table(columns)
+
+    results = {}
+    for engine in ("delta-rs", "delta-spark"):
+        rng.seed(11)
+        path = str(tmp_path / engine)
+        seen = []
+        for version in range(1, 7):
+            changes = change_set(version)
+            for _ in range(2):  # the second is a replay
+                step = {"delete_column": "deleted", "app_id": "g", "version": version}
+                if engine == "delta-spark" and version > 1:
+                    frame = spark.createDataFrame(changes)
+                    result = merge_frame(frame, path, ["k"], **step)
+                else:
+                    result = merge_delta(changes, path, ["k"], merge_schema=True, **step)
+                seen.append((result.committed, result.version, result.skipped))
+            table = DeltaTable(path)
+            seen.append(table.to_pyarrow_table().sort_by("k").to_pylist())
+        results[engine] = (seen, table.version(), table.transaction_version("g"))
+        history = sorted(table.history(), key=lambda info: info["version"])
+    assert results["delta-spark"] == results["delta-rs"]
+    assert results["delta-rs"][1:] == (5, 6)
+    # Every merge after the first write is delta-spark's, and Spark reads what delta-rs reads.
+    assert {info["engineInfo"] for info in history[1:]} == {"Apache-Spark/4.1.1 Delta-Lake/4.1.0"}
+    assert {info["operation"] for info in history[1:]} == {"MERGE"}
+    assert read_delta(spark, tmp_path / "delta-spark").count() == len(results["delta-rs"][0][-1])
+    with pytest.raises(MergeSourceError, match="lacks key"):
+        merge_frame(spark.createDataFrame(change_set(7)), path, ["nope"])
+
+
+def test_a_column_name_with_a_backtick_is_merged_by_delta_spark(spark, tmp_path, monkeypatch):
+    """MySQL allows a backtick in a column name; delta-rs's MERGE fails on it ("Expected close
+    delimiter"), so such a change set goes to delta-spark, whose SQL quotes it."""
+    monkeypatch.setattr(merge_module, "REWRITE_ROWS", 0)
+    path = str(tmp_path / "gold")
+    odd = "a``b`c"
+    merge_delta(pa.table({"k": [1, 2], odd: ["x", "y"]}), path, ["k"], app_id="g", version=1)
+    changes = pa.table({"k": [2, 3], odd: ["z", "w"], "gone": [True, False]})
+    merged = merge_delta(changes, path, ["k"], delete_column="gone", app_id="g", version=2)
+    assert merged.committed and merged.version == 1
+    table = DeltaTable(path)
+    assert table.to_pyarrow_table().sort_by("k").to_pylist() == [
+        {"k": 1, odd: "x"},
+        {"k": 3, odd: "w"},
+    ]
+    assert table.history(1)[0]["engineInfo"].startswith("Apache-Spark/")
+    replay = merge_delta(changes, path, ["k"], delete_column="gone", app_id="g", version=2)
+    assert replay.skipped and DeltaTable(path).version() == 1
+
+
+U64_KEYS = {pa.decimal128(20, 0): int(U64_MAX)}
 
 
 def test_reader_matches_deltalake_after_merges_and_deletes(spark, tmp_path):

@@ -247,8 +247,7 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     layout = LakeLayout(config.lake)
     si.land(spark, layout, streams, 1.0)
     watermark(spark, config)
-    # As a run too large to collect: empty tables are loaded by the executors, and the
-    # segments after a DDL are brought to the driver one at a time.
+    # As a run too large to collect: empty tables are loaded by the executors.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
     appends = []
@@ -281,6 +280,44 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     on_driver = compact(spark, config, rebuild=True)
     assert _counted(on_driver) == _counted(once)
     assert_gold_is_the_incremental_runs()
+
+
+@pytest.mark.slow  # the large-run path takes a few more Spark jobs
+def test_a_large_segment_into_a_gold_table_with_rows_is_merged_by_delta_spark(
+    spark, lake, tmp_path, monkeypatch
+):
+    """The second run's segments, too large to collect, are typed by the executors and merged
+    into the first run's gold by delta-spark: the same gold as the driver's merges, commits
+    that are delta-spark's, and a rerun that changes nothing."""
+    streams = si.dispatch(lake.workload, "open-protocol", partitions=4, replays=3)
+    config = si.write_config(tmp_path, streams, "open-protocol", time_zone=ZONE)
+    layout = LakeLayout(config.lake)
+    si.land(spark, layout, streams, 0.5)
+    watermark(spark, config)
+    compact(spark, config)
+    si.land(spark, layout, streams, 1.0)
+    watermark(spark, config)
+    monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
+    monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
+    merged = []
+    merge_frame = gold_tables.GoldTable.merge_frame
+    monkeypatch.setattr(
+        gold_tables.GoldTable, "merge_frame", lambda *a: merged.append(a[0]) or merge_frame(*a)
+    )
+    second = compact(spark, config)
+    assert merged and second.changefeeds[0].target == lake.second_mark
+    for table in second.changefeeds[0].tables:
+        keys = lake.workload.expected.handle_keys[table.table]
+        assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
+            gold_rows(lake.layout, table.table), key=lambda r: _key(r, keys)
+        )
+    for gold in merged:
+        history = DeltaTable(str(gold.path)).history()
+        engines = {i["engineInfo"].split(" ")[0] for i in history if i["operation"] == "MERGE"}
+        assert "Apache-Spark/4.1.1" in engines
+    versions = {str(g.path): DeltaTable(str(g.path)).version() for g in merged}
+    compact(spark, config)
+    assert {str(g.path): DeltaTable(str(g.path)).version() for g in merged} == versions
 
 
 def _counted(result) -> list[tuple]:

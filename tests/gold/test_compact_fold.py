@@ -21,8 +21,10 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ticdc_lake.delta import spark_can_merge
 from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold import compact as compact_stage
+from ticdc_lake.gold import steps as gold_steps
 from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
@@ -522,3 +524,47 @@ def test_replays_are_counted_once_also_of_changes_a_truncate_discards(spark, tmp
     assert DeltaTable(str(layout.gold("s", "a"))).to_pyarrow_table().to_pylist() == [
         {"id": 3, "v": 3, "_commit_ts": 130}
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("new_column", [False, True], ids=["same-columns", "new-column"])
+def test_column_names_delta_spark_refuses_are_merged_on_the_driver(spark, monkeypatch, new_column):
+    """A space in a column name (MySQL allows it) is refused by delta-spark when it writes a
+    schema: a large segment that adds a column to such a table goes to the driver's merge;
+    one that keeps the columns is merged by delta-spark. Gold is a small run's either way."""
+    log = _Log()  # no CREATE TABLE: the columns come from the rows
+
+    def image(key: int, value: int, added: bool = False) -> dict:
+        row = {"id": _column("c_int", key, key=True), "v w": _column("c_int", value)}
+        return row | ({"x y": _column("c_int", -value)} if added else {})
+
+    for key in range(1, 6):
+        log.row(110 + key, "a", "insert", image(key, key))
+    log.row(130, "a", "update", image(2, 20, new_column), image(2, 2))
+    log.row(131, "a", "delete", None, image(3, 3))
+    log.row(132, "a", "insert", image(9, 9, new_column))
+    log.resolved(140)
+    asked, merged_by_spark = [], []
+    merge_frame = gold_tables.GoldTable.merge_frame
+    monkeypatch.setattr(
+        gold_tables.GoldTable,
+        "merge_frame",
+        lambda *a: merged_by_spark.append(a) or merge_frame(*a),
+    )
+    monkeypatch.setattr(
+        gold_steps, "spark_can_merge", lambda *a: asked.append(a) or spark_can_merge(*a)
+    )
+    found = {}
+    for limit in (0, 10**9):  # every segment large, then none
+        monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", limit)
+        monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1 if limit == 0 else 8_000_000)
+        with tempfile.TemporaryDirectory(prefix="names-") as directory:
+            found[limit], _ = _compacted(spark, Path(directory) / "lake", log, 120, fold=True)
+    assert asked and bool(merged_by_spark) is not new_column
+    assert found[0] == found[10**9]
+    columns, rows = found[0][-1]["a"]
+    assert columns == ["_commit_ts", "id", "v w", *(["x y"] if new_column else [])]
+    added = {2: -20, 9: -9} if new_column else {}
+    assert [(r["id"], r["v w"], r.get("x y")) for r in rows] == [
+        (1, 1, None), (2, 20, added.get(2)), (4, 4, None), (5, 5, None), (9, 9, added.get(9))
+    ]  # fmt: skip

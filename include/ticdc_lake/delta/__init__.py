@@ -1,9 +1,10 @@
 """Delta table IO for every stage: Spark → Delta writes, Delta → Spark reads, merges.
 
-Tables are written through delta-rs (no Delta jars): ``write_delta`` writes a DataFrame with
-Spark's executors and commits one transaction; ``read_delta`` reads a snapshot back into Spark;
-``merge_delta`` upserts and deletes a change set by key; ``write_arrow`` writes a few rows from
-the driver. Writes and merges are idempotent when given an ``app_id`` and ``version``.
+Tables are written through delta-rs: ``write_delta`` writes a DataFrame with Spark's executors
+and commits one transaction; ``read_delta`` reads a snapshot back into Spark; ``merge_delta``
+upserts and deletes a change set by key on the driver; ``write_arrow`` writes a few rows from
+the driver. A change set too large for the driver is merged by delta-spark on the executors
+(``merge_frame``). Writes and merges are idempotent when given an ``app_id`` and ``version``.
 
 This package is the only one that uses ``deltalake``; the rest of the pipeline imports from
 here alone. Importing it loads no Spark: the functions that need Spark load it on first use
@@ -14,6 +15,7 @@ Tables and their log (delta-rs and pyarrow only):
     delta_table_exists(path)       whether a Delta table is at ``path``
     open_table(path, version)      the table (at a version), TableNotFoundError when none
     is_latest(table)               whether no commit follows the snapshot
+    spark_can_merge(names, present)  whether delta-spark merges such columns into such a table
     read_arrow(path, version, columns=, where=)  a snapshot's rows as Arrow, on the driver
     file_actions(table)            the snapshot's files: paths, sizes, partitions, statistics
     already_committed(table, app_id, version)    whether that step is in the table already
@@ -35,6 +37,7 @@ Writes (on first use, Spark):
     write_delta(df, path, mode=, ...)            a DataFrame in one commit → WriteResult
     write_arrow(rows, path, mode=, ...)          a few rows from the driver → WriteResult
     merge_delta(changes, path, keys, ...)        upserts and deletes by key → MergeResult
+    merge_frame(changes, path, keys, ...)        the same on the executors, by delta-spark
     append_rows(path, rows, ...)   rows appended with no commit properties of this package's
     replace_table(table, rows, app_id=, version=)   rows and columns replaced, one commit
     add_columns(table, fields, app_id=, version=)   nullable columns added, metadata only
@@ -69,6 +72,7 @@ from ticdc_lake.delta.tables import (
     is_latest,
     open_table,
     read_arrow,
+    spark_can_merge,
 )
 from ticdc_lake.delta.txn import ROWS_KEY, already_committed, commits_after
 
@@ -85,6 +89,7 @@ if TYPE_CHECKING:
         spanning,
         table_schema,
     )
+    from ticdc_lake.delta.spark_merge import merge_frame
     from ticdc_lake.delta.write import (
         WriteResult,
         add_columns,
@@ -99,6 +104,7 @@ if TYPE_CHECKING:
 _ON_FIRST_USE = {
     "MergeResult": "merge",
     "merge_delta": "merge",
+    "merge_frame": "spark_merge",
     "RowGroups": "read",
     "file_problem": "read",
     "may_hold_nulls": "read",
@@ -151,6 +157,7 @@ __all__ = [
     "is_latest",
     "may_hold_nulls",
     "merge_delta",
+    "merge_frame",
     "open_table",
     "read_arrow",
     "read_delta",
@@ -159,6 +166,7 @@ __all__ = [
     "replace_table",
     "rows_in_partitions_above",
     "spanning",
+    "spark_can_merge",
     "table_schema",
     "write_arrow",
     "write_delta",

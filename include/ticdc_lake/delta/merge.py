@@ -11,17 +11,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ticdc_lake.delta.exceptions import MergeSourceError
 from ticdc_lake.delta.read import check_plain_files, read_on_driver, table_path, table_schema
 from ticdc_lake.delta.schema import TableSchema
+from ticdc_lake.delta.spark_merge import merge_frame
+from ticdc_lake.delta.tables import MergeResult
 from ticdc_lake.delta.txn import (
     already_committed,
     check_app_version,
@@ -41,14 +42,6 @@ _PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date
 # run over 600 gold tables is mostly merges. The bytes bound rows of large BLOBs.
 REWRITE_ROWS = 10_000
 REWRITE_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    committed: bool
-    version: int | None
-    skipped: bool = False  # (app_id, version) was already in the table
-    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def _quote(name: str) -> str:
@@ -154,6 +147,12 @@ def merge_delta(
     if rewritten is not None:
         return rewritten
 
+    if any("`" in name for name in source.column_names):
+        # delta-rs's MERGE cannot quote a column name holding a backtick (deltalake 1.6.6:
+        # "Expected close delimiter '`'"), which MySQL allows; Spark's SQL can.
+        changes = SparkSession.active().createDataFrame(source)
+        return merge_frame(changes, location, keys, delete_column=delete_column, app_id=app_id,
+                           version=version)  # fmt: skip
     prunable = all(
         any(test(source.schema.field(k).type) for test in _PRUNABLE_KEY_TYPES) for k in keys
     )

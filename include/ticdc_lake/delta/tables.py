@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -18,6 +20,29 @@ from ticdc_lake.delta.exceptions import DeltaIOError, TableNotFoundError
 # An open snapshot of a table (what ``open_table`` returns): callers hold it to read one
 # version several times without reading the log again.
 Table = DeltaTable
+
+
+# Characters Delta on Spark refuses in column names when it writes a table's schema, unless
+# the table maps columns (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES). It reads such tables and
+# merges into them while the schema stays; delta-rs writes them; MySQL allows them all.
+SPARK_REFUSED_IN_NAMES = frozenset(" ,;{}()\n\t=")
+
+
+def spark_can_merge(names: Sequence[str], present: Sequence[str]) -> bool:
+    """Whether delta-spark can merge columns ``names`` into a table of columns ``present``."""
+    if set(names) <= set(present):
+        return True
+    return not any(SPARK_REFUSED_IN_NAMES.intersection(n) for n in [*names, *present])
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge did (by delta-rs or delta-spark)."""
+
+    committed: bool
+    version: int | None
+    skipped: bool = False  # (app_id, version) was already in the table
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def table_path(path: str | os.PathLike) -> str:

@@ -65,7 +65,8 @@ def commit_in(table: DeltaTable, write_id: str, after_version: int | None) -> di
     if newer <= 0:
         return None
     for info in table.history(limit=newer):
-        if info.get(WRITE_ID_KEY) == write_id:
+        # delta-rs commits carry it as a key of their own, delta-spark's as userMetadata.
+        if write_id in (info.get(WRITE_ID_KEY), info.get("userMetadata")):
             return info
     return None
 

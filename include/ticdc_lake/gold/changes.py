@@ -50,9 +50,10 @@ from ticdc_lake.quality.quarantine import (
     quarantined_table,
 )
 
-# A run reading more changes than this keeps its change set in Spark: an empty gold table is
-# loaded by the executors, and other segments are brought to the driver (for merge_delta) one
-# at a time. Below it, one collect serves the whole run.
+# A run reading more changes than this keeps its change set in Spark: a segment of more is
+# typed by the executors and loaded into an empty gold table, or merged by delta-spark; smaller
+# ones are brought to the driver (for merge_delta) one at a time. Below it, one collect serves
+# the whole run.
 COLLECT_LIMIT = 200_000
 # A large run's reduced change set is written under layout.scratch("compact", changefeed) for
 # the run, in one directory per SPILL_BUCKET (a hash of table and segment).

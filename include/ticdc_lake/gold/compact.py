@@ -33,9 +33,11 @@ Types come from CREATE TABLE/ALTER in the DDL log, else from the change rows
 Incremental: silver is partitioned by bronze batch, and the state records the last batch that is
 settled (every change in it applied, none still above the target); a run reads only the later
 batches (partition pruning), and of those only changes above the applied TS (pushed down to
-Parquet statistics). Gold is changed by ``merge_delta``, which rewrites only the files holding
-changed keys (files loaded by the executors are sorted key ranges, so recent keys share few
-files). Only DDL rewrites (DROP/MODIFY COLUMN, partition drops, RENAME) rewrite a table.
+Parquet statistics). Gold is changed by ``merge_delta`` (delta-rs, on the driver), which
+rewrites only the files holding changed keys (files loaded by the executors are sorted key
+ranges, so recent keys share few files); a segment too large for the driver is merged by
+delta-spark on the executors. Only DDL rewrites (DROP/MODIFY COLUMN, partition drops,
+RENAME) rewrite a table.
 
 A cut-off TS is the user's word that every change up to it has landed: changes with a TS at or
 below it that land later are not applied (raise the cut-off, or ``rebuild``).

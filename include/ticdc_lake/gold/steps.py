@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ticdc_lake.delta import spark_can_merge
 from ticdc_lake.gold.catalog import (
     AddColumns,
     AlterColumn,
@@ -52,6 +53,7 @@ from ticdc_lake.gold.tables import (
     frame_specs,
     plan_segment,
     type_segment,
+    typed_changes,
     typed_frame,
     zero_dates,
 )
@@ -262,9 +264,11 @@ class Steps:
         version: int,
     ) -> SegmentStats:
         """The segment's reduced changes into gold: merged, or replacing its rows after a
-        reset; a large one into an empty table typed and written by the executors."""
-        if reduced.large(key) and (shape.reset or item.gold.rows() == 0):
-            return self._append(item, info, reduced.frame(key), version, shape)
+        reset; a large one typed and written or merged by the executors."""
+        if reduced.large(key):
+            stats = self._on_executors(item, info, reduced.frame(key), version, shape)
+            if stats is not None:
+                return stats
         typed = type_segment(reduced.rows(key), info, shape.schema, self.zones)
         self._check_width(typed.data.schema)
         if shape.schema is not None:
@@ -276,29 +280,44 @@ class Steps:
         item.keys = typed.keys
         return typed.stats
 
-    def _append(
+    def _on_executors(
         self,
         item: TableWork,
         info: TableInfo,
         frame: DataFrame,
         version: int,
         shape: Shape,
-    ):
-        """A large segment into an empty gold table (an initial load, or after a reset): typed
-        on the executors and written by write_delta, never collected to the driver."""
+    ) -> SegmentStats | None:
+        """A large segment, typed on the executors and never collected to the driver: written
+        into an empty gold table (an initial load, or after a reset), else merged into it by
+        delta-spark (None: a column name delta-spark cannot merge; the driver merges it)."""
         handles, specs = frame_specs(frame)
         plan = plan_segment(info, handles, specs, shape.schema)
         self._check_width(plan.schema)
+        merged = not shape.reset and item.gold.rows() > 0
+        if merged and not spark_can_merge(plan.schema.names, item.gold.schema().names):
+            return None
         totals = frame.agg(
             F.count("*").alias("rows"),
             F.sum(F.col("deleted").cast("long")).alias("deletes"),
             F.sum((~F.col("deleted") & F.col("handle_key_only")).cast("long")).alias("key_only"),
             F.sum(F.when(~F.col("deleted"), zero_dates(plan))).alias("zero_dates"),
         ).first()
-        rows = int(totals.rows)
+        deletes = int(totals.deletes or 0)
+        stats = SegmentStats(
+            upserts=int(totals.rows) - deletes,
+            deletes=deletes,
+            key_only=int(totals.key_only or 0),
+            zero_dates=int(totals.zero_dates or 0),
+        )
+        item.keys = plan.keys
+        if merged:
+            changes = typed_changes(frame, plan, self.zones)
+            item.commits += item.gold.merge_frame(changes, plan.keys, version)
+            return stats
         # Files of disjoint key ranges, each sorted: a later merge's key range then skips the
         # files it does not touch (changes cluster on recent keys in most tables).
-        files = max(1, -(-(rows - int(totals.deletes or 0)) // ROWS_PER_FILE))
+        files = max(1, -(-stats.upserts // ROWS_PER_FILE))
         typed = typed_frame(frame, plan, self.zones)
         keys = [named_column(key) for key in plan.keys]
         clustered = typed.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
@@ -306,13 +325,7 @@ class Steps:
             item.commits += item.gold.load(clustered, version)
         else:
             item.commits += item.gold.append(clustered, version)
-        item.keys = plan.keys
-        return SegmentStats(
-            upserts=rows - int(totals.deletes or 0),
-            deletes=int(totals.deletes or 0),
-            key_only=int(totals.key_only or 0),
-            zero_dates=int(totals.zero_dates or 0),
-        )
+        return stats
 
     def _ddl(
         self,

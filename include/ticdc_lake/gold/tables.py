@@ -32,6 +32,7 @@ from ticdc_lake.delta import (
     file_actions,
     is_latest,
     merge_delta,
+    merge_frame,
     open_table,
     read_delta,
     replace_table,
@@ -161,6 +162,15 @@ class GoldTable:
             version=version,
             table=self._open(),
         )
+        return result.committed
+
+    def merge_frame(self, changes: DataFrame, keys: tuple[str, ...], version: int) -> bool:
+        """A large segment's typed changes (with the delete flag), merged by delta-spark on
+        the executors."""
+        result = merge_frame(
+            changes, self.path, list(keys), delete_column=DELETED, app_id=self.app_id,
+            version=version,
+        )  # fmt: skip
         return result.committed
 
     def append(self, frame: DataFrame, version: int) -> bool:
@@ -598,17 +608,22 @@ def zero_dates(plan: SegmentPlan) -> Column:
     return F.when(maybe, F.size(zero)).otherwise(0)
 
 
-def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> DataFrame:
-    """The upserts of a large segment typed on the executors (for an append to an empty table:
-    deletes have nothing to delete there)."""
+def typed_changes(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> DataFrame:
+    """A large segment's changes typed on the executors, with the delete flag (for a merge)."""
 
     def typed(batches):
         for batch in batches:
-            rows = pa.Table.from_batches([batch])
-            yield from apply_plan(plan, rows, zones).data.drop_columns([DELETED]).to_batches()
+            yield from apply_plan(plan, pa.Table.from_batches([batch]), zones).data.to_batches()
 
+    schema = plan.schema.append(pa.field(DELETED, pa.bool_()))
+    return map_in_arrow(frame, typed, arrow_struct(schema))
+
+
+def typed_frame(frame: DataFrame, plan: SegmentPlan, zones: dict[str, str]) -> DataFrame:
+    """A large segment's upserts typed on the executors (for an empty table, where deletes
+    have nothing to delete)."""
     upserts = frame.where(~F.coalesce(F.col("deleted"), F.lit(False)))
-    return map_in_arrow(upserts, typed, arrow_struct(plan.schema))
+    return typed_changes(upserts, plan, zones).drop(DELETED)
 
 
 def frame_specs(frame: DataFrame) -> tuple[set[tuple[str, ...]], dict[str, gold_types.ColumnSpec]]:
