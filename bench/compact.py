@@ -5,9 +5,10 @@
     python -m bench.compact --large [--rows 1000000] [--changes 400000] [--rounds 2]
         [--out bench/results/compact-large.json]
 
-``--large``: a change set too large to collect (more than ``gold.changes.COLLECT_LIMIT``),
-merged by delta-spark on the executors (today's path), against the same changes collected and
-merged by delta-rs on the driver (the limit raised), alternating, on the same data.
+``--large``: a change set larger than ``gold.changes.COLLECT_LIMIT``, compacted three ways in
+turn on the same data (``LARGE_PATHS``): reduced and merged on the driver (what a run of this
+size does), reduced by Spark then collected and merged by delta-rs, and reduced by Spark then
+merged by delta-spark on the executors (what a run too large for the driver does).
 
 For each size, a lake holds one upstream table (id BIGINT primary key and four value columns)
 whose gold table already has ``rows`` rows, then ``changes`` changes arrive in a new bronze
@@ -253,18 +254,27 @@ def _snake_case(metrics: dict) -> dict:
     return named
 
 
+# --large's paths: (name, DRIVER_REDUCE_LIMIT, COLLECT_LIMIT); None keeps the module's value.
+LARGE_PATHS = (
+    ("driver", None, None),  # today's path at this size: reduced and merged on the driver
+    ("spark-reduce, delta-rs merge", -1, 10**12),  # reduced by Spark, collected, delta-rs
+    ("spark-reduce, delta-spark merge", -1, None),  # reduced by Spark, merged on the executors
+)
+
+
 def large(spark, args) -> None:
-    """The --large comparison: executors + delta-spark against the driver + delta-rs."""
+    """The --large comparison: a change set too large to collect, three ways."""
     load_start = os.getloadavg()
-    limit = gold_changes.COLLECT_LIMIT
+    defaults = gold_changes.DRIVER_REDUCE_LIMIT, gold_changes.COLLECT_LIMIT
     results = []
     for _ in range(args.rounds):
-        for engine, collect_limit in (("executors", limit), ("driver", 10**12)):
-            gold_changes.COLLECT_LIMIT = collect_limit
-            result = {"path": engine, **run(spark, args.rows[0], args.changes, args.spread)}
+        for path, reduce_limit, collect_limit in LARGE_PATHS:
+            gold_changes.DRIVER_REDUCE_LIMIT = defaults[0] if reduce_limit is None else reduce_limit
+            gold_changes.COLLECT_LIMIT = defaults[1] if collect_limit is None else collect_limit
+            result = {"path": path, **run(spark, args.rows[0], args.changes, args.spread)}
             results.append(result)
             print(json.dumps(result), flush=True)
-    gold_changes.COLLECT_LIMIT = limit
+    gold_changes.DRIVER_REDUCE_LIMIT, gold_changes.COLLECT_LIMIT = defaults
     spark.stop()
 
     def best(path):
@@ -274,15 +284,16 @@ def large(spark, args) -> None:
         "benchmark": "compact-large",
         "spark": {"master": "local[2]", "driver_memory": DRIVER_MEMORY},
         "machine": machine_report(load_start),
-        "collect_limit": limit,
+        "driver_reduce_limit": defaults[0],
+        "collect_limit": defaults[1],
         "results": results,
-        "ratio_executors_to_driver": round(best("executors") / best("driver"), 2),
+        "best_s": {path: best(path) for path, *_ in LARGE_PATHS},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"{args.changes:,} changes into {args.rows[0]:,} rows: executors + delta-spark "
-          f"{best('executors'):.2f} s, driver + delta-rs {best('driver'):.2f} s (best of "
-          f"{args.rounds})")  # fmt: skip
+    for path, *_ in LARGE_PATHS:
+        print(f"{args.changes:,} changes into {args.rows[0]:,} rows, {path}: {best(path):.2f} s "
+              f"(best of {args.rounds})")  # fmt: skip
 
 
 def main() -> None:
