@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml $(SPEEDUPS)
 	$(PY) -m compileall -q -j 0 include dags plugins spark_jobs
 	touch $@
 
-# Delta Lake's jars for Spark (ticdc_lake.runtime.jars, pinned in orchestration.DELTA_ARTIFACTS): with
+# Spark's jars, Delta Lake's and Kafka's (ticdc_lake.runtime.jars, pinned in orchestration.SPARK_ARTIFACTS): with
 # Maven's strict checksums, from its local repository once it has them.
 $(VENV)/.jars: $(VENV)/.installed include/ticdc_lake/orchestration.py
 	$(PY) -m ticdc_lake.runtime.jars

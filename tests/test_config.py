@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import textwrap
 from pathlib import Path
@@ -511,7 +512,7 @@ def assert_schema_error(path: Path, line: int, key: str, expected: str) -> str:
     ("text", "line", "key", "expected"),
     [
         ("lake: 123\n", 1, "lake", "a path"),
-        ("inputs: [123]\n", 1, "inputs", "a glob pattern or a list of them"),
+        ("inputs: [123]\n", 1, "inputs.0", "a glob pattern or a kafka: mapping"),
         ("reports: [a]\n", 1, "reports", "a path"),
         ("time-zone: 8\n", 1, "time-zone", "an IANA time zone name"),
         ("version: '1'\n", 1, "version", "1"),
@@ -703,7 +704,7 @@ def test_the_config_is_plain_data(tmp_path):
     assert pickle.loads(pickle.dumps(config)) == config == load_config(path)
     assert {f.name for f in dataclasses.fields(config)} == {
         "source", "lake", "reports", "inputs", "time_zone", "topics", "changefeeds", "limits",
-        "quality",
+        "quality", "kafka_inputs",
     }  # fmt: skip
 
 
@@ -754,3 +755,50 @@ def test_the_generated_configs_comment_names_the_keys_as_they_are(tmp_path):
     generated = write_generated(tmp_path, GenerateOptions(protocol="craft", transactions=2))
     comment = generated.config_path.read_text().split("\nversion:")[0]
     assert "cutoff-ts" in comment and "cut-off-ts" not in comment
+
+
+def test_a_kafka_input_is_read_beside_the_globs_and_never_shows_its_settings(tmp_path):
+    kafka = {
+        "bootstrap-servers": "b1:9092,b2:9092",
+        "topics": "orders",
+        "options": {"security.protocol": "SASL_SSL", "ssl.key.password": "hunter2"},
+        "options-env": {"sasl.jaas.config": "KAFKA_JAAS"},
+        "timeout": "45s",
+    }
+    config = load_config(write_config(tmp_path, {"inputs": ["in/*", {"kafka": kafka}]}
+                                      | with_topic()))  # fmt: skip
+    assert config.inputs == (str(tmp_path.resolve() / "in" / "*"),)
+    (source,) = config.kafka_inputs
+    assert (source.bootstrap_servers, source.topics, source.timeout_seconds) == (
+        "b1:9092,b2:9092", ("orders",), 45.0
+    )  # fmt: skip
+    assert "hunter2" not in repr(config)
+    with pytest.raises(ConfigError, match="KAFKA_JAAS"):
+        source.settings()
+    os.environ["KAFKA_JAAS"] = "secret"
+    try:
+        assert source.settings()["sasl.jaas.config"] == "secret"
+        assert source.settings()["bootstrap.servers"] == "b1:9092,b2:9092"
+    finally:
+        del os.environ["KAFKA_JAAS"]
+
+
+@pytest.mark.parametrize(
+    ("kafka", "expected"),
+    [
+        ({"topics": ["orders"]}, "line 2: inputs.0.kafka.bootstrap-servers: required"),
+        ({"bootstrap-servers": "b:1", "topics": ["nope"]}, "unknown: ['nope']"),
+        ({"bootstrap-servers": "b:1", "topics": ["orders"], "options": {"group.id": "g"}},
+         "group.id: set by land itself"),
+        ({"bootstrap-servers": "b:1", "topics": ["orders"], "brokers": "x"},
+         "unknown key(s) brokers"),
+        ({"bootstrap-servers": "b:1", "topics": ["orders"], "timeout": "0s"},
+         "timeout: expected more than 0 seconds"),
+    ],
+    ids=["no-servers", "unknown-topic", "own-setting", "unknown-key", "no-timeout"],
+)  # fmt: skip
+def test_a_kafka_input_mistake_is_named(tmp_path, kafka, expected):
+    path = write_config(tmp_path, {"inputs": [{"kafka": kafka}]} | with_topic())
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert expected in str(caught.value)

@@ -3,7 +3,13 @@
     version: 1
     lake: lake                       # root of the Delta tables (bronze/, silver/, gold/, state/)
     reports: reports                 # data-quality reports (default <lake>/../reports)
-    inputs: [exports/*]              # globs of Kafka export files (the landing area)
+    inputs: [exports/*]              # globs of Kafka export files (the landing area), and
+      - kafka:                       # Kafka topics read straight into bronze
+          bootstrap-servers: broker1:9092,broker2:9092
+          topics: [orders]           # configured topics (below)
+          options: {security.protocol: SASL_SSL, sasl.mechanism: SCRAM-SHA-512}
+          options-env: {sasl.jaas.config: KAFKA_JAAS_CONFIG}   # secret settings' variables
+          timeout: 30s               # for the broker's metadata and offsets
     time-zone: Asia/Shanghai         # the TiCDC server's zone: TIMESTAMP text is local time there
     topics:
       <topic>:
@@ -74,7 +80,9 @@ from pydantic import (
     BeforeValidator,
     ByteSize,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     WrapValidator,
     create_model,
@@ -101,6 +109,37 @@ class SchemaRegistryConfig:
         return (
             f"SchemaRegistryConfig(url={redact_url(self.url)!r}, username={self.username!r}, "
             f"password_env={self.password_env!r})"
+        )
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """A Kafka cluster land reads topics from (``bronze/kafka_source.py``). ``options`` are
+    Kafka consumer settings (Java client names); ``options_env`` names the environment
+    variables holding the secret ones, read when land runs."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    options: tuple[tuple[str, str], ...] = ()
+    options_env: tuple[tuple[str, str], ...] = ()
+    timeout_seconds: float = 30.0
+
+    def settings(self) -> dict[str, str]:
+        """The consumer settings, secrets read from the environment (ConfigError: unset)."""
+        unset = [variable for _, variable in self.options_env if variable not in os.environ]
+        if unset:
+            raise ConfigError(
+                f"kafka input {self.bootstrap_servers}: environment variable(s) "
+                f"{', '.join(unset)} (options-env) not set"
+            )
+        secrets = {name: os.environ[variable] for name, variable in self.options_env}
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.options), **secrets}
+
+    def __repr__(self) -> str:  # option values may be secrets: their names only
+        return (
+            f"KafkaSourceConfig(bootstrap_servers={redact_text(self.bootstrap_servers)!r}, "
+            f"topics={self.topics!r}, options={[n for n, _ in self.options]!r}, "
+            f"options_env={self.options_env!r}, timeout_seconds={self.timeout_seconds!r})"
         )
 
 
@@ -146,6 +185,7 @@ class PipelineConfig:
     changefeeds: dict[str, ChangefeedConfig]
     limits: Limits = field(default_factory=Limits)
     quality: QualitySettings = field(default_factory=QualitySettings)
+    kafka_inputs: tuple[KafkaSourceConfig, ...] = ()  # inputs read from Kafka itself
 
     def changefeed_of(self, topic: str) -> ChangefeedConfig:
         for changefeed in self.changefeeds.values():
@@ -375,6 +415,63 @@ class _RegistryFile(_Section):
     password_env: Annotated[str, _expect("the name of an environment variable")] | None = None
 
 
+# Settings land sets itself, or that Spark's Kafka source refuses.
+_KAFKA_OWN_SETTINGS = (
+    "bootstrap.servers", "group.id", "auto.offset.reset", "enable.auto.commit",
+    "key.deserializer", "value.deserializer", "interceptor.classes",
+)  # fmt: skip
+
+
+class _KafkaFile(_Section):
+    bootstrap_servers: Annotated[str, Field(min_length=1), _expect("host:port[,host:port...]")]
+    topics: _TopicNames
+    options: dict[str, _Text] = {}
+    options_env: dict[str, Annotated[str, _expect("the name of an environment variable")]] = {}
+    timeout: _Duration = 30.0
+
+    @model_validator(mode="after")
+    def _not_ours(self) -> _KafkaFile:
+        for section in ("options", "options_env"):
+            taken = [name for name in getattr(self, section) if name in _KAFKA_OWN_SETTINGS]
+            if taken:
+                raise _problem(
+                    f"{', '.join(taken)}: set by land itself (bootstrap-servers for the "
+                    "servers); leave out of the options",
+                    at=(setting_name(section),),
+                )
+        if self.timeout <= 0:
+            raise _problem("timeout: expected more than 0 seconds", at=("timeout",))
+        return self
+
+
+class _KafkaInputFile(_Section):
+    kafka: _KafkaFile
+
+
+# Union tags: pydantic puts them in an error's location, where the file has no such key.
+_PATTERN_TAG, _KAFKA_TAG = "<pattern>", "<kafka>"
+
+
+def _input_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return _PATTERN_TAG
+    return _KAFKA_TAG if isinstance(value, dict) else None
+
+
+# An input is a glob pattern, or a mapping naming a Kafka source: told apart by their type, so a
+# mistake inside the mapping is reported as such.
+_Inputs = Annotated[
+    list[
+        Annotated[
+            Annotated[str, Field(min_length=1), Tag(_PATTERN_TAG)]
+            | Annotated[_KafkaInputFile, Tag(_KAFKA_TAG)],
+            Discriminator(_input_kind),
+        ]
+    ],
+    BeforeValidator(_listed),
+]
+
+
 class _TopicFile(_Section):
     protocol: _Protocol
     partitions: _Count
@@ -477,7 +574,7 @@ class _PipelineFile(_Section):
     version: Annotated[Literal[1], _expect("1 (the only version so far)")] = 1
     lake: _PathText = "lake"
     reports: _PathText | None = None
-    inputs: _Globs = ["exports/*"]
+    inputs: _Inputs = ["exports/*"]
     time_zone: _TimeZone = "UTC"
     topics: dict[str, _TopicFile] = {}
     changefeeds: dict[str, _ChangefeedFile] | None = None
@@ -488,6 +585,17 @@ class _PipelineFile(_Section):
     def _every_topic_in_one_changefeed(self) -> _PipelineFile:
         if not self.topics:
             raise _problem("no topics configured", at=("topics",))
+        for entry in self.inputs:
+            unknown = (
+                []
+                if isinstance(entry, str)
+                else [t for t in entry.kafka.topics if t not in self.topics]
+            )
+            if unknown:
+                raise _problem(
+                    f"inputs: kafka topics must be configured topics; unknown: {unknown}",
+                    at=("inputs",),
+                )
         if self.changefeeds is None:
             return self
         if not self.changefeeds:
@@ -523,12 +631,15 @@ _PYDANTIC_WORDS = {
     "model_attributes_type": "expected a mapping",
     "string_type": "expected text",
     "extra_forbidden": "unknown key",
+    "list_type": "expected a list",
+    "union_tag_not_found": "expected a glob pattern or a kafka: mapping",
 }
 
 
 def _describe(error: dict[str, Any], source: Path, lines: dict[tuple[str, ...], int]) -> str:
     """One schema error as "<file> line <n>: <key>: <what>" (the key left out at the top)."""
-    loc, kind = tuple(error["loc"]), error["type"]
+    loc = tuple(part for part in error["loc"] if part not in (_PATTERN_TAG, _KAFKA_TAG))
+    kind = error["type"]
     context = error.get("ctx") or {}
     if kind == "problem":
         line, what = _line_of(loc + tuple(context["at"]), lines), context["message"]
@@ -570,12 +681,23 @@ def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
         source=source,
         lake=lake,
         reports=base / checked.reports if checked.reports else lake.parent / "reports",
-        inputs=tuple(str(base / pattern) for pattern in checked.inputs),
+        inputs=tuple(str(base / entry) for entry in checked.inputs if isinstance(entry, str)),
         time_zone=checked.time_zone,
         topics=topics,
         changefeeds=changefeeds,
         limits=Limits(**{name: int(value) for name, value in checked.limits}),
         quality=checked.quality.settings(),
+        kafka_inputs=tuple(
+            KafkaSourceConfig(
+                bootstrap_servers=entry.kafka.bootstrap_servers,
+                topics=tuple(entry.kafka.topics),
+                options=tuple(entry.kafka.options.items()),
+                options_env=tuple(entry.kafka.options_env.items()),
+                timeout_seconds=entry.kafka.timeout,
+            )
+            for entry in checked.inputs
+            if not isinstance(entry, str)
+        ),
     )
 
 

@@ -53,6 +53,15 @@ def class_archive(python: str) -> Path:
 # Central serves; its Python package is pinned beside pyspark 4.1.1 in requirements.txt), which
 # ``make setup`` fetches once into the Python environment (``python -m ticdc_lake.runtime.jars``).
 DELTA_ARTIFACTS = ("io.delta:delta-spark_4.1_2.13:4.1.0", "io.delta:delta-storage:4.1.0")
+# Spark's Kafka batch source at pyspark's exact version (land reads a topic straight into
+# bronze), with the compile-scope dependencies of its POM that pyspark does not ship.
+KAFKA_ARTIFACTS = (
+    "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1",
+    "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.1.1",
+    "org.apache.kafka:kafka-clients:3.9.1",
+    "org.apache.commons:commons-pool2:2.12.1",
+)
+SPARK_ARTIFACTS = DELTA_ARTIFACTS + KAFKA_ARTIFACTS
 DELTA_JARS = Path("share") / "ticdc-lake" / "jars"
 DELTA_SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -61,15 +70,15 @@ DELTA_SESSION_CONF = {
 
 
 def delta_jars(python: str) -> list[Path]:
-    """The Delta jars of the environment ``python`` is in, one per DELTA_ARTIFACTS entry (a
+    """The Spark jars of the environment ``python`` is in, one per SPARK_ARTIFACTS entry (a
     missing one is left out: ``ticdc_lake.runtime.jars`` says how to fetch it)."""
     folder = Path(python).parent.parent / DELTA_JARS
     return [path for path in map(folder.joinpath, jar_names()) if path.is_file()]
 
 
 def jar_names() -> list[str]:
-    """The file names Maven gives DELTA_ARTIFACTS' jars (artifact-version.jar)."""
-    return [jar_name(artifact) for artifact in DELTA_ARTIFACTS]
+    """The file names Maven gives SPARK_ARTIFACTS' jars (artifact-version.jar)."""
+    return [jar_name(artifact) for artifact in SPARK_ARTIFACTS]
 
 
 def jar_name(artifact: str) -> str:

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ticdc_lake.orchestration import DELTA_ARTIFACTS, delta_conf, jar_name
+from ticdc_lake.orchestration import DELTA_ARTIFACTS, SPARK_ARTIFACTS, delta_conf, jar_name
 from ticdc_lake.runtime import jars
 from ticdc_lake.runtime.spark import delta_settings
 
@@ -18,7 +18,7 @@ from ticdc_lake.runtime.spark import delta_settings
 def maven_central(tmp_path, monkeypatch):
     """A local stand-in for Maven Central serving every artifact's jar and its .sha1."""
     root = tmp_path / "central"
-    for artifact in DELTA_ARTIFACTS:
+    for artifact in SPARK_ARTIFACTS:
         group, name, version = artifact.split(":")
         folder = root.joinpath(*group.split("."), name, version)
         folder.mkdir(parents=True)
@@ -55,7 +55,7 @@ def environment(tmp_path: Path) -> str:
 def test_without_maven_the_jars_come_from_maven_central_checked_by_sha1(tmp_path, maven_central):
     python = environment(tmp_path)
     fetched = jars.fetch(python)
-    assert [p.name for p in fetched] == [jar_name(a) for a in DELTA_ARTIFACTS]
+    assert [p.name for p in fetched] == [jar_name(a) for a in SPARK_ARTIFACTS]
     assert delta_conf(python)["spark.jars"] == ",".join(map(str, fetched))
     assert jars.fetch(python) == fetched  # there already: nothing fetched again
 

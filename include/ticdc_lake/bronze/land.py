@@ -56,6 +56,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from ticdc_lake.bronze.export_source import ExportFile, describe_file
+from ticdc_lake.bronze.kafka_source import (
+    export_files,
+    read_kafka_inputs,
+    remove_landed_exports,
+)
 from ticdc_lake.bronze.land_batch import run_batch
 from ticdc_lake.bronze.land_inputs import discover_files
 from ticdc_lake.bronze.land_tables import (
@@ -127,13 +132,18 @@ class LandResult:
 def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
     """Land the new and changed export files of ``config.inputs`` as one bronze batch."""
     started = time.perf_counter()
-    tables = LandTables.of(LakeLayout(config.lake))
-    # A glob reaching into the lake must not land the lake's own files.
-    discovered = discover_files(config.inputs, exclude=(config.lake, config.reports))
-    seen, refused = discovered.files, tuple(str(r) for r in discovered.refused)
-    changed = changed_files(seen, landed_state(tables))
+    layout = LakeLayout(config.lake)
+    tables = LandTables.of(layout)
     plan = pending_plan(tables)
     recovered = plan is not None
+    if plan is None and config.kafka_inputs:
+        read_kafka_inputs(spark, config.kafka_inputs, tables.offset_ranges, layout.kafka_exports)
+    # A glob reaching into the lake must not land the lake's own files.
+    discovered = discover_files(config.inputs, exclude=(config.lake, config.reports))
+    seen = [*discovered.files, *export_files(layout.kafka_exports)]
+    refused = tuple(str(r) for r in discovered.refused)
+    changed = changed_files(seen, landed_state(tables))
+    remove_landed_exports(layout.kafka_exports, [f.path for f in changed])
     if plan is None:
         if not changed:
             gaps, missing = _gap_totals(tables)
@@ -159,6 +169,7 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
     counts = outcome.counts
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
+    remove_landed_exports(layout.kafka_exports, [f.path for f in changed if f.path not in planned])
     return LandResult(
         batch_id=plan.batch_id,
         files_seen=len(seen),

@@ -121,6 +121,12 @@ class LakeLayout:
         return self.root / "_lock.json"
 
     @property
+    def kafka_exports(self) -> Path:
+        """Records land read from Kafka itself, as Spark Kafka Parquet files that land like
+        any export; each run's folder is removed once its records are in bronze."""
+        return self.root / "bronze" / "_kafka"
+
+    @property
     def land_plan(self) -> Path:
         """The plan of a land batch not finished yet (a JSON file, not a table)."""
         return self.root / "bronze" / "_land_plan.json"

@@ -1,13 +1,14 @@
-"""The Delta Lake jars Spark needs, fetched once into the Python environment by ``make setup``.
+"""The jars Spark needs (Delta Lake, Spark's Kafka source), fetched once into the Python
+environment by ``make setup``.
 
-    python -m ticdc_lake.runtime.jars  # DELTA_ARTIFACTS into <env>/share/ticdc-lake/jars
+    python -m ticdc_lake.runtime.jars  # SPARK_ARTIFACTS into <env>/share/ticdc-lake/jars
 
 With Maven (``mvn dependency:copy`` with strict checksums: a jar whose checksum differs from
 the repository's is refused), which takes them from its local repository when it has them, so
 setup runs offline afterwards; where no ``mvn`` is installed (a container image), straight
 from Maven Central, each jar checked against the SHA-1 Maven Central publishes beside it.
-On a cluster of your own, ``spark-submit --packages io.delta:delta-spark_4.1_2.13:4.1.0`` does
-the same.
+On a cluster of your own, ``spark-submit --packages io.delta:delta-spark_4.1_2.13:4.1.0`` (and
+``org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1`` to land from Kafka) does the same.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from ticdc_lake.errors import TicdcLakeError
-from ticdc_lake.orchestration import DELTA_ARTIFACTS, DELTA_JARS, jar_name
+from ticdc_lake.orchestration import DELTA_JARS, SPARK_ARTIFACTS, jar_name
 
 MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 DOWNLOAD_SECONDS = 300
@@ -40,16 +41,16 @@ def jars_folder(python: str = sys.executable) -> Path:
 
 
 def fetch(python: str = sys.executable) -> list[Path]:
-    """Every DELTA_ARTIFACTS jar in ``python``'s environment, fetching those missing."""
+    """Every SPARK_ARTIFACTS jar in ``python``'s environment, fetching those missing."""
     folder = jars_folder(python)
     folder.mkdir(parents=True, exist_ok=True)
-    for artifact in DELTA_ARTIFACTS:
+    for artifact in SPARK_ARTIFACTS:
         if not (folder / jar_name(artifact)).is_file():
             if shutil.which("mvn"):
                 _with_maven(artifact, folder)
             else:
                 _from_maven_central(artifact, folder)
-    return [folder / jar_name(artifact) for artifact in DELTA_ARTIFACTS]
+    return [folder / jar_name(artifact) for artifact in SPARK_ARTIFACTS]
 
 
 def _with_maven(artifact: str, folder: Path) -> None:

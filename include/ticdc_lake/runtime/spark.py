@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from ticdc_lake.orchestration import (
     DELTA_ARTIFACTS,
     DELTA_SESSION_CONF,
+    SPARK_ARTIFACTS,
     delta_jars,
     driver_java_options,
 )
@@ -147,9 +148,9 @@ def delta_settings(submitted: Mapping[str, str]) -> dict[str, str]:
     if "delta-spark" in brought:
         return settings
     jars = delta_jars(sys.executable)
-    if len(jars) < len(DELTA_ARTIFACTS):
+    if len(jars) < len(SPARK_ARTIFACTS):
         raise MissingJarsError(
-            f"Delta Lake's jars are not all in {jars_folder()}: run "
+            f"Spark's jars (Delta Lake, Kafka) are not all in {jars_folder()}: run "
             "`python -m ticdc_lake.runtime.jars` (make setup does), or give spark-submit "
             f"--packages {','.join(DELTA_ARTIFACTS)}"
         )

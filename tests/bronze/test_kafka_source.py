@@ -1,0 +1,162 @@
+"""Land straight from a real Kafka broker (bronze/kafka_source.py): bounded runs from the
+offset after bronze's highest, each offset once across a run killed after its read, a rerun
+that adds nothing, gold equal to the generator's tables, and one clear message for a missing
+topic, an unreachable broker or an unset secret, with the secret nowhere in it."""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+from ticdc_lake.bronze import land as land_stage
+from ticdc_lake.bronze.kafka_source import KafkaSourceError
+from ticdc_lake.bronze.land import land
+from ticdc_lake.config import load_config
+from ticdc_lake.errors import ConfigError
+from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
+
+from tests.e2e import lakes
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+PARTITIONS = 3
+SECRET = "jaas-secret-\u00e9-42"
+
+
+def produce(bootstrap: str, records) -> None:
+    """``records`` to their partitions, in order, as the generator numbered them."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failures = []
+    for record in records:
+        producer.produce(
+            record.topic, value=record.value, key=record.key, partition=record.partition,
+            timestamp=record.timestamp_ms, headers=[("h", b"\xff" + str(record.offset).encode())],
+            on_delivery=lambda error, _: error is not None and failures.append(error),
+        )  # fmt: skip
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not failures, failures
+
+
+def configure(output, kafka: dict) -> Path:
+    document = yaml.safe_load(output.config_path.read_text())
+    document |= {"lake": "lake", "inputs": [{"kafka": kafka}]}
+    output.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return output.config_path
+
+
+def versions(layout: LakeLayout) -> dict[str, int]:
+    return {
+        str(path.parent): DeltaTable(str(path.parent)).version()
+        for path in layout.root.rglob("_delta_log")
+    }
+
+
+@pytest.fixture(scope="module")
+def kafka_lake(spark, kafka_broker, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("kafka-source")
+    options = GenerateOptions(protocol="craft", partitions=PARTITIONS, seed=57, transactions=30,
+                              layout="jsonl", idle_partitions=1)  # fmt: skip
+    output = write_generated(directory, options)
+    (topic,) = output.routing.topics
+    kafka_broker.create_topic(topic, PARTITIONS)
+    path = configure(output, {"bootstrap-servers": kafka_broker.bootstrap, "topics": [topic]})
+    return output, load_config(path), topic
+
+
+def test_land_reads_new_offsets_each_once_and_gold_is_the_generators(
+    spark, kafka_broker, kafka_lake, monkeypatch
+):
+    output, config, _ = kafka_lake
+    layout = LakeLayout(config.lake)
+    streams = {key: stream.records for key, stream in sorted(output.encoded.items())}
+    firsts = {key: math.ceil(len(records) * 0.5) for key, records in streams.items()}
+    produce(kafka_broker.bootstrap, [r for key, rs in streams.items() for r in rs[: firsts[key]]])
+
+    first = land(spark, config)
+    assert first.records_added == sum(firsts.values()) and first.offset_gaps == 0
+    assert not any(layout.kafka_exports.iterdir())  # landed: the export is gone
+    before = versions(layout)
+    assert land(spark, config).batch_id is None  # nothing new: no batch, no version
+    assert versions(layout) == before
+
+    # The rest, and two killed runs: one after its read, before its batch's plan is saved;
+    # one in the middle of its batch (which then holds both reads).
+    produce(kafka_broker.bootstrap, [r for key, rs in streams.items() for r in rs[firsts[key] :]])
+    for step in ("save_plan", "run_batch"):
+        with monkeypatch.context() as patch:
+
+            def killed(*_args, **_kwargs):
+                raise KeyboardInterrupt("killed")
+
+            patch.setattr(land_stage, step, killed)
+            with pytest.raises(KeyboardInterrupt):
+                land(spark, config)
+        assert any(layout.kafka_exports.iterdir())  # the killed run's export stays
+    rerun = land(spark, config)
+    rest = sum(len(rs) for rs in streams.values()) - sum(firsts.values())
+    # The batch finished by the rerun holds both reads of the same offsets: each added once.
+    assert rerun.recovered
+    assert (rerun.records_added, rerun.duplicates, rerun.conflicts) == (rest, rest, 0)
+    assert not any(layout.kafka_exports.iterdir())
+    bronze = lakes.table_rows(layout.bronze)
+    keys = [(row["topic"], row["partition"], row["offset"]) for row in bronze]
+    assert len(keys) == len(set(keys)) == sum(len(rs) for rs in streams.values())
+    by_key = {(r["topic"], r["partition"], r["offset"]): r for r in bronze}
+    for records in streams.values():
+        for record in records:
+            row = by_key[(record.topic, record.partition, record.offset)]
+            assert (row["key"], row["value"]) == (record.key, record.value)
+            assert row["headers"] == [{"key": "h", "value": b"\xff" + str(record.offset).encode()}]
+
+    _, _, watermarked, _ = lakes.run_stages(spark, config, compacting=True)
+    (feed,) = watermarked.changefeeds
+    assert feed.watermark == output.workload.resolved_ts[-1]
+    lakes.assert_gold_is_expected(layout, output.workload, feed.watermark)
+
+
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "kafka, expected",
+    [
+        ({"topics": ["missing"]}, r"topic 'missing': no such topic on the broker"),
+        ({"bootstrap-servers": "127.0.0.1:{port}", "timeout": "3s"}, r"Timeout"),
+    ],
+    ids=["missing-topic", "unreachable-broker"],
+)
+def test_a_broker_problem_stops_land_with_one_message_and_no_secret(
+    spark, kafka_broker, kafka_lake, tmp_path, monkeypatch, kafka, expected
+):
+    output, _, topic = kafka_lake
+    monkeypatch.setenv("KAFKA_TEST_JAAS", SECRET)
+    source = {
+        "bootstrap-servers": kafka_broker.bootstrap,
+        "topics": [topic],
+        "options-env": {"sasl.jaas.config": "KAFKA_TEST_JAAS"},
+    } | kafka
+    source["bootstrap-servers"] = source["bootstrap-servers"].format(port=_unused_port())
+    document = yaml.safe_load(output.config_path.read_text())
+    document |= {"lake": str(tmp_path / "lake"), "inputs": [{"kafka": source}]}
+    if kafka.get("topics"):  # configured, but not on the broker
+        document["topics"]["missing"] = document["topics"][topic]
+        for feed in (document.get("changefeeds") or {}).values():
+            feed["topics"].append("missing")
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    with pytest.raises(KafkaSourceError, match=expected) as raised:
+        land(spark, load_config(path))
+    assert SECRET not in str(raised.value) and len(str(raised.value).splitlines()) == 1
+    assert SECRET not in repr(load_config(path))
+    monkeypatch.delenv("KAFKA_TEST_JAAS")
+    with pytest.raises(ConfigError, match="KAFKA_TEST_JAAS"):
+        land(spark, load_config(path))
