@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 from ticdc_lake.bronze import land as land_stage
 from ticdc_lake.bronze.kafka_source import KafkaSourceError
@@ -29,13 +30,13 @@ PARTITIONS = 3
 SECRET = "jaas-secret-\u00e9-42"
 
 
-def produce(bootstrap: str, records) -> None:
-    """``records`` to their partitions, in order, as the generator numbered them."""
+def produce(bootstrap: str, records, topic: str) -> None:
+    """``records`` to their partitions of ``topic``, in order, as the generator numbered them."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     failures = []
     for record in records:
         producer.produce(
-            record.topic, value=record.value, key=record.key, partition=record.partition,
+            topic, value=record.value, key=record.key, partition=record.partition,
             timestamp=record.timestamp_ms, headers=[("h", b"\xff" + str(record.offset).encode())],
             on_delivery=lambda error, _: error is not None and failures.append(error),
         )  # fmt: skip
@@ -43,11 +44,17 @@ def produce(bootstrap: str, records) -> None:
     assert producer.flush(60) == 0 and not failures, failures
 
 
-def configure(output, kafka: dict) -> Path:
+def configure(output, topic: str, kafka: dict, path: Path, lake: str = "lake") -> Path:
+    """The generator's config with its one topic renamed ``topic`` (tests/e2e/test_real_kafka.py
+    uses the generator's names on the same broker), reading ``kafka``."""
     document = yaml.safe_load(output.config_path.read_text())
-    document |= {"lake": "lake", "inputs": [{"kafka": kafka}]}
-    output.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return output.config_path
+    (generated,) = output.routing.topics
+    document["topics"] = {topic: document["topics"][generated]}
+    for feed in (document.get("changefeeds") or {}).values():
+        feed["topics"] = [topic]
+    document |= {"lake": lake, "inputs": [{"kafka": {"topics": [topic], **kafka}}]}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
 
 
 def versions(layout: LakeLayout) -> dict[str, int]:
@@ -63,20 +70,23 @@ def kafka_lake(spark, kafka_broker, tmp_path_factory):
     options = GenerateOptions(protocol="craft", partitions=PARTITIONS, seed=57, transactions=30,
                               layout="jsonl", idle_partitions=1)  # fmt: skip
     output = write_generated(directory, options)
-    (topic,) = output.routing.topics
+    topic = "direct-craft"
     kafka_broker.create_topic(topic, PARTITIONS)
-    path = configure(output, {"bootstrap-servers": kafka_broker.bootstrap, "topics": [topic]})
+    kafka = {"bootstrap-servers": kafka_broker.bootstrap}
+    path = configure(output, topic, kafka, directory / "direct.yaml")
     return output, load_config(path), topic
 
 
 def test_land_reads_new_offsets_each_once_and_gold_is_the_generators(
     spark, kafka_broker, kafka_lake, monkeypatch
 ):
-    output, config, _ = kafka_lake
+    output, config, topic = kafka_lake
     layout = LakeLayout(config.lake)
     streams = {key: stream.records for key, stream in sorted(output.encoded.items())}
     firsts = {key: math.ceil(len(records) * 0.5) for key, records in streams.items()}
-    produce(kafka_broker.bootstrap, [r for key, rs in streams.items() for r in rs[: firsts[key]]])
+    produce(
+        kafka_broker.bootstrap, [r for k, rs in streams.items() for r in rs[: firsts[k]]], topic
+    )
 
     first = land(spark, config)
     assert first.records_added == sum(firsts.values()) and first.offset_gaps == 0
@@ -87,7 +97,9 @@ def test_land_reads_new_offsets_each_once_and_gold_is_the_generators(
 
     # The rest, and two killed runs: one after its read, before its batch's plan is saved;
     # one in the middle of its batch (which then holds both reads).
-    produce(kafka_broker.bootstrap, [r for key, rs in streams.items() for r in rs[firsts[key] :]])
+    produce(
+        kafka_broker.bootstrap, [r for k, rs in streams.items() for r in rs[firsts[k] :]], topic
+    )
     for step in ("save_plan", "run_batch"):
         with monkeypatch.context() as patch:
 
@@ -110,7 +122,7 @@ def test_land_reads_new_offsets_each_once_and_gold_is_the_generators(
     by_key = {(r["topic"], r["partition"], r["offset"]): r for r in bronze}
     for records in streams.values():
         for record in records:
-            row = by_key[(record.topic, record.partition, record.offset)]
+            row = by_key[(topic, record.partition, record.offset)]
             assert (row["key"], row["value"]) == (record.key, record.value)
             assert row["headers"] == [{"key": "h", "value": b"\xff" + str(record.offset).encode()}]
 
@@ -129,7 +141,7 @@ def _unused_port() -> int:
 @pytest.mark.parametrize(
     "kafka, expected",
     [
-        ({"topics": ["missing"]}, r"topic 'missing': no such topic on the broker"),
+        ({"topic": "missing"}, r"topic 'missing': no such topic on the broker"),
         ({"bootstrap-servers": "127.0.0.1:{port}", "timeout": "3s"}, r"Timeout"),
     ],
     ids=["missing-topic", "unreachable-broker"],
@@ -141,18 +153,11 @@ def test_a_broker_problem_stops_land_with_one_message_and_no_secret(
     monkeypatch.setenv("KAFKA_TEST_JAAS", SECRET)
     source = {
         "bootstrap-servers": kafka_broker.bootstrap,
-        "topics": [topic],
         "options-env": {"sasl.jaas.config": "KAFKA_TEST_JAAS"},
-    } | kafka
+    } | {name: value for name, value in kafka.items() if name != "topic"}
     source["bootstrap-servers"] = source["bootstrap-servers"].format(port=_unused_port())
-    document = yaml.safe_load(output.config_path.read_text())
-    document |= {"lake": str(tmp_path / "lake"), "inputs": [{"kafka": source}]}
-    if kafka.get("topics"):  # configured, but not on the broker
-        document["topics"]["missing"] = document["topics"][topic]
-        for feed in (document.get("changefeeds") or {}).values():
-            feed["topics"].append("missing")
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    path = configure(output, kafka.get("topic", topic), source, tmp_path / "pipeline.yaml",
+                     str(tmp_path / "lake"))  # fmt: skip
     with pytest.raises(KafkaSourceError, match=expected) as raised:
         land(spark, load_config(path))
     assert SECRET not in str(raised.value) and len(str(raised.value).splitlines()) == 1
@@ -160,3 +165,32 @@ def test_a_broker_problem_stops_land_with_one_message_and_no_secret(
     monkeypatch.delenv("KAFKA_TEST_JAAS")
     with pytest.raises(ConfigError, match="KAFKA_TEST_JAAS"):
         land(spark, load_config(path))
+
+
+def test_offsets_deleted_before_land_read_them_are_an_offset_gap(
+    spark, kafka_broker, kafka_lake, tmp_path
+):
+    output, _, _ = kafka_lake
+    topic = "direct-retention"
+    kafka_broker.create_topic(topic, PARTITIONS)
+    kafka = {"bootstrap-servers": kafka_broker.bootstrap}
+    path = configure(output, topic, kafka, tmp_path / "pipeline.yaml", str(tmp_path / "lake"))
+    config = load_config(path)
+    (_, partition), stream = max(output.encoded.items(), key=lambda item: len(item[1].records))
+    records = stream.records
+    read, deleted = len(records) // 3, 2 * len(records) // 3
+    produce(kafka_broker.bootstrap, records[:read], topic)
+    assert land(spark, config).records_added == read
+    produce(kafka_broker.bootstrap, records[read:], topic)
+    # What retention does to a lake that fell behind: the offsets before `deleted` are gone.
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, partition, deleted)]).values():
+        future.result(timeout=30)
+
+    after = land(spark, config)
+    assert after.records_added == len(records) - deleted
+    assert (after.offset_gaps, after.missing_offsets) == (1, deleted - read)
+    (gap,) = lakes.table_rows(LakeLayout(config.lake).offset_gaps)
+    assert (gap["topic"], gap["partition"], gap["from_offset"], gap["to_offset"]) == (
+        topic, partition, read, deleted - 1
+    )  # fmt: skip
