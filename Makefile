@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 
 .PHONY: setup demo airflow test test-fast lint browser postgres kafka bench bench-decode bench-pipeline bench-pipeline-4m \
-	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants \
+	bench-submit bench-compact bench-quality bench-wide-rows bench-tenants bench-kafka-land \
 	bench-files bench-report clean
 
 setup: $(VENV)/.installed $(VENV)/.jars $(VENV)/.class-archive
@@ -92,7 +92,7 @@ $(VENV)/.kafka: $(VENV)/.installed tests/kafka_broker.py
 	touch $@
 
 bench: bench-decode bench-pipeline bench-submit bench-compact bench-quality bench-wide-rows \
-	bench-tenants bench-files bench-report
+	bench-tenants bench-files bench-report bench-kafka-land
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -123,6 +123,10 @@ bench-wide-rows: setup
 # 1 and 100 tenants' shops (6 and 600 gold tables), two runs each (bench/results/tenants.json).
 bench-tenants: setup
 	$(PY) -m bench.tenants
+
+# Land straight from Kafka against land of kcat's export of the same records (kafka-land.json).
+bench-kafka-land: setup kafka
+	$(PY) -m bench.kafka_land
 
 # Land of the realistic 1M's records as 4, 400 and 2,000 export files (bench/results/files.json).
 bench-files: setup

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from ticdc_lake.lake.layout import LakeLayout
 from ticdc_lake.sample.workload.output import GenerateOptions, write_generated
 
 from tests.e2e import lakes
+from tests.e2e.test_kill_and_rerun import Job
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -194,3 +196,60 @@ def test_offsets_deleted_before_land_read_them_are_an_offset_gap(
     assert (gap["topic"], gap["partition"], gap["from_offset"], gap["to_offset"]) == (
         topic, partition, read, deleted - 1
     )  # fmt: skip
+
+
+def test_the_kafka_source_lands_what_land_of_a_kcat_export_lands(
+    spark, kafka_broker, kcat, kafka_lake, tmp_path
+):
+    """The same records through both paths: bronze's rows equal but for where they came from
+    (source_file) and when (batch_id, landed_at)."""
+    output, _, _ = kafka_lake
+    topic = "direct-same-rows"
+    kafka_broker.create_topic(topic, PARTITIONS, {"message.timestamp.type": "LogAppendTime"})
+    produce(kafka_broker.bootstrap, [r for s in output.encoded.values() for r in s.records], topic)
+    exported = tmp_path / "exports" / "topic.kcat.jsonl"
+    exported.parent.mkdir()
+    with open(exported, "wb") as sink:
+        subprocess.run([kcat, "-C", "-J", "-e", "-q", "-b", kafka_broker.bootstrap, "-t", topic],
+                       stdout=sink, check=True)  # fmt: skip
+    kafka = {"bootstrap-servers": kafka_broker.bootstrap}
+    rows = {}
+    for name in ("kafka", "kcat"):
+        path = configure(output, topic, kafka, tmp_path / f"{name}.yaml", f"lake-{name}")
+        if name == "kcat":
+            document = yaml.safe_load(path.read_text())
+            document["inputs"] = [str(exported)]
+            path.write_text(yaml.safe_dump(document, sort_keys=False))
+        config = load_config(path)
+        assert land(spark, config).errors == 0
+        rows[name] = sorted(
+            (
+                {k: v for k, v in row.items() if k not in ("source_file", "batch_id", "landed_at")}
+                for row in lakes.table_rows(LakeLayout(config.lake).bronze)
+            ),
+            key=lambda row: (row["partition"], row["offset"]),
+        )
+    assert len(rows["kafka"]) == sum(len(s.records) for s in output.encoded.values())
+    assert rows["kafka"] == rows["kcat"]
+
+
+def test_the_land_job_killed_mid_write_then_rerun_lands_each_offset_once(
+    kafka_broker, kafka_lake, tmp_path
+):
+    """The land job as the DAGs run it (spark-submit with the jars setup fetched), SIGKILLed
+    once its first data file appears (the Kafka export or bronze), then run again."""
+    output, _, _ = kafka_lake
+    topic = "direct-killed"
+    kafka_broker.create_topic(topic, PARTITIONS)
+    produce(kafka_broker.bootstrap, [r for s in output.encoded.values() for r in s.records], topic)
+    kafka = {"bootstrap-servers": kafka_broker.bootstrap}
+    path = configure(output, topic, kafka, tmp_path / "pipeline.yaml", str(tmp_path / "lake"))
+    layout = LakeLayout(load_config(path).lake)
+    (tmp_path / "logs").mkdir()
+    job = Job("land", path, tmp_path / "logs")
+    ended, _ = job.kill_mid_write([layout.kafka_exports, layout.bronze])
+    result, _ = job.run()
+    bronze = lakes.table_rows(layout.bronze)
+    keys = {(row["partition"], row["offset"]) for row in bronze}
+    assert len(keys) == len(bronze) == sum(len(s.records) for s in output.encoded.values()), ended
+    assert result["conflicts"] == 0 and not any(layout.kafka_exports.iterdir())
