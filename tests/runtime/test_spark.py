@@ -18,6 +18,7 @@ import psutil
 import pytest
 from ticdc_lake.app.cli import _parser, _session
 from ticdc_lake.runtime.spark import (
+    LISTING_PARALLELISM,
     LOCAL_IP_ENV,
     SNAPSHOT_PARTITIONS,
     job_settings,
@@ -267,9 +268,11 @@ def test_a_spark_ui_asked_for_answers_on_loopback_and_nowhere_else():
             child.wait()
 
 
-def test_a_local_session_rebuilds_delta_state_in_a_task_per_core(spark):
-    # Delta's default of 50 tasks per log replay cost seconds per small write on two cores.
+def test_a_local_session_rebuilds_delta_state_and_lists_files_in_a_task_per_core(spark):
+    # Delta's default of 50 tasks per log replay cost seconds per small write on two cores,
+    # and its VACUUM's 10,000 listing tasks 25 s for a table of three files.
     assert spark.conf.get(SNAPSHOT_PARTITIONS) == str(os.cpu_count())
+    assert spark.conf.get(LISTING_PARALLELISM) == str(os.cpu_count())
 
 
 def test_py4j_logs_nothing_below_warning_whatever_the_root_level():
