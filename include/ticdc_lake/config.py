@@ -582,20 +582,20 @@ class _PipelineFile(_Section):
     quality: _QualityFile = _QualityFile()
 
     @model_validator(mode="after")
+    def _kafka_topics_configured(self) -> _PipelineFile:
+        kafka = [entry.kafka for entry in self.inputs if not isinstance(entry, str)]
+        unknown = [t for source in kafka for t in source.topics if t not in self.topics]
+        if unknown and self.topics:  # no topics at all: said once, below
+            raise _problem(
+                f"inputs: kafka topics must be configured topics; unknown: {unknown}",
+                at=("inputs",),
+            )
+        return self
+
+    @model_validator(mode="after")
     def _every_topic_in_one_changefeed(self) -> _PipelineFile:
         if not self.topics:
             raise _problem("no topics configured", at=("topics",))
-        for entry in self.inputs:
-            unknown = (
-                []
-                if isinstance(entry, str)
-                else [t for t in entry.kafka.topics if t not in self.topics]
-            )
-            if unknown:
-                raise _problem(
-                    f"inputs: kafka topics must be configured topics; unknown: {unknown}",
-                    at=("inputs",),
-                )
         if self.changefeeds is None:
             return self
         if not self.changefeeds:

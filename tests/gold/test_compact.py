@@ -250,25 +250,12 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     # As a run too large to collect: empty tables are loaded by the executors.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
-    appends = []
-    append = gold_tables.GoldTable.append
-    monkeypatch.setattr(
-        gold_tables.GoldTable, "append", lambda *a: appends.append(a[0].name) or append(*a)
-    )
+    appends = recorded_calls(monkeypatch, gold_tables.GoldTable, "append")
     once = compact(spark, config)
     # Every table's initial load (and the reload of a truncated one) took that path.
-    assert {str(name) for name in appends} == {t.table for t in once.changefeeds[0].tables}
+    assert {str(gold.name) for gold in appends} == {t.table for t in once.changefeeds[0].tables}
     assert once.changefeeds[0].target == lake.second_mark
-
-    def assert_gold_is_the_incremental_runs():
-        for table in once.changefeeds[0].tables:
-            keys = lake.workload.expected.handle_keys[table.table]
-            incremental = gold_rows(lake.layout, table.table)
-            assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
-                incremental, key=lambda r: _key(r, keys)
-            )
-
-    assert_gold_is_the_incremental_runs()
+    assert_gold_is_the_incremental_runs(layout, lake, once)
     # A collected run reports what a spilled one does, and so does one reduced on the driver,
     # a row group at a time.
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 10**9)
@@ -279,7 +266,24 @@ def test_one_run_to_the_final_watermark_equals_the_two_incremental_runs(
     monkeypatch.setattr(gold_changes, "RANK_ELEMENTS", 1)
     on_driver = compact(spark, config, rebuild=True)
     assert _counted(on_driver) == _counted(once)
-    assert_gold_is_the_incremental_runs()
+    assert_gold_is_the_incremental_runs(layout, lake, once)
+
+
+def recorded_calls(monkeypatch, owner, name: str) -> list:
+    """The first argument of each call of ``owner.name`` (a method's ``self``), which still
+    runs as before."""
+    calls, original = [], getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a: calls.append(a[0]) or original(*a))
+    return calls
+
+
+def assert_gold_is_the_incremental_runs(layout: LakeLayout, lake, result) -> None:
+    """Gold in ``layout`` is the gold ``lake``'s two incremental runs left, table by table."""
+    for table in result.changefeeds[0].tables:
+        keys = lake.workload.expected.handle_keys[table.table]
+        assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
+            gold_rows(lake.layout, table.table), key=lambda r: _key(r, keys)
+        )
 
 
 @pytest.mark.slow  # the large-run path takes a few more Spark jobs
@@ -299,18 +303,10 @@ def test_a_large_segment_into_a_gold_table_with_rows_is_merged_by_delta_spark(
     watermark(spark, config)
     monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", 0)
     monkeypatch.setattr(gold_changes, "DRIVER_REDUCE_LIMIT", -1)
-    merged = []
-    merge_frame = gold_tables.GoldTable.merge_frame
-    monkeypatch.setattr(
-        gold_tables.GoldTable, "merge_frame", lambda *a: merged.append(a[0]) or merge_frame(*a)
-    )
+    merged = recorded_calls(monkeypatch, gold_tables.GoldTable, "merge_frame")
     second = compact(spark, config)
     assert merged and second.changefeeds[0].target == lake.second_mark
-    for table in second.changefeeds[0].tables:
-        keys = lake.workload.expected.handle_keys[table.table]
-        assert sorted(gold_rows(layout, table.table), key=lambda r: _key(r, keys)) == sorted(
-            gold_rows(lake.layout, table.table), key=lambda r: _key(r, keys)
-        )
+    assert_gold_is_the_incremental_runs(layout, lake, second)
     for gold in merged:
         history = DeltaTable(str(gold.path)).history()
         engines = {i["engineInfo"].split(" ")[0] for i in history if i["operation"] == "MERGE"}

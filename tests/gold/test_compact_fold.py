@@ -21,7 +21,6 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ticdc_lake.delta import spark_can_merge
 from ticdc_lake.gold import changes as gold_changes
 from ticdc_lake.gold import compact as compact_stage
 from ticdc_lake.gold import steps as gold_steps
@@ -29,7 +28,7 @@ from ticdc_lake.gold import tables as gold_tables
 from ticdc_lake.gold.compact import compact
 from ticdc_lake.lake.layout import LakeLayout
 
-from tests.gold.test_compact import _column, _Log
+from tests.gold.test_compact import _column, _Log, recorded_calls
 
 TABLES = ("a", "b")
 ADDED = ("c1", "c2", "c3")
@@ -544,16 +543,8 @@ def test_column_names_delta_spark_refuses_are_merged_on_the_driver(spark, monkey
     log.row(131, "a", "delete", None, image(3, 3))
     log.row(132, "a", "insert", image(9, 9, new_column))
     log.resolved(140)
-    asked, merged_by_spark = [], []
-    merge_frame = gold_tables.GoldTable.merge_frame
-    monkeypatch.setattr(
-        gold_tables.GoldTable,
-        "merge_frame",
-        lambda *a: merged_by_spark.append(a) or merge_frame(*a),
-    )
-    monkeypatch.setattr(
-        gold_steps, "spark_can_merge", lambda *a: asked.append(a) or spark_can_merge(*a)
-    )
+    merged_by_spark = recorded_calls(monkeypatch, gold_tables.GoldTable, "merge_frame")
+    asked = recorded_calls(monkeypatch, gold_steps, "spark_can_merge")
     found = {}
     for limit in (0, 10**9):  # every segment large, then none
         monkeypatch.setattr(gold_changes, "COLLECT_LIMIT", limit)

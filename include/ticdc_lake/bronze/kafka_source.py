@@ -206,12 +206,8 @@ def read_kafka_inputs(
     sources: Iterable[KafkaSourceConfig],
     offset_ranges_table: Path,
     folder: Path,
-) -> list[OffsetRange]:
-    """Each source's new offsets exported under ``folder``; the ranges read."""
+) -> None:
+    """Each source's new offsets exported under ``folder``."""
     landed = highest_landed(offset_ranges_table)
-    read = []
     for source in sources:
-        ranges = offset_ranges(spark, source, landed)
-        export_ranges(spark, source, ranges, folder)
-        read += ranges
-    return read
+        export_ranges(spark, source, offset_ranges(spark, source, landed), folder)

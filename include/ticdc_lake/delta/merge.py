@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ticdc_lake.delta.exceptions import MergeSourceError
 from ticdc_lake.delta.read import check_plain_files, read_on_driver, table_path, table_schema
 from ticdc_lake.delta.schema import TableSchema
-from ticdc_lake.delta.spark_merge import merge_frame
+from ticdc_lake.delta.spark_merge import merge_frame, quoted
 from ticdc_lake.delta.tables import MergeResult
 from ticdc_lake.delta.txn import (
     already_committed,
@@ -42,10 +42,6 @@ _PRUNABLE_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_date
 # run over 600 gold tables is mostly merges. The bytes bound rows of large BLOBs.
 REWRITE_ROWS = 10_000
 REWRITE_BYTES = 64 << 20
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _source_table(changes: DataFrame | pa.Table) -> pa.Table:
@@ -156,7 +152,7 @@ def merge_delta(
     prunable = all(
         any(test(source.schema.field(k).type) for test in _PRUNABLE_KEY_TYPES) for k in keys
     )
-    predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+    predicate = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in keys)
     merger = table.merge(
         source,
         predicate,
@@ -171,7 +167,7 @@ def merge_delta(
     if delete_column is None:
         merger = merger.when_matched_update_all().when_not_matched_insert_all()
     else:
-        deleted = f"s.{_quote(delete_column)}"
+        deleted = f"s.{quoted(delete_column)}"
         merger = (
             merger.when_matched_delete(predicate=deleted)
             .when_matched_update_all(predicate=f"NOT {deleted}", except_cols=[delete_column])

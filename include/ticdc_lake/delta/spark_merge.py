@@ -29,7 +29,8 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _SETTINGS_LOCK = threading.Lock()
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
+    """A column name as Spark's SQL and delta-rs's predicates read it."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -47,9 +48,8 @@ def merge_frame(
     others replace it or are inserted; columns the table lacks are added (schema evolution);
     the delete column is not stored."""
     check_app_version(app_id, version)
-    missing = [
-        c for c in (*keys, *([delete_column] if delete_column else [])) if c not in changes.columns
-    ]
+    needed = [*keys, *([delete_column] if delete_column else [])]
+    missing = [name for name in needed if name not in changes.columns]
     if not keys or missing:
         raise MergeSourceError(
             f"change set lacks key or delete columns {missing or '(no key given)'}: it has "
@@ -62,8 +62,8 @@ def merge_frame(
         return MergeResult(committed=False, version=table.version(), skipped=True)
     start_version = table.version()
     write_id = uuid.uuid4().hex
-    stored = {_quoted(c): f"s.{_quoted(c)}" for c in changes.columns if c != delete_column}
-    predicate = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
+    stored = {quoted(c): f"s.{quoted(c)}" for c in changes.columns if c != delete_column}
+    predicate = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in keys)
     spark = changes.sparkSession
     merger = (
         SparkDeltaTable.forPath(spark, location).alias("t").merge(changes.alias("s"), predicate)
@@ -71,7 +71,7 @@ def merge_frame(
     if delete_column is None:
         merger = merger.whenMatchedUpdate(set=stored).whenNotMatchedInsert(values=stored)
     else:
-        deleted = f"s.{_quoted(delete_column)}"
+        deleted = f"s.{quoted(delete_column)}"
         merger = (
             merger.whenMatchedDelete(condition=deleted)
             .whenMatchedUpdate(set=stored)
