@@ -220,10 +220,24 @@ def table_checks(ctx, states, before, counted) -> list[CheckOutcome]:
 
 
 def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
-    gxe = expectations()
+    """Per changefeed: its gold tables' mode and quarantines, its watermark's lag, and its
+    stuck partitions."""
     feeds = lakeview.changefeed_views(ctx.config, ctx.settings, ctx.now)
-    with_marks = {feed.name for feed in feeds if feed.watermarks}
     states = open_table(ctx.layout.gold_state).to_pyarrow_table().to_pylist()
+    return (
+        mode_checks(ctx, feeds, states)
+        + quarantine_checks(ctx, states)
+        + lag_checks(ctx, feeds)
+        + stuck_partition_checks(ctx, feeds)
+    )
+
+
+def mode_checks(
+    ctx: QualityContext, feeds: Sequence[lakeview.ChangefeedView], states: Sequence[dict]
+) -> list[CheckOutcome]:
+    """The gold tables of a changefeed with watermarks are in watermark mode."""
+    gxe = expectations()
+    with_marks = {feed.name for feed in feeds if feed.watermarks}
     modes = pd.DataFrame(
         [
             {"table": qualified_name(s["schema"], s["table"]), "changefeed": s["changefeed"],
@@ -233,7 +247,7 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
         ],
         columns=["table", "changefeed", "mode"],
     )  # fmt: skip
-    outcomes = ctx.validator.run(
+    return ctx.validator.run(
         modes,
         [
             Expectation(
@@ -244,6 +258,11 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
             )
         ],
     )
+
+
+def quarantine_checks(ctx: QualityContext, states: Sequence[dict]) -> list[CheckOutcome]:
+    """No gold table lacks changes its changefeed quarantined."""
+    gxe = expectations()
     lacking = pd.DataFrame(
         [
             {"table": qualified_name(s["schema"], s["table"]), "changefeed": s["changefeed"],
@@ -254,7 +273,7 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
         columns=["table", "changefeed", "quarantined", "reason"],
     )  # fmt: skip
     flagged = lacking[lacking["quarantined"].astype(bool)]
-    outcomes += ctx.validator.run(
+    return ctx.validator.run(
         lacking.drop(columns=["reason"]),
         [
             Expectation(
@@ -269,6 +288,11 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
             )
         ],
     )
+
+
+def lag_checks(ctx: QualityContext, feeds: Sequence[lakeview.ChangefeedView]) -> list[CheckOutcome]:
+    """Each watermark is at most max-lag behind."""
+    gxe = expectations()
     lags = pd.DataFrame(
         [
             {"changefeed": f.name, "watermark": f.watermark, "lag_seconds": f.lag_seconds}
@@ -278,7 +302,7 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
         columns=["changefeed", "watermark", "lag_seconds"],
     )
     late = lags[lags["lag_seconds"].isna() | (lags["lag_seconds"] > ctx.settings.max_lag_seconds)]
-    outcomes += ctx.validator.run(
+    return ctx.validator.run(
         lags.fillna({"lag_seconds": float("inf")}),
         [
             Expectation(
@@ -292,6 +316,13 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
             )
         ],
     )
+
+
+def stuck_partition_checks(
+    ctx: QualityContext, feeds: Sequence[lakeview.ChangefeedView]
+) -> list[CheckOutcome]:
+    """No partition's resolved TS is stuck behind its changefeed's newest."""
+    gxe = expectations()
     partitions = pd.DataFrame(
         [
             {"changefeed": f.name, "topic": p.topic, "partition": p.partition,
@@ -305,7 +336,7 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
     # As booleans: with no partitions (a changefeed without watermarks) the column is empty and
     # of no type, and indexing by it would select columns instead of rows.
     stuck = partitions[partitions["stuck"].astype(bool)]
-    outcomes += ctx.validator.run(
+    return ctx.validator.run(
         partitions,
         [
             Expectation(
@@ -321,7 +352,6 @@ def changefeed_checks(ctx: QualityContext) -> list[CheckOutcome]:
             )
         ],
     )
-    return outcomes
 
 
 def validate_gold(ctx: QualityContext, since: int | None) -> list[CheckOutcome]:
