@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
+from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 
 from ticdc_lake.delta.exceptions import MergeSourceError
@@ -117,20 +118,7 @@ def merge_delta(
     write_id = uuid.uuid4().hex
 
     if table is None and not DeltaTable.is_deltatable(location):
-        rows = source
-        if delete_column is not None:
-            rows = source.filter(pc.invert(source.column(delete_column))).drop_columns(
-                [delete_column]
-            )
-        write_deltalake(
-            location,
-            _nullable(rows),
-            mode="error",
-            partition_by=list(partition_by) if partition_by else None,
-            commit_properties=commit_properties(write_id, app_id, version),
-        )
-        # A new table's first commit (mode "error" fails if another writer made it first).
-        return MergeResult(committed=True, version=0)
+        return _create(location, source, delete_column, partition_by, write_id, app_id, version)
 
     table = table if table is not None else DeltaTable(location)
     check_plain_files(table)
@@ -149,6 +137,52 @@ def merge_delta(
         changes = SparkSession.active().createDataFrame(source)
         return merge_frame(changes, location, keys, delete_column=delete_column, app_id=app_id,
                            version=version)  # fmt: skip
+    merger = _merger(table, source, keys, delete_column, merge_schema, write_id, app_id, version)
+    metrics = merger.execute()
+    # The merged table is at the merge's version: searched without opening the table again.
+    info = commit_in(table, write_id, start_version)
+    return MergeResult(
+        committed=info is not None,
+        version=info["version"] if info else table.version(),
+        metrics=metrics,
+    )
+
+
+def _create(
+    location: str,
+    source: pa.Table,
+    delete_column: str | None,
+    partition_by: Sequence[str] | None,
+    write_id: str,
+    app_id: str | None,
+    version: int | None,
+) -> MergeResult:
+    """The merge into a missing table: a new table of the change set's inserted rows."""
+    rows = source
+    if delete_column is not None:
+        rows = source.filter(pc.invert(source.column(delete_column))).drop_columns([delete_column])
+    write_deltalake(
+        location,
+        _nullable(rows),
+        mode="error",
+        partition_by=list(partition_by) if partition_by else None,
+        commit_properties=commit_properties(write_id, app_id, version),
+    )
+    # A new table's first commit (mode "error" fails if another writer made it first).
+    return MergeResult(committed=True, version=0)
+
+
+def _merger(
+    table: DeltaTable,
+    source: pa.Table,
+    keys: Sequence[str],
+    delete_column: str | None,
+    merge_schema: bool,
+    write_id: str,
+    app_id: str | None,
+    version: int | None,
+) -> TableMerger:
+    """delta-rs's merge of ``source`` into ``table`` by ``keys``, ready to execute."""
     prunable = all(
         any(test(source.schema.field(k).type) for test in _PRUNABLE_KEY_TYPES) for k in keys
     )
@@ -165,21 +199,12 @@ def merge_delta(
         commit_properties=commit_properties(write_id, app_id, version),
     )
     if delete_column is None:
-        merger = merger.when_matched_update_all().when_not_matched_insert_all()
-    else:
-        deleted = f"s.{quoted(delete_column)}"
-        merger = (
-            merger.when_matched_delete(predicate=deleted)
-            .when_matched_update_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
-            .when_not_matched_insert_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
-        )
-    metrics = merger.execute()
-    # The merged table is at the merge's version: searched without opening the table again.
-    info = commit_in(table, write_id, start_version)
-    return MergeResult(
-        committed=info is not None,
-        version=info["version"] if info else table.version(),
-        metrics=metrics,
+        return merger.when_matched_update_all().when_not_matched_insert_all()
+    deleted = f"s.{quoted(delete_column)}"
+    return (
+        merger.when_matched_delete(predicate=deleted)
+        .when_matched_update_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
+        .when_not_matched_insert_all(predicate=f"NOT {deleted}", except_cols=[delete_column])
     )
 
 
