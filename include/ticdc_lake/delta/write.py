@@ -173,9 +173,14 @@ def write_delta(
     )
     if plan is None:
         return WriteResult(committed=False, version=DeltaTable(location).version(), skipped=True)
-
     if size_hint_bytes is not None:
         df = df.coalesce(write_tasks(df.sparkSession, size_hint_bytes, max_file_bytes))
+    _write_and_commit(df, plan)
+    return _write_result(plan)
+
+
+def _write_and_commit(df: DataFrame, plan: WritePlan) -> None:
+    """Spark's tasks write the files, the driver commits them; files of a failed write go."""
     try:
         adds = map_in_arrow(df, WriteTask(plan), from_arrow_schema(ADDS_SCHEMA)).collect()
         commit_files(plan, [json.loads(row.add) for row in adds])
@@ -183,13 +188,17 @@ def write_delta(
         discard_uncommitted(plan)
         raise
 
-    info = find_commit(location, plan.write_id, plan.start_version)
+
+def _write_result(plan: WritePlan) -> WriteResult:
+    """What the planned write did, from its commit in the table's history (none: the commit
+    was skipped, as a replay if the table now records the plan's app version)."""
+    info = find_commit(plan.path, plan.write_id, plan.start_version)
     if info is None:
-        table = DeltaTable(location) if DeltaTable.is_deltatable(location) else None
+        table = DeltaTable(plan.path) if DeltaTable.is_deltatable(plan.path) else None
         return WriteResult(
             committed=False,
             version=table.version() if table else None,
-            skipped=table is not None and already_committed(table, app_id, version),
+            skipped=table is not None and already_committed(table, plan.app_id, plan.version),
         )
     return WriteResult(
         committed=True,
