@@ -199,33 +199,7 @@ def build_session(
     submitted = _submitted_conf()
     if master is None:
         master = submitted.get("spark.master", "local[*]")
-    settings = {k: v for k, v in DEFAULT_CONF.items() if not submitted.contains(k)}
-    # Why these, in orchestration.py (the DAGs give spark-submit the same). Only when Python
-    # starts the JVM; spark-submit has started it already.
-    java_options = driver_java_options(os.environ, sys.executable)
-    if java_options and not submitted.contains(DRIVER_JAVA_OPTIONS_KEY):
-        settings[DRIVER_JAVA_OPTIONS_KEY] = java_options
-    settings.update(listener_settings(master, dict(submitted.getAll()), ui=ui))
-    settings.update(delta_settings(dict(submitted.getAll())))
-    if master.startswith("local"):
-        # Local workers are forked from this machine: run them on this interpreter. (On a
-        # cluster the executors' Python is the cluster's to configure.) Both the variable,
-        # read by the worker launcher, and the conf, which wins over it.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
-        if os.environ["PYSPARK_PYTHON"] == sys.executable and not submitted.contains(DAEMON_MODULE):
-            # This interpreter has the package, so its daemon imports pyspark compiled.
-            settings[DAEMON_MODULE] = "ticdc_lake.runtime.spark_daemon"
-        if not submitted.contains(SNAPSHOT_PARTITIONS):
-            # Delta on Spark rebuilds a table's state from its log in this many tasks before it
-            # reads or writes the table; its default, 50, made each small write 4.7-5.9 s on two
-            # busy cores where 1 made it 0.7-1.4 s. One task per local core.
-            settings[SNAPSHOT_PARTITIONS] = str(os.cpu_count() or 1)
-        if not submitted.contains(LISTING_PARALLELISM):
-            # Delta's VACUUM lists a table's files in this many tasks; the default, 10,000,
-            # made a VACUUM of a three-file table take 25 s on two cores, 2.7 s with 2.
-            settings[LISTING_PARALLELISM] = str(os.cpu_count() or 1)
-    settings.update(conf or {})
+    settings = session_settings(master, submitted, conf, ui=ui)
     if master.startswith("local") and settings.get(UI_KEY) == "true":
         # Read by the JVM this process starts (a JVM spark-submit started has read it: there
         # the caller's environment decides).
@@ -243,6 +217,48 @@ def build_session(
     if not master.startswith("local"):
         check_executor_python(session)
     return session
+
+
+def session_settings(
+    master: str, submitted: SparkConf, conf: Mapping[str, str] | None, *, ui: bool
+) -> dict[str, str]:
+    """The session's settings: ours less what spark-submit set (``submitted``), then ``conf``."""
+    settings = {k: v for k, v in DEFAULT_CONF.items() if not submitted.contains(k)}
+    # Why these, in orchestration.py (the DAGs give spark-submit the same). Only when Python
+    # starts the JVM; spark-submit has started it already.
+    java_options = driver_java_options(os.environ, sys.executable)
+    if java_options and not submitted.contains(DRIVER_JAVA_OPTIONS_KEY):
+        settings[DRIVER_JAVA_OPTIONS_KEY] = java_options
+    settings.update(listener_settings(master, dict(submitted.getAll()), ui=ui))
+    settings.update(delta_settings(dict(submitted.getAll())))
+    if master.startswith("local"):
+        settings.update(local_worker_settings(submitted))
+    settings.update(conf or {})
+    return settings
+
+
+def local_worker_settings(submitted: SparkConf) -> dict[str, str]:
+    """For a local master: the workers' Python, and task counts for a machine's few cores.
+    Sets ``PYSPARK_PYTHON`` unless the environment has it."""
+    settings: dict[str, str] = {}
+    # Local workers are forked from this machine: run them on this interpreter. (On a
+    # cluster the executors' Python is the cluster's to configure.) Both the variable,
+    # read by the worker launcher, and the conf, which wins over it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+    if os.environ["PYSPARK_PYTHON"] == sys.executable and not submitted.contains(DAEMON_MODULE):
+        # This interpreter has the package, so its daemon imports pyspark compiled.
+        settings[DAEMON_MODULE] = "ticdc_lake.runtime.spark_daemon"
+    if not submitted.contains(SNAPSHOT_PARTITIONS):
+        # Delta on Spark rebuilds a table's state from its log in this many tasks before it
+        # reads or writes the table; its default, 50, made each small write 4.7-5.9 s on two
+        # busy cores where 1 made it 0.7-1.4 s. One task per local core.
+        settings[SNAPSHOT_PARTITIONS] = str(os.cpu_count() or 1)
+    if not submitted.contains(LISTING_PARALLELISM):
+        # Delta's VACUUM lists a table's files in this many tasks; the default, 10,000,
+        # made a VACUUM of a three-file table take 25 s on two cores, 2.7 s with 2.
+        settings[LISTING_PARALLELISM] = str(os.cpu_count() or 1)
+    return settings
 
 
 class LazySession:
