@@ -148,7 +148,16 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
     index, bronze_batch) into ``previous`` (WATERMARKS_SCHEMA or None)."""
     if previous is None:  # a first run folds into an empty table: one formula serves both
         previous = new.sparkSession.createDataFrame([], WATERMARKS_SCHEMA)
-    before = previous.select(
+    before = _previous_rows(previous)
+    merged = _merged(before, _folded_events(new, before))
+    return merged.select(
+        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in WATERMARKS_SCHEMA.fields]
+    )
+
+
+def _previous_rows(previous: DataFrame) -> DataFrame:
+    """The watermarks rows with their columns named ``old_...``."""
+    return previous.select(
         "topic",
         "partition",
         F.col("resolved_ts").alias("old_ts"),
@@ -159,6 +168,11 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
         F.col("last_regression_offset").alias("old_regression_offset"),
         F.col("bronze_batch").alias("old_batch"),
     )
+
+
+def _folded_events(new: DataFrame, before: DataFrame) -> DataFrame:
+    """Per partition, the new events folded (``new_...``): their highest TS and its offset,
+    their count, their regressions against the running watermark, the latest batch."""
     arrival = Window.partitionBy("topic", "partition").orderBy(*ARRIVAL)
     earlier = arrival.rowsBetween(Window.unboundedPreceding, -1)
     events = new.select("topic", "partition", "ts", "offset", "index", "bronze_batch").join(
@@ -172,7 +186,7 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
         F.struct(F.col("ts"), F.col("offset")),
         F.when(F.col("regression"), F.struct("bronze_batch", "offset", "index")),
     )
-    folded = events.groupBy("topic", "partition").agg(
+    return events.groupBy("topic", "partition").agg(
         F.max("ts").alias("new_ts"),
         # The first event (in arrival order) that reached the partition's new maximum.
         F.min_by("offset", F.struct(-F.col("ts"), "bronze_batch", "offset", "index")).alias(
@@ -183,11 +197,16 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
         last_regression.alias("new_last_regression"),
         F.max("bronze_batch").alias("new_batch"),
     )
+
+
+def _merged(before: DataFrame, folded: DataFrame) -> DataFrame:
+    """The previous rows and the folded events as watermarks rows: a partition's TS and offset
+    move only when its new events rose above the old TS; counts add up."""
     joined = before.join(folded, ["topic", "partition"], "full_outer")
     rose = F.col("new_ts").isNotNull() & (
         F.col("old_ts").isNull() | (F.col("new_ts") > F.col("old_ts"))
     )
-    merged = joined.select(
+    return joined.select(
         "topic",
         "partition",
         F.when(rose, F.col("new_ts")).otherwise(F.col("old_ts")).alias("resolved_ts"),
@@ -201,9 +220,6 @@ def fold_resolved(new: DataFrame, previous: DataFrame | None) -> DataFrame:
             "last_regression_offset"
         ),
         F.greatest(F.col("old_batch"), F.col("new_batch")).alias("bronze_batch"),
-    )
-    return merged.select(
-        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in WATERMARKS_SCHEMA.fields]
     )
 
 
