@@ -61,7 +61,7 @@ from ticdc_lake.bronze.kafka_source import (
     read_kafka_inputs,
     remove_landed_exports,
 )
-from ticdc_lake.bronze.land_batch import run_batch
+from ticdc_lake.bronze.land_batch import BatchOutcome, run_batch
 from ticdc_lake.bronze.land_inputs import discover_files
 from ticdc_lake.bronze.land_tables import (
     APP_ID,
@@ -138,46 +138,77 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
     recovered = plan is not None
     if plan is None and config.kafka_inputs:
         read_kafka_inputs(spark, config.kafka_inputs, tables.offset_ranges, layout.kafka_exports)
+    found = find_inputs(config, layout, tables)
+    remove_landed_exports(layout.kafka_exports, [f.path for f in found.changed])
+    if plan is None:
+        if not found.changed:
+            return _nothing_new(tables, found, started)
+        plan = plan_batch(tables, found.changed)
+        save_plan(tables, plan)
+    outcome = run_batch(spark, tables, plan, config.limits)
+    tables.plan.unlink(missing_ok=True)
+    planned = {f.path for f in plan.files}
+    waiting = [f for f in found.changed if f.path not in planned]
+    remove_landed_exports(layout.kafka_exports, [f.path for f in waiting])
+    return _batch_result(plan, outcome, found, len(waiting), recovered, started)
+
+
+@dataclass(frozen=True)
+class FoundInputs:
+    """The files a run sees, the matches it refused, and the seen files to land."""
+
+    seen: list[str]
+    refused: tuple[str, ...]  # "path: reason"
+    changed: list[ExportFile]  # new, or changed since they were landed
+
+
+def find_inputs(config: PipelineConfig, layout: LakeLayout, tables: LandTables) -> FoundInputs:
+    """The export files of ``config.inputs`` and of the Kafka exports, and which to land."""
     # A glob reaching into the lake must not land the lake's own files.
     discovered = discover_files(config.inputs, exclude=(config.lake, config.reports))
     seen = [*discovered.files, *export_files(layout.kafka_exports)]
     refused = tuple(str(r) for r in discovered.refused)
     changed = changed_files(seen, landed_state(tables))
-    remove_landed_exports(layout.kafka_exports, [f.path for f in changed])
-    if plan is None:
-        if not changed:
-            gaps, missing = _gap_totals(tables)
-            return LandResult(
-                batch_id=None,
-                files_seen=len(seen),
-                files_landed=0,
-                files_skipped=len(seen),
-                records_read=0,
-                records_added=0,
-                duplicates=0,
-                conflicts=0,
-                errors=0,
-                offset_gaps=gaps,
-                missing_offsets=missing,
-                files_refused=len(refused),
-                refused=refused[:REFUSED_SHOWN],
-                seconds=time.perf_counter() - started,
-            )
-        plan = plan_batch(tables, changed)
-        save_plan(tables, plan)
-    outcome = run_batch(spark, tables, plan, config.limits)
+    return FoundInputs(seen, refused, changed)
+
+
+def _nothing_new(tables: LandTables, found: FoundInputs, started: float) -> LandResult:
+    gaps, missing = _gap_totals(tables)
+    return LandResult(
+        batch_id=None,
+        files_seen=len(found.seen),
+        files_landed=0,
+        files_skipped=len(found.seen),
+        records_read=0,
+        records_added=0,
+        duplicates=0,
+        conflicts=0,
+        errors=0,
+        offset_gaps=gaps,
+        missing_offsets=missing,
+        files_refused=len(found.refused),
+        refused=found.refused[:REFUSED_SHOWN],
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _batch_result(
+    plan: LandPlan,
+    outcome: BatchOutcome,
+    found: FoundInputs,
+    waiting: int,
+    recovered: bool,
+    started: float,
+) -> LandResult:
     counts = outcome.counts
-    tables.plan.unlink(missing_ok=True)
-    planned = {f.path for f in plan.files}
-    remove_landed_exports(layout.kafka_exports, [f.path for f in changed if f.path not in planned])
     return LandResult(
         batch_id=plan.batch_id,
-        files_seen=len(seen),
+        files_seen=len(found.seen),
         files_landed=len(plan.files),
-        files_skipped=len(seen) - len(changed),
-        files_waiting=len([f for f in changed if f.path not in planned]),
-        files_refused=len(refused),
-        refused=refused[:REFUSED_SHOWN],
+        files_skipped=len(found.seen) - len(found.changed),
+        files_waiting=waiting,
+        files_refused=len(found.refused),
+        refused=found.refused[:REFUSED_SHOWN],
         recovered=recovered,
         records_read=counts.read,
         records_added=counts.new,
