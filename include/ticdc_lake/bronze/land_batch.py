@@ -579,29 +579,7 @@ class BatchCommits:
         status = sorted_records.status
         if status is None or sorted_records.totals.conflicts == 0:
             return
-        first_files = self.spark.createDataFrame(
-            [(i, f.path) for i, f in enumerate(self.plan.files)],
-            "first_file int, first_source_file string",
-        )
-        in_bronze = F.col("kept_record_hash").isNotNull()
-        # The copy kept is bronze's when bronze had one, else the batch's first.
-        conflicts = (
-            status.where(F.col("status") == CONFLICT)
-            .join(F.broadcast(first_files), "first_file")
-            .select(
-                "file_index",
-                "position",
-                F.when(in_bronze, F.col("kept_batch_id"))
-                .otherwise(F.lit(self.plan.batch_id))
-                .alias("kept_batch_id"),
-                F.when(in_bronze, F.col("kept_source_file"))
-                .otherwise(F.col("first_source_file"))
-                .alias("kept_source_file"),
-                F.when(in_bronze, F.col("kept_record_hash"))
-                .otherwise(F.col("first_hash"))
-                .alias("kept_record_hash"),
-            )
-        )
+        conflicts = _conflicts_with_kept_copy(self.spark, status, self.plan)
         rows = records.join(F.broadcast(conflicts), ["file_index", "position"])
         write_delta(
             self.conform(rows, OFFSET_CONFLICTS_SCHEMA),
@@ -611,58 +589,94 @@ class BatchCommits:
 
     def offset_runs(self, runs: Runs) -> list[dict]:
         """offset_ranges and offset_gaps brought to ``runs``; returns the gaps."""
+        tables = self.tables
         # Against what the tables held when planned (not rebuilt runs): the diff must be theirs.
-        old_ranges = _rows_at_plan(self.tables.offset_ranges, "offset_ranges", self.plan)
-        old_gaps = _rows_at_plan(self.tables.offset_gaps, "offset_gaps", self.plan)
+        old_ranges = _rows_at_plan(tables.offset_ranges, "offset_ranges", self.plan)
+        old_gaps = _rows_at_plan(tables.offset_gaps, "offset_gaps", self.plan)
         gaps = gap_rows(runs, old_gaps, self.plan.batch_id)
-        self._sync(self.tables.offset_ranges, OFFSET_RANGES_SCHEMA, old_ranges, range_rows(runs))
-        self._sync(self.tables.offset_gaps, OFFSET_GAPS_SCHEMA, old_gaps, gaps)
+        ranges = range_rows(runs)
+        _sync_runs(tables.offset_ranges, OFFSET_RANGES_SCHEMA, old_ranges, ranges, self.version)
+        _sync_runs(tables.offset_gaps, OFFSET_GAPS_SCHEMA, old_gaps, gaps, self.version)
         return gaps
-
-    def _sync(self, path: Path, schema: pa.Schema, old: list[dict], new: list[dict]) -> None:
-        """Make the small table at ``path`` (keyed by topic, partition, from_offset) hold
-        ``new`` instead of ``old``: one delta-rs merge of the changed rows on the driver, no
-        Spark job; nothing at all when nothing changed."""
-        before = {run_key(row): row for row in old}
-        after = {run_key(row): row for row in new}
-        changes = [row | {"deleted": False} for k, row in after.items() if before.get(k) != row]
-        changes += [row | {"deleted": True} for k, row in before.items() if k not in after]
-        if not changes:
-            return
-        merge_delta(
-            pa.Table.from_pylist(changes, schema.append(pa.field("deleted", pa.bool_()))),
-            path,
-            ["topic", "partition", "from_offset"],
-            delete_column="deleted",
-            **self.version,
-        )
 
     def landed_files(self, per_file: list[RecordCounts]) -> None:
         """Last: the batch is done once its files are recorded."""
-        rows = [
-            {
-                "path": file.path,
-                "size": file.size,
-                "modification_time": from_micros(file.mtime_ns // 1000),
-                "layout": file.layout,
-                "file_compression": file.compression,
-                "batch_id": self.plan.batch_id,
-                "records_read": counts.read,
-                "records_added": counts.new,
-                "duplicates": counts.duplicates,
-                "conflicts": counts.conflicts,
-                "errors": counts.errors,
-                "landed_at": self.plan.landed_at,
-            }
-            for file, counts in zip(self.plan.files, per_file, strict=True)
-        ]
         # A handful of rows: a delta-rs commit from the driver (each row is a new key).
         merge_delta(
-            pa.Table.from_pylist(rows, LANDED_FILES_SCHEMA),
+            pa.Table.from_pylist(_landed_file_rows(self.plan, per_file), LANDED_FILES_SCHEMA),
             self.tables.landed_files,
             ["path", "batch_id"],
             **self.version,
         )
+
+
+def _conflicts_with_kept_copy(spark: SparkSession, status: DataFrame, plan: LandPlan) -> DataFrame:
+    """(file_index, position) of the batch's conflicts, and where the copy kept is."""
+    first_files = spark.createDataFrame(
+        [(i, f.path) for i, f in enumerate(plan.files)],
+        "first_file int, first_source_file string",
+    )
+    in_bronze = F.col("kept_record_hash").isNotNull()
+    # The copy kept is bronze's when bronze had one, else the batch's first.
+    return (
+        status.where(F.col("status") == CONFLICT)
+        .join(F.broadcast(first_files), "first_file")
+        .select(
+            "file_index",
+            "position",
+            F.when(in_bronze, F.col("kept_batch_id"))
+            .otherwise(F.lit(plan.batch_id))
+            .alias("kept_batch_id"),
+            F.when(in_bronze, F.col("kept_source_file"))
+            .otherwise(F.col("first_source_file"))
+            .alias("kept_source_file"),
+            F.when(in_bronze, F.col("kept_record_hash"))
+            .otherwise(F.col("first_hash"))
+            .alias("kept_record_hash"),
+        )
+    )
+
+
+def _sync_runs(
+    path: Path, schema: pa.Schema, old: list[dict], new: list[dict], app_version: dict
+) -> None:
+    """Make the small table at ``path`` (keyed by topic, partition, from_offset) hold
+    ``new`` instead of ``old``: one delta-rs merge of the changed rows on the driver, no
+    Spark job; nothing at all when nothing changed."""
+    before = {run_key(row): row for row in old}
+    after = {run_key(row): row for row in new}
+    changes = [row | {"deleted": False} for k, row in after.items() if before.get(k) != row]
+    changes += [row | {"deleted": True} for k, row in before.items() if k not in after]
+    if not changes:
+        return
+    merge_delta(
+        pa.Table.from_pylist(changes, schema.append(pa.field("deleted", pa.bool_()))),
+        path,
+        ["topic", "partition", "from_offset"],
+        delete_column="deleted",
+        **app_version,
+    )
+
+
+def _landed_file_rows(plan: LandPlan, per_file: list[RecordCounts]) -> list[dict]:
+    """The landed_files rows of the batch: per file, what became of its records."""
+    return [
+        {
+            "path": file.path,
+            "size": file.size,
+            "modification_time": from_micros(file.mtime_ns // 1000),
+            "layout": file.layout,
+            "file_compression": file.compression,
+            "batch_id": plan.batch_id,
+            "records_read": counts.read,
+            "records_added": counts.new,
+            "duplicates": counts.duplicates,
+            "conflicts": counts.conflicts,
+            "errors": counts.errors,
+            "landed_at": plan.landed_at,
+        }
+        for file, counts in zip(plan.files, per_file, strict=True)
+    ]
 
 
 def _statuses(status: DataFrame, kinds: Sequence[str], expected: int) -> DataFrame:
