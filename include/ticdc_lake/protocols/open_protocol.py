@@ -215,7 +215,9 @@ class OpenProtocolDecoder(Decoder):
     def _decode(self, record: KafkaRecord) -> list[Event]:
         if record.key is None:
             raise DecodeError("record has no key; the Open Protocol frames its events in the key")
-        return self._decode_frames(record.key, record.value or b"", record, follow_claim_check=True)
+        return decode_frames(
+            record.key, record.value or b"", record, self.settings, follow_claim_check=True
+        )
 
     def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
         """The key names every event's table (``scm``, ``tbl``): read without the value."""
@@ -234,134 +236,157 @@ class OpenProtocolDecoder(Decoder):
                 names.add((meta["scm"], meta["tbl"]))
         return frozenset(names)
 
-    def _decode_frames(
-        self, key: bytes, value: bytes, record: KafkaRecord, *, follow_claim_check: bool
-    ) -> list[Event]:
-        events: list[Event] = []
-        for index, (key_json, value_json) in enumerate(split_entries(key, value)):
-            meta = _loads(key_json)
-            if type(meta) is not dict:
-                raise DecodeError(f"key entry {index} is not a JSON object: {key_json[:60]!r}")
-            ts = meta.get("ts")
-            if type(ts) is not int or ts < 0:
-                raise DecodeError(f"key entry {index}: `ts` must be a uint64, got {ts!r}")
-            kind = meta.get("t")
-            if kind == EVENT_ROW and type(kind) is int:
-                if "ccl" in meta:
-                    event = self._claim_checked_row(meta["ccl"], record, index, follow_claim_check)
-                else:
-                    event = self._row_event(meta, ts, value_json, record, index)
-            elif kind == EVENT_DDL and type(kind) is int:
-                event = self._ddl_event(meta, ts, value_json, record, index)
-            elif kind == EVENT_RESOLVED and type(kind) is int:
-                if value_json:
-                    raise DecodeError(
-                        f"entry {index} is a resolved event but its value is "
-                        f"{len(value_json)} bytes, not empty"
-                    )
-                event = ResolvedEvent(ts, record.topic, record.partition, record.offset, index)
+
+def decode_frames(
+    key: bytes,
+    value: bytes,
+    record: KafkaRecord,
+    settings: CodecSettings,
+    *,
+    follow_claim_check: bool,
+) -> list[Event]:
+    """The events of a message's framed entries: the reference decoder's per-message step."""
+    events: list[Event] = []
+    for index, (key_json, value_json) in enumerate(split_entries(key, value)):
+        meta = _loads(key_json)
+        if type(meta) is not dict:
+            raise DecodeError(f"key entry {index} is not a JSON object: {key_json[:60]!r}")
+        ts = meta.get("ts")
+        if type(ts) is not int or ts < 0:
+            raise DecodeError(f"key entry {index}: `ts` must be a uint64, got {ts!r}")
+        kind = meta.get("t")
+        if kind == EVENT_ROW and type(kind) is int:
+            if "ccl" in meta:
+                event = _claim_checked_row(meta["ccl"], record, index, settings, follow_claim_check)
             else:
+                event = _row_event(meta, ts, value_json, record, index, settings)
+        elif kind == EVENT_DDL and type(kind) is int:
+            event = _ddl_event(meta, ts, value_json, record, index, settings)
+        elif kind == EVENT_RESOLVED and type(kind) is int:
+            if value_json:
                 raise DecodeError(
-                    f"key entry {index}: unknown event type t={kind!r}; expected 1 (row), "
-                    "2 (DDL) or 3 (resolved)"
+                    f"entry {index} is a resolved event but its value is "
+                    f"{len(value_json)} bytes, not empty"
                 )
-            events.append(event)
-        return events
-
-    def _value_document(self, value_json: bytes, index: int, what: str) -> dict:
-        """The value JSON object of entry `index`, decompressed as the topic is configured."""
-        if not value_json:
-            raise DecodeError(f"entry {index} is a {what} event but its value is empty")
-        codec = self.settings.compression
-        if codec != "none":
-            value_json = decompress(codec, value_json, self.settings.limits)
-        document = _loads(value_json)
-        if type(document) is not dict:
-            raise DecodeError(f"value entry {index} is not a JSON object")
-        return document
-
-    def _row_event(
-        self, meta: dict, ts: int, value_json: bytes, record: KafkaRecord, index: int
-    ) -> RowEvent:
-        schema = meta.get("scm", "")
-        table = meta.get("tbl", "")
-        partition_id = meta.get("ptn")
-        if type(schema) is not str or type(table) is not str:
-            raise DecodeError(f"key entry {index}: `scm` and `tbl` must be strings")
-        if partition_id is not None and type(partition_id) is not int:
-            raise DecodeError(f"key entry {index}: `ptn` must be an integer, got {partition_id!r}")
-        op, columns, old_columns = decode_row_value(
-            self._value_document(value_json, index, "row"), index
-        )
-        return RowEvent(
-            ts,
-            schema,
-            table,
-            op,
-            columns,
-            old_columns,
-            record.topic,
-            record.partition,
-            record.offset,
-            index,
-            partition_id,
-            meta.get("ohk") is True,
-        )
-
-    def _ddl_event(
-        self, meta: dict, ts: int, value_json: bytes, record: KafkaRecord, index: int
-    ) -> DdlEvent:
-        body = self._value_document(value_json, index, "DDL")
-        query = body.get("q")
-        ddl_type = body.get("t")
-        if type(query) is not str:
-            raise DecodeError(f"DDL value {index}: `q` must be the query string, got {query!r}")
-        if ddl_type is not None and type(ddl_type) is not int:
-            raise DecodeError(f"DDL value {index}: `t` must be an integer action type")
-        schema = meta.get("scm", "")
-        table = meta.get("tbl", "")
-        if type(schema) is not str or type(table) is not str:
-            raise DecodeError(f"key entry {index}: `scm` and `tbl` must be strings")
-        return DdlEvent(
-            ts, schema, table, query, ddl_type, record.topic, record.partition, record.offset, index
-        )
-
-    def _claim_checked_row(
-        self, location: Any, record: KafkaRecord, index: int, follow_claim_check: bool
-    ) -> RowEvent:
-        """The full event behind a `ccl` key: its object holds the framed original key and value.
-
-        The Kafka message's own value (handle-key columns only) is superseded and not read.
-        """
-        if type(location) is not str:
-            raise DecodeError(f"key entry {index}: `ccl` must be a location string")
-        if not follow_claim_check:
+            event = ResolvedEvent(ts, record.topic, record.partition, record.offset, index)
+        else:
             raise DecodeError(
-                f"claim-check object refers to another claim-check object {location!r}"
+                f"key entry {index}: unknown event type t={kind!r}; expected 1 (row), "
+                "2 (DDL) or 3 (resolved)"
             )
-        store = self.settings.claim_check
-        if store is None:
-            raise DecodeError(
-                f"row event {index} was moved to claim-check storage at {location!r}, but no "
-                "claim-check storage roots are configured for this topic"
-            )
-        key, value = store.fetch(location)
-        if key is None:
-            raise DecodeError(f"claim-check object {location!r} has no key")
-        try:
-            events = self._decode_frames(key, value, record, follow_claim_check=False)
-        except DecodeError as exc:
-            raise DecodeError(
-                f"claim-check object {location!r}: {exc.reason}", byte_offset=exc.byte_offset
-            ) from exc
-        if len(events) != 1 or not isinstance(events[0], RowEvent):
-            raise DecodeError(
-                f"claim-check object {location!r} should hold one row event, found "
-                f"{[event.kind for event in events]}"
-            )
-        event = events[0]
-        event.index = index
-        return event
+        events.append(event)
+    return events
+
+
+def _value_document(value_json: bytes, index: int, what: str, settings: CodecSettings) -> dict:
+    """The value JSON object of entry `index`, decompressed as the topic is configured."""
+    if not value_json:
+        raise DecodeError(f"entry {index} is a {what} event but its value is empty")
+    codec = settings.compression
+    if codec != "none":
+        value_json = decompress(codec, value_json, settings.limits)
+    document = _loads(value_json)
+    if type(document) is not dict:
+        raise DecodeError(f"value entry {index} is not a JSON object")
+    return document
+
+
+def _row_event(
+    meta: dict,
+    ts: int,
+    value_json: bytes,
+    record: KafkaRecord,
+    index: int,
+    settings: CodecSettings,
+) -> RowEvent:
+    schema = meta.get("scm", "")
+    table = meta.get("tbl", "")
+    partition_id = meta.get("ptn")
+    if type(schema) is not str or type(table) is not str:
+        raise DecodeError(f"key entry {index}: `scm` and `tbl` must be strings")
+    if partition_id is not None and type(partition_id) is not int:
+        raise DecodeError(f"key entry {index}: `ptn` must be an integer, got {partition_id!r}")
+    op, columns, old_columns = decode_row_value(
+        _value_document(value_json, index, "row", settings), index
+    )
+    return RowEvent(
+        ts,
+        schema,
+        table,
+        op,
+        columns,
+        old_columns,
+        record.topic,
+        record.partition,
+        record.offset,
+        index,
+        partition_id,
+        meta.get("ohk") is True,
+    )
+
+
+def _ddl_event(
+    meta: dict,
+    ts: int,
+    value_json: bytes,
+    record: KafkaRecord,
+    index: int,
+    settings: CodecSettings,
+) -> DdlEvent:
+    body = _value_document(value_json, index, "DDL", settings)
+    query = body.get("q")
+    ddl_type = body.get("t")
+    if type(query) is not str:
+        raise DecodeError(f"DDL value {index}: `q` must be the query string, got {query!r}")
+    if ddl_type is not None and type(ddl_type) is not int:
+        raise DecodeError(f"DDL value {index}: `t` must be an integer action type")
+    schema = meta.get("scm", "")
+    table = meta.get("tbl", "")
+    if type(schema) is not str or type(table) is not str:
+        raise DecodeError(f"key entry {index}: `scm` and `tbl` must be strings")
+    return DdlEvent(
+        ts, schema, table, query, ddl_type, record.topic, record.partition, record.offset, index
+    )
+
+
+def _claim_checked_row(
+    location: Any,
+    record: KafkaRecord,
+    index: int,
+    settings: CodecSettings,
+    follow_claim_check: bool,
+) -> RowEvent:
+    """The full event behind a `ccl` key: its object holds the framed original key and value.
+
+    The Kafka message's own value (handle-key columns only) is superseded and not read.
+    """
+    if type(location) is not str:
+        raise DecodeError(f"key entry {index}: `ccl` must be a location string")
+    if not follow_claim_check:
+        raise DecodeError(f"claim-check object refers to another claim-check object {location!r}")
+    store = settings.claim_check
+    if store is None:
+        raise DecodeError(
+            f"row event {index} was moved to claim-check storage at {location!r}, but no "
+            "claim-check storage roots are configured for this topic"
+        )
+    key, value = store.fetch(location)
+    if key is None:
+        raise DecodeError(f"claim-check object {location!r} has no key")
+    try:
+        events = decode_frames(key, value, record, settings, follow_claim_check=False)
+    except DecodeError as exc:
+        raise DecodeError(
+            f"claim-check object {location!r}: {exc.reason}", byte_offset=exc.byte_offset
+        ) from exc
+    if len(events) != 1 or not isinstance(events[0], RowEvent):
+        raise DecodeError(
+            f"claim-check object {location!r} should hold one row event, found "
+            f"{[event.kind for event in events]}"
+        )
+    event = events[0]
+    event.index = index
+    return event
 
 
 def split_entries(key: bytes, value: bytes) -> list[tuple[bytes, bytes]]:
