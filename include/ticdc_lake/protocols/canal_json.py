@@ -351,6 +351,68 @@ def _table_plan(module, mysql_types: dict, specs: dict[str, ColumnSpec]) -> Any:
         return None
 
 
+class _ColumnSpecs:
+    """The column specs of each table, built from its mysqlType and pkNames once and reused by
+    every row that repeats them."""
+
+    def __init__(self, content_compatible: bool, speedups: Any):
+        self._content_compatible = content_compatible
+        self._speedups = speedups
+        self._by_type: dict[str, ColumnSpec] = {}
+        # (database, table) → (mysqlType, pkNames, column specs, compiled TablePlan or None) as
+        # last seen: a row whose mysqlType and pkNames equal the cached ones reuses the specs
+        # without a lookup per type. The compiled decoder reads this cache and never writes it.
+        self.by_table: dict[
+            tuple[str, str], tuple[dict, list | None, dict[str, ColumnSpec], Any]
+        ] = {}
+
+    def of_table(
+        self, schema: str, table: str, mysql_types: Any, pk_names: Any
+    ) -> dict[str, ColumnSpec]:
+        key = (schema, table)
+        cached = self.by_table.get(key)
+        if cached is not None and cached[0] == mysql_types and cached[1] == pk_names:
+            return cached[2]
+        specs = self._build(mysql_types, pk_names)
+        if len(self.by_table) >= _TABLE_CACHE_LIMIT:
+            self.by_table.clear()
+        plan = None if self._speedups is None else _table_plan(self._speedups, mysql_types, specs)
+        self.by_table[key] = (mysql_types, pk_names, specs, plan)
+        return specs
+
+    def _build(self, mysql_types: Any, pk_names: Any) -> dict[str, ColumnSpec]:
+        if type(mysql_types) is not dict:
+            raise DecodeError(
+                f"mysqlType must be an object of column → type, not {mysql_types!r:.200}"
+            )
+        if pk_names is None:
+            pk_names = ()
+        elif type(pk_names) is not list or any(type(name) is not str for name in pk_names):
+            raise DecodeError(f"pkNames must be a list of column names, not {pk_names!r:.200}")
+        keys = set(pk_names)  # a list's `in` per column is quadratic in a hostile wide row
+        specs = {}
+        for name, type_text in mysql_types.items():
+            convert, type_code, flags, full = self._spec(name, type_text)
+            if name in keys:
+                flags |= _KEY_FLAGS
+            specs[name] = (convert, type_code, flags, full)
+        return specs
+
+    def _spec(self, name: str, type_text: Any) -> ColumnSpec:
+        spec = self._by_type.get(type_text) if type(type_text) is str else None
+        if spec is None:
+            if type(type_text) is not str:
+                raise DecodeError(f"mysqlType of column {name!r} is {type_text!r}, not a string")
+            try:
+                spec = column_spec(type_text, content_compatible=self._content_compatible)
+            except ValueError as exc:
+                raise DecodeError(f"column {name!r}: {exc}") from None
+            if len(self._by_type) >= _TABLE_CACHE_LIMIT:
+                self._by_type.clear()
+            self._by_type[type_text] = spec
+        return spec
+
+
 class CanalJsonDecoder(Decoder):
     """Canal-JSON → events; one event per message.
 
@@ -362,16 +424,12 @@ class CanalJsonDecoder(Decoder):
 
     def __init__(self, settings: CodecSettings | None = None, *, speedups: Any = _DEFAULT):
         super().__init__(settings)
-        self._content_compatible = bool(self.settings.option("content_compatible", False))
         self._raw_claim_check = bool(self.settings.option("claim_check_raw_value", False))
-        self._specs: dict[str, ColumnSpec] = {}
-        # (database, table) → (mysqlType, pkNames, column specs, compiled TablePlan or None) as
-        # last seen: a row whose mysqlType and pkNames equal the cached ones reuses the specs
-        # without a lookup per type. The compiled decoder reads this cache and never writes it.
-        self._tables: dict[
-            tuple[str, str], tuple[dict, list | None, dict[str, ColumnSpec], Any]
-        ] = {}
         self.speedups = SPEEDUPS if speedups is _DEFAULT else speedups
+        self._column_specs = _ColumnSpecs(
+            bool(self.settings.option("content_compatible", False)), self.speedups
+        )
+        self._tables = self._column_specs.by_table  # the compiled decoder's view of the cache
         self._fast_row_event = None if self.speedups is None else self.speedups.row_event
         self._uncompressed = self.settings.compression == "none"
 
@@ -433,7 +491,7 @@ class CanalJsonDecoder(Decoder):
     def _row_event(self, message: dict, op: str, record: KafkaRecord) -> RowEvent:
         schema, table = _names(message)
         mysql_types = message.get("mysqlType")
-        specs = self._table_specs(schema, table, mysql_types, message.get("pkNames"))
+        specs = self._column_specs.of_table(schema, table, mysql_types, message.get("pkNames"))
         row = _single_row(message.get("data"), "data")
         image = _image(row, specs, mysql_types)
         old_image = None
@@ -459,52 +517,6 @@ class CanalJsonDecoder(Decoder):
             offset=record.offset,
             handle_key_only=extension is not None and extension.get("onlyHandleKey") is True,
         )
-
-    def _table_specs(
-        self, schema: str, table: str, mysql_types: Any, pk_names: Any
-    ) -> dict[str, ColumnSpec]:
-        key = (schema, table)
-        cached = self._tables.get(key)
-        if cached is not None and cached[0] == mysql_types and cached[1] == pk_names:
-            return cached[2]
-        specs = self._build_specs(mysql_types, pk_names)
-        if len(self._tables) >= _TABLE_CACHE_LIMIT:
-            self._tables.clear()
-        plan = None if self.speedups is None else _table_plan(self.speedups, mysql_types, specs)
-        self._tables[key] = (mysql_types, pk_names, specs, plan)
-        return specs
-
-    def _build_specs(self, mysql_types: Any, pk_names: Any) -> dict[str, ColumnSpec]:
-        if type(mysql_types) is not dict:
-            raise DecodeError(
-                f"mysqlType must be an object of column → type, not {mysql_types!r:.200}"
-            )
-        if pk_names is None:
-            pk_names = ()
-        elif type(pk_names) is not list or any(type(name) is not str for name in pk_names):
-            raise DecodeError(f"pkNames must be a list of column names, not {pk_names!r:.200}")
-        keys = set(pk_names)  # a list's `in` per column is quadratic in a hostile wide row
-        specs = {}
-        for name, type_text in mysql_types.items():
-            convert, type_code, flags, full = self._spec(name, type_text)
-            if name in keys:
-                flags |= _KEY_FLAGS
-            specs[name] = (convert, type_code, flags, full)
-        return specs
-
-    def _spec(self, name: str, type_text: Any) -> ColumnSpec:
-        spec = self._specs.get(type_text) if type(type_text) is str else None
-        if spec is None:
-            if type(type_text) is not str:
-                raise DecodeError(f"mysqlType of column {name!r} is {type_text!r}, not a string")
-            try:
-                spec = column_spec(type_text, content_compatible=self._content_compatible)
-            except ValueError as exc:
-                raise DecodeError(f"column {name!r}: {exc}") from None
-            if len(self._specs) >= _TABLE_CACHE_LIMIT:
-                self._specs.clear()
-            self._specs[type_text] = spec
-        return spec
 
     def _fetch_claim_check(self, location: str) -> dict:
         """The original message behind a claim-check reference (§1.7), read and parsed."""
