@@ -704,18 +704,17 @@ def _ddl_event(buf: bytes, start: int, end: int, index: int) -> tuple[int | None
     return (action or None), query  # ActionNone (0) means TiCDC had no type to give
 
 
-def decode_message(
-    buf: bytes,
-    topic: str,
-    partition: int,
-    offset: int,
-    delete_handle_key_only: bool = False,
-) -> list[Event]:
-    """Every event of one craft message, in message order (the pure-Python reference)."""
+def _read_headers(buf: bytes) -> tuple[_Layout, list[str], _Headers]:
+    """The layout, term dictionary and event headers of a message: all but the event bodies."""
     layout = _Layout(buf)
     terms = _term_dictionary(buf, layout.dict_start, layout.dict_end)
     count = len(layout.body_sizes)
-    headers = _Headers(buf, layout.body_start, layout.headers_end, count, terms)
+    return layout, terms, _Headers(buf, layout.body_start, layout.headers_end, count, terms)
+
+
+def _check_size_table_count(layout: _Layout, headers: _Headers) -> None:
+    """Two size tables, plus one of column-group sizes per event when any event is a row."""
+    count = len(layout.body_sizes)
     has_rows = EVENT_ROW in headers.types
     expected_tables = 2 + count if has_rows else 2
     if len(layout.tables) != expected_tables:
@@ -724,6 +723,19 @@ def decode_message(
             f"{count} events{' with column groups' if has_rows else ''}",
             byte_offset=layout.dict_end,
         )
+
+
+def decode_message(
+    buf: bytes,
+    topic: str,
+    partition: int,
+    offset: int,
+    delete_handle_key_only: bool = False,
+) -> list[Event]:
+    """Every event of one craft message, in message order (the pure-Python reference)."""
+    layout, terms, headers = _read_headers(buf)
+    count = len(layout.body_sizes)
+    _check_size_table_count(layout, headers)
     events: list[Event] = []
     start = layout.headers_end
     for index in range(count):
@@ -833,11 +845,7 @@ class CraftDecoder(Decoder):
 
     def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
         """The headers' schema and table of every row and DDL event: the bodies not read."""
-        buf = bytes(record.value or b"")
-        layout = _Layout(buf)
-        terms = _term_dictionary(buf, layout.dict_start, layout.dict_end)
-        count = len(layout.body_sizes)
-        headers = _Headers(buf, layout.body_start, layout.headers_end, count, terms)
+        _, _, headers = _read_headers(bytes(record.value or b""))
         return frozenset(
             (schema, table)
             for schema, table, kind in zip(
