@@ -924,33 +924,18 @@ def _check_before_record(schema_id: int, before: Any, columns: list[FieldPlan]) 
 # --- decoder ---------------------------------------------------------------------------------
 
 
-class AvroDecoder(Decoder):
-    """Decodes TiCDC Avro records with writer schemas from `settings.schema_source`.
+class _RecordPlans:
+    """The compiled plan of each writer schema id, fetched from the schema source once."""
 
-    Each schema id is fetched and compiled once. Bad records raise DecodeError (an unknown id
-    raises its subclass SchemaNotFoundError). A registry that is down or refuses the credentials
-    raises SchemaRegistryUnavailableError or ConfigError instead, on purpose: that is no fault of
-    the record, and the run should stop rather than quarantine every record of the topic.
-    """
-
-    protocol = "avro"
-
-    def __init__(self, settings: CodecSettings | None = None):
-        super().__init__(settings)
-        if self.settings.schema_source is None:
-            raise ConfigError("avro needs a schema source (registry, directory or _schemas export)")
-        if self.settings.compression != "none":
-            raise ConfigError(
-                "TiCDC never compresses Avro values; set compression none for Avro topics"
-            )
-        self.source: SchemaSource = self.settings.schema_source
+    def __init__(self, source: SchemaSource, settings: CodecSettings):
+        self.source = source
+        self.settings = settings
         self._column_types = {
-            tuple(name.split(".", 1)): text for name, text in self.settings.column_types
+            tuple(name.split(".", 1)): text for name, text in settings.column_types
         }
         self._plans: dict[int, RecordPlan] = {}
-        self._keyed: dict[tuple[int, int], tuple[FieldPlan, ...]] = {}
 
-    def _plan(self, schema_id: int, topic: str) -> RecordPlan:
+    def of(self, schema_id: int, topic: str) -> RecordPlan:
         plan = self._plans.get(schema_id)
         if plan is None:
             writer = self.source.get_schema(schema_id)
@@ -983,29 +968,58 @@ class AvroDecoder(Decoder):
             "`schema:` for the topic in the pipeline config"
         )
 
-    def _read(self, data: bytes, part: str, topic: str) -> tuple[RecordPlan, dict]:
-        plan = self._plan(read_confluent_header(data, part), topic)
-        stream = io.BytesIO(data)
-        stream.seek(HEADER_SIZE)
-        try:
-            record = fastavro.schemaless_reader(stream, plan.reader, None)
-        except MALFORMED_INPUT_ERRORS as exc:
-            at = stream.tell()
-            what = "ends early" if at >= len(data) else "is malformed"
-            if isinstance(exc, IndexError) and at < len(data):
-                what += " (a union branch index is out of range)"
-            raise DecodeError(
-                f"{part}: the Avro record of schema id {plan.schema_id} {what} "
-                f"(stopped at byte {at} of {len(data)}): {type(exc).__name__}: {exc}",
-                byte_offset=at,
-            ) from exc
-        if stream.tell() != len(data):
-            raise DecodeError(
-                f"{part}: {len(data) - stream.tell()} bytes left after the Avro record of schema "
-                f"id {plan.schema_id}",
-                byte_offset=stream.tell(),
+
+def _read_record(plan: RecordPlan, data: bytes, part: str) -> dict:
+    """The Avro record after the Confluent header of `data`, read with its schema's plan."""
+    stream = io.BytesIO(data)
+    stream.seek(HEADER_SIZE)
+    try:
+        record = fastavro.schemaless_reader(stream, plan.reader, None)
+    except MALFORMED_INPUT_ERRORS as exc:
+        at = stream.tell()
+        what = "ends early" if at >= len(data) else "is malformed"
+        if isinstance(exc, IndexError) and at < len(data):
+            what += " (a union branch index is out of range)"
+        raise DecodeError(
+            f"{part}: the Avro record of schema id {plan.schema_id} {what} "
+            f"(stopped at byte {at} of {len(data)}): {type(exc).__name__}: {exc}",
+            byte_offset=at,
+        ) from exc
+    if stream.tell() != len(data):
+        raise DecodeError(
+            f"{part}: {len(data) - stream.tell()} bytes left after the Avro record of schema "
+            f"id {plan.schema_id}",
+            byte_offset=stream.tell(),
+        )
+    return record
+
+
+class AvroDecoder(Decoder):
+    """Decodes TiCDC Avro records with writer schemas from `settings.schema_source`.
+
+    Each schema id is fetched and compiled once. Bad records raise DecodeError (an unknown id
+    raises its subclass SchemaNotFoundError). A registry that is down or refuses the credentials
+    raises SchemaRegistryUnavailableError or ConfigError instead, on purpose: that is no fault of
+    the record, and the run should stop rather than quarantine every record of the topic.
+    """
+
+    protocol = "avro"
+
+    def __init__(self, settings: CodecSettings | None = None):
+        super().__init__(settings)
+        if self.settings.schema_source is None:
+            raise ConfigError("avro needs a schema source (registry, directory or _schemas export)")
+        if self.settings.compression != "none":
+            raise ConfigError(
+                "TiCDC never compresses Avro values; set compression none for Avro topics"
             )
-        return plan, record
+        self.source: SchemaSource = self.settings.schema_source
+        self._plans = _RecordPlans(self.source, self.settings)
+        self._keyed: dict[tuple[int, int], tuple[FieldPlan, ...]] = {}
+
+    def _read(self, data: bytes, part: str, topic: str) -> tuple[RecordPlan, dict]:
+        plan = self._plans.of(read_confluent_header(data, part), topic)
+        return plan, _read_record(plan, data, part)
 
     def _tables_named(self, record: KafkaRecord) -> frozenset[tuple[str, str]] | None:
         """The table the writer schema of the value (or key) is for, or a DDL message's."""
@@ -1016,7 +1030,7 @@ class AvroDecoder(Decoder):
         if value[:1] == bytes([CHECKPOINT_BYTE]):
             return frozenset()
         data = value if value[:1] == bytes([MAGIC_BYTE]) else key
-        plan = self._plan(read_confluent_header(data, "value" if data is value else "key"))
+        plan = self._plans.of(read_confluent_header(data, "value" if data is value else "key"))
         return frozenset([(plan.schema, plan.table)])
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
