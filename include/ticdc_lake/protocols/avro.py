@@ -1544,101 +1544,22 @@ def _column_writer_2022(name: str, column: Column, zone: str) -> _ColumnWriter:
     return _ColumnWriter(name, field, convert)
 
 
-class AvroEncoder(Encoder):
-    """Encodes row events as tiflow does, registering schemas in `settings.schema_source`.
+class _TableWriters:
+    """The writers of each table version, whose key and value schemas are registered on first
+    use: a version is its topic, schema, table and the names and types of its columns."""
 
-    The schema source must be an InMemorySchemaRegistry (anything with `register(subject,
-    schema_text) -> id`). DDL and resolved events are written only with the test-only option
-    `enable_watermark` and the TiDB extension; otherwise TiCDC's Avro does not carry them and
-    they are left out. A DELETE of a table without a handle key has no key to rebuild it from
-    and is left out too, unless `include_before_value` writes the old row as a value.
+    def __init__(self, registry: Any, options: AvroOptions, enable_tidb_extension: bool):
+        self.registry = registry
+        self.options = options
+        self.enable_tidb_extension = enable_tidb_extension
+        self._by_version: dict[tuple, _TableWriter] = {}
 
-    With the option `layout: "2022"` it writes as TiCDC up to v6.0 did (`_register_2022`,
-    `_avro_type_2022`), the encoder the lake reads back as the 2022 layout; what that version
-    could not write (a zero DATETIME with a fraction, a table without a handle key, a name
-    that is not an Avro name) raises ValueError, as it stopped the changefeed there.
-    """
-
-    protocol = "avro"
-
-    def __init__(self, settings: CodecSettings | None = None):
-        super().__init__(settings)
-        self.registry = self.settings.schema_source
-        if not callable(getattr(self.registry, "register", None)):
-            raise ConfigError(
-                "the Avro encoder registers its schemas: settings.schema_source must be an "
-                "InMemorySchemaRegistry"
-            )
-        self.options = AvroOptions.from_settings(self.settings)
-        self._watermarks = self.options.enable_watermark and self.settings.enable_tidb_extension
-        self._writers: dict[tuple, _TableWriter] = {}
-
-    def encode(self, events: Sequence[Event]) -> list[KafkaMessage]:
-        messages = []
-        for event in events:
-            if isinstance(event, RowEvent):
-                message = self._encode_row(event)
-            elif isinstance(event, ResolvedEvent):
-                message = self._encode_checkpoint(event) if self._watermarks else None
-            else:
-                message = self._encode_ddl(event) if self._watermarks else None
-            if message is not None:
-                messages.append(message)
-        return messages
-
-    def _encode_checkpoint(self, event: ResolvedEvent) -> KafkaMessage:
-        return KafkaMessage(None, bytes([CHECKPOINT_BYTE]) + _TS.pack(event.ts))
-
-    def _encode_ddl(self, event: DdlEvent) -> KafkaMessage:
-        ddl = {
-            "query": event.query,
-            "type": event.ddl_type or 0,
-            "schema": event.schema,
-            "table": event.table,
-            "commitTs": event.commit_ts or 0,
-        }
-        return KafkaMessage(None, bytes([DDL_BYTE]) + go_json(ddl).encode("utf-8"))
-
-    def _encode_row(self, event: RowEvent) -> KafkaMessage | None:
-        image = event.old_columns if event.op == DELETE else event.columns
-        if not image:
-            raise ValueError(f"{event.op} of {event.schema}.{event.table} has no row image")
-        writer = self._writer(event, image)
-        if self.options.layout == "2022":  # only the columns: no operation, no commit TS
-            key = _write(
-                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
-            )
-            if event.op == DELETE:
-                return KafkaMessage(key, None)
-            record = writer.native(writer.value_columns, image)
-            return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
-        key = None
-        if writer.key_columns:
-            key = _write(
-                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
-            )
-        if event.op == DELETE and not self.options.include_before_value:
-            return None if key is None else KafkaMessage(key, None)
-        record = writer.native(writer.value_columns, image)
-        if self.options.include_before_value:
-            old = event.old_columns if event.op != INSERT else None
-            record[BEFORE_FIELD] = writer.native(writer.value_columns, old) if old else None
-        if self.settings.enable_tidb_extension:
-            if event.commit_ts is None:
-                raise ValueError("the TiDB extension needs the commit TS, and the event has none")
-            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
-            record[COMMIT_TS_FIELD] = _wrap_unsigned(event.commit_ts)
-            record[PHYSICAL_TIME_FIELD] = event.commit_ts >> 18
-        elif self.options.include_before_value:
-            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
-        return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
-
-    def _writer(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
+    def of(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
         signature = tuple((n, c.type_code, c.flags, c.mysql_type) for n, c in image.items())
         cache_key = (event.topic, event.schema, event.table, signature)
-        writer = self._writers.get(cache_key)
+        writer = self._by_version.get(cache_key)
         if writer is None:
-            writer = self._writers[cache_key] = self._register(event, image)
+            writer = self._by_version[cache_key] = self._register(event, image)
         return writer
 
     def _register_2022(self, event: RowEvent, image: dict[str, Column]) -> _TableWriter:
@@ -1699,7 +1620,7 @@ class AvroEncoder(Encoder):
         if self.options.include_before_value:
             before = record(f"{table}_before", [w.field for w in columns])
             value_fields.append({"default": None, "name": BEFORE_FIELD, "type": ["null", before]})
-        value_fields += _extension_fields(self.options, self.settings.enable_tidb_extension)
+        value_fields += _extension_fields(self.options, self.enable_tidb_extension)
         key_header, key_schema = b"", None
         if keys:
             key_header, key_schema = self._schema(
@@ -1713,3 +1634,96 @@ class AvroEncoder(Encoder):
         return confluent_header(schema_id), fastavro.parse_schema(
             _without_logical_types(definition)
         )
+
+
+class AvroEncoder(Encoder):
+    """Encodes row events as tiflow does, registering schemas in `settings.schema_source`.
+
+    The schema source must be an InMemorySchemaRegistry (anything with `register(subject,
+    schema_text) -> id`). DDL and resolved events are written only with the test-only option
+    `enable_watermark` and the TiDB extension; otherwise TiCDC's Avro does not carry them and
+    they are left out. A DELETE of a table without a handle key has no key to rebuild it from
+    and is left out too, unless `include_before_value` writes the old row as a value.
+
+    With the option `layout: "2022"` it writes as TiCDC up to v6.0 did
+    (`_TableWriters._register_2022`, `_avro_type_2022`), the encoder the lake reads back as the
+    2022 layout; what that version could not write (a zero DATETIME with a fraction, a table
+    without a handle key, a name that is not an Avro name) raises ValueError, as it stopped the
+    changefeed there.
+    """
+
+    protocol = "avro"
+
+    def __init__(self, settings: CodecSettings | None = None):
+        super().__init__(settings)
+        self.registry = self.settings.schema_source
+        if not callable(getattr(self.registry, "register", None)):
+            raise ConfigError(
+                "the Avro encoder registers its schemas: settings.schema_source must be an "
+                "InMemorySchemaRegistry"
+            )
+        self.options = AvroOptions.from_settings(self.settings)
+        self._watermarks = self.options.enable_watermark and self.settings.enable_tidb_extension
+        self._writers = _TableWriters(
+            self.registry, self.options, self.settings.enable_tidb_extension
+        )
+
+    def encode(self, events: Sequence[Event]) -> list[KafkaMessage]:
+        messages = []
+        for event in events:
+            if isinstance(event, RowEvent):
+                message = self._encode_row(event)
+            elif isinstance(event, ResolvedEvent):
+                message = self._encode_checkpoint(event) if self._watermarks else None
+            else:
+                message = self._encode_ddl(event) if self._watermarks else None
+            if message is not None:
+                messages.append(message)
+        return messages
+
+    def _encode_checkpoint(self, event: ResolvedEvent) -> KafkaMessage:
+        return KafkaMessage(None, bytes([CHECKPOINT_BYTE]) + _TS.pack(event.ts))
+
+    def _encode_ddl(self, event: DdlEvent) -> KafkaMessage:
+        ddl = {
+            "query": event.query,
+            "type": event.ddl_type or 0,
+            "schema": event.schema,
+            "table": event.table,
+            "commitTs": event.commit_ts or 0,
+        }
+        return KafkaMessage(None, bytes([DDL_BYTE]) + go_json(ddl).encode("utf-8"))
+
+    def _encode_row(self, event: RowEvent) -> KafkaMessage | None:
+        image = event.old_columns if event.op == DELETE else event.columns
+        if not image:
+            raise ValueError(f"{event.op} of {event.schema}.{event.table} has no row image")
+        writer = self._writers.of(event, image)
+        if self.options.layout == "2022":  # only the columns: no operation, no commit TS
+            key = _write(
+                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
+            )
+            if event.op == DELETE:
+                return KafkaMessage(key, None)
+            record = writer.native(writer.value_columns, image)
+            return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
+        key = None
+        if writer.key_columns:
+            key = _write(
+                writer.key_schema, writer.key_header, writer.native(writer.key_columns, image)
+            )
+        if event.op == DELETE and not self.options.include_before_value:
+            return None if key is None else KafkaMessage(key, None)
+        record = writer.native(writer.value_columns, image)
+        if self.options.include_before_value:
+            old = event.old_columns if event.op != INSERT else None
+            record[BEFORE_FIELD] = writer.native(writer.value_columns, old) if old else None
+        if self.settings.enable_tidb_extension:
+            if event.commit_ts is None:
+                raise ValueError("the TiDB extension needs the commit TS, and the event has none")
+            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
+            record[COMMIT_TS_FIELD] = _wrap_unsigned(event.commit_ts)
+            record[PHYSICAL_TIME_FIELD] = event.commit_ts >> 18
+        elif self.options.include_before_value:
+            record[OP_FIELD] = {INSERT: "c", UPDATE: "u", DELETE: "d"}[event.op]
+        return KafkaMessage(key, _write(writer.value_schema, writer.value_header, record))
