@@ -11,7 +11,8 @@ UV_VERSION := 0.13.9
 
 setup: $(VENV)/.installed $(VENV)/.jars $(VENV)/.class-archive
 
-SPEEDUPS := $(wildcard include/ticdc_lake/*/_*speedups.[ch])
+# Every C source and header of the extensions: the decoders' in protocols/native/, silver's own.
+SPEEDUPS := $(wildcard include/ticdc_lake/protocols/native/_*speedups.[ch] include/ticdc_lake/silver/_*speedups.[ch])
 
 # Bytecode compiled once here: where PYTHONDONTWRITEBYTECODE is set (CI, containers) every new
 # process (Spark's Python workers, each Airflow task) would otherwise compile its imports again,

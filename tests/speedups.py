@@ -8,6 +8,8 @@ import sysconfig
 from pathlib import Path
 from types import ModuleType
 
+from ticdc_lake.protocols import native
+
 
 def build_extension(source: Path, directory: Path) -> ModuleType:
     """Compile ``source`` as setuptools' build_ext would, into ``directory``, and load it."""
@@ -25,6 +27,11 @@ def build_extension(source: Path, directory: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def native_source(module: str) -> Path:
+    """The C source of the decoder extension ``module`` (ticdc_lake.protocols.native)."""
+    return Path(native.__file__).with_name(f"{module}.c")
 
 
 def extension_built(source: Path, module: str) -> bool:

@@ -77,7 +77,7 @@ def sanitized(runtime, tmp_path_factory) -> Path:
     shutil.copytree(
         PACKAGE, root / "ticdc_lake", ignore=shutil.ignore_patterns("*.so", "__pycache__")
     )
-    sources = sorted((root / "ticdc_lake").glob("*/_*_speedups.c"))
+    sources = sorted((root / "ticdc_lake").glob("**/_*_speedups.c"))  # protocols/native/, silver/
     assert len(sources) == 4, sources
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     with ThreadPoolExecutor(2) as pool:

@@ -33,7 +33,7 @@ from ticdc_lake.silver.claimcheck import ClaimCheckStore
 from ticdc_lake.silver.events import Column, DdlEvent, ResolvedEvent, RowEvent
 
 from tests.conftest import load_vector
-from tests.speedups import build_extension, extension_built
+from tests.speedups import build_extension, extension_built, native_source
 from tests.strategies import partition_streams, row_events, without_coordinates
 
 BIN, UNS = mysql.FLAG_BINARY, mysql.FLAG_UNSIGNED
@@ -827,7 +827,7 @@ def test_double_text_is_positional_and_reads_back(value):
 # The compiled decoder (_canal_speedups) against the pure-Python reference
 # ---------------------------------------------------------------------------------------------
 
-SOURCE = Path(canal_json.__file__).with_name("_canal_speedups.c")
+SOURCE = native_source("_canal_speedups")
 
 
 def _build_speedups(directory: Path):
@@ -899,7 +899,7 @@ class BothPaths:
 
 
 def test_speedups_are_used_when_built():
-    if extension_built(SOURCE, "ticdc_lake.protocols._canal_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols.native._canal_speedups"):
         assert canal_json.SPEEDUPS is not None
     else:
         assert canal_json.SPEEDUPS is None

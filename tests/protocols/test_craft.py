@@ -48,11 +48,11 @@ from ticdc_lake.silver.events import (
 )
 
 from tests.conftest import load_vector
-from tests.speedups import build_extension, extension_built
+from tests.speedups import build_extension, extension_built, native_source
 from tests.strategies import partition_streams, without_coordinates
 
 VECTORS = load_vector("craft/HAND_DERIVED_NOT_UPSTREAM_examples.json")["examples"]
-SOURCE = Path(craft.__file__).with_name("_craft_speedups.c")
+SOURCE = native_source("_craft_speedups")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def _strip_mysql_type(event):
 
 
 def test_speedups_are_used_when_built():
-    if extension_built(SOURCE, "ticdc_lake.protocols._craft_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols.native._craft_speedups"):
         assert craft.SPEEDUPS is not None
     else:
         assert craft.SPEEDUPS is None

@@ -60,7 +60,7 @@ from ticdc_lake.silver.values import events_problem
 
 from tests.conftest import VECTORS, load_vector
 from tests.protocols.test_go_quote import PROTOCOL_EXAMPLES
-from tests.speedups import build_extension, extension_built
+from tests.speedups import build_extension, extension_built, native_source
 from tests.strategies import partition_streams, row_events, without_coordinates
 
 TOPIC, PARTITION = "tidb-cdc", 3
@@ -1084,7 +1084,7 @@ def test_fuzz_mutated_messages_raise_only_decode_errors_and_both_decoders_agree(
 # The compiled fast path (_open_speedups) against the pure-Python reference
 # ----------------------------------------------------------------------------------------------
 
-SOURCE = Path(open_protocol.__file__).with_name("_open_speedups.c")
+SOURCE = native_source("_open_speedups")
 
 
 def _build_speedups(directory: Path):
@@ -1150,7 +1150,7 @@ def outcome(decoder: OpenProtocolDecoder, fuzzed: KafkaRecord):
 
 
 def test_speedups_are_used_when_built():
-    if extension_built(SOURCE, "ticdc_lake.protocols._open_speedups"):
+    if extension_built(SOURCE, "ticdc_lake.protocols.native._open_speedups"):
         assert open_protocol.SPEEDUPS is not None
     else:
         assert open_protocol.SPEEDUPS is None

@@ -19,10 +19,11 @@ Binary columns carry each byte as the code point of the same number (ISO-8859-1)
 The decoder reads `_tidb` whenever a message has it, whatever `enable_tidb_extension` says, and
 ignores the Kafka key (TiCDC sends none).
 
-`CanalJsonDecoder` is the pure-Python reference. When the compiled `_canal_speedups` extension is
-built, row messages of a table already seen take a shortcut through it (orjson's parse → RowEvent
-in C); it returns exactly the reference's event or hands the message back to the reference path,
-which alone raises errors (so both give the same events and the same DecodeError reasons).
+`CanalJsonDecoder` is the pure-Python reference. When the compiled `native._canal_speedups`
+extension is built, row messages of a table already seen take a shortcut through it (orjson's
+parse → RowEvent in C); it returns exactly the reference's event or hands the message back to the
+reference path, which alone raises errors (so both give the same events and the same DecodeError
+reasons).
 
 Options (`CodecSettings.options`):
   content_compatible     mysqlType is the full type even where it has no parentheses
@@ -301,7 +302,7 @@ _TABLE_CACHE_LIMIT = 4096
 def _load_speedups():
     """The compiled row decoder, configured with the event model, or None when it is not built."""
     try:
-        from ticdc_lake.protocols import _canal_speedups
+        from ticdc_lake.protocols.native import _canal_speedups
     except ImportError:
         return None
     return configure_speedups(_canal_speedups)

@@ -10,8 +10,8 @@ body size and, for row messages, each event's column-group sizes; together they 
 message exactly. Headers and column groups are columnar "chunks" of varints; schema, table and
 column names are ids into a term dictionary local to the message.
 
-`CraftDecoder` is the pure-Python reference. When the compiled `_craft_speedups` extension is
-importable, it decodes the same bytes to the same events (or the same DecodeError) many times
+`CraftDecoder` is the pure-Python reference. When the compiled `native._craft_speedups` extension
+is importable, it decodes the same bytes to the same events (or the same DecodeError) many times
 faster; the pure-Python path is the fallback and the specification the extension is tested
 against.
 """
@@ -790,7 +790,7 @@ def decode_message(
 def _load_speedups():
     """The compiled decoder, configured with the event model, or None when it is not built."""
     try:
-        from ticdc_lake.protocols import _craft_speedups
+        from ticdc_lake.protocols.native import _craft_speedups
     except ImportError:
         return None
     return configure_speedups(_craft_speedups)

@@ -17,12 +17,12 @@ sample data): see `_old_format_column`. A number, BIT, ENUM or SET value sent as
 is a default TiCDC before v6.5.9, v7.1.5, v7.5.2 and v8.0.0 filled in for a column added after
 the row was written, as TiDB stores it: see `decode_stored_default`.
 
-The decoder below is the pure-Python reference. When the compiled `_open_speedups` extension is
-importable, it decodes row and resolved entries in C (Column objects built at C level, common
-values converted there) and defers to these functions for everything else, so both paths give
-the same events and the same DecodeError; the tests hold them to that. `decode_into` goes one
-step further for the decode stage: messages of row events the C reader takes whole go straight
-into silver's buffers, with no event objects at all.
+The decoder below is the pure-Python reference. When the compiled `native._open_speedups`
+extension is importable, it decodes row and resolved entries in C (Column objects built at C
+level, common values converted there) and defers to these functions for everything else, so both
+paths give the same events and the same DecodeError; the tests hold them to that. `decode_into`
+goes one step further for the decode stage: messages of row events the C reader takes whole go
+straight into silver's buffers, with no event objects at all.
 
 Encoder options (`CodecSettings.options`):
 
@@ -804,7 +804,7 @@ _VALUE_KINDS = (
 def _load_speedups():
     """The compiled fast path, configured with the event model, or None when it is not built."""
     try:
-        from ticdc_lake.protocols import _open_speedups
+        from ticdc_lake.protocols.native import _open_speedups
     except ImportError:
         return None
     return configure_speedups(_open_speedups)

@@ -7,7 +7,7 @@ DecodeError, so it goes to quarantine instead of stopping gold's typed conversio
 conversion takes its ENUM and SET bounds from here too.
 
 The compiled decoders answer the common kinds themselves (`events_fit` in
-protocols/_speedups.h, a C port of these checks that may only pass what these pass); whatever
+protocols/native/_speedups.h, a C port of these checks that may only pass what these pass); whatever
 they leave, and every pure-Python decode, is checked here.
 
 The checks look at the event model's values (events.py): an integer type's int, a temporal,

@@ -30,7 +30,9 @@
  * directly instead of running the dataclass __init__ (as _craft_speedups.c does).
  */
 #include "_speedups.h"
-#include "../silver/_silver_speedups.h"
+/* decode_into writes rows straight into silver's ChangeBuffers through their sink, so this
+ * module is built against silver's header (pyproject.toml lists it in `depends`). */
+#include "../../silver/_silver_speedups.h"
 
 #include <math.h>
 #include <stdint.h>

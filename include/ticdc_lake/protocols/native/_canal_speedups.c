@@ -149,7 +149,7 @@ column_plan_repr(ColumnPlan *self)
 
 static PyTypeObject ColumnPlanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ticdc_lake.protocols._canal_speedups.ColumnPlan",
+    .tp_name = "ticdc_lake.protocols.native._canal_speedups.ColumnPlan",
     .tp_basicsize = sizeof(ColumnPlan),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "How one column is decoded; made by column_plan().",
@@ -275,7 +275,7 @@ table_plan_repr(TablePlan *self)
 
 static PyTypeObject TablePlanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ticdc_lake.protocols._canal_speedups.TablePlan",
+    .tp_name = "ticdc_lake.protocols.native._canal_speedups.TablePlan",
     .tp_basicsize = sizeof(TablePlan),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "How the rows of one table are decoded; made by table_plan().",
