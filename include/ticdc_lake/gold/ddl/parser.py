@@ -1,302 +1,45 @@
-"""A small parser of the DDL queries TiCDC sends, down to what gold needs from them.
-
-TiCDC forwards the query text of every DDL job (PROTOCOLS.md §1.4); gold needs the column
-definitions of CREATE TABLE (types, nullability, keys, partitioning) and what a later DDL does
-to a table's columns, rows or name. ``parse_ddl(query, default_schema)`` returns one action per
-clause; anything gold can ignore (indexes, comments, options, views, users, placement) is a
-``NoOp`` that names what it was. A query it cannot read raises ``DdlParseError`` with the
-character position, what was expected and what was found.
-
-Understood: CREATE TABLE (columns with types and attributes, PRIMARY/UNIQUE keys inline or as
-constraints, LIKE, table options, PARTITION BY RANGE/LIST [COLUMNS]/HASH/KEY), ALTER TABLE
-(ADD/DROP/MODIFY/CHANGE/RENAME COLUMN, ADD/DROP PRIMARY KEY and UNIQUE keys, RENAME TO,
-ADD/DROP/TRUNCATE/REORGANIZE/EXCHANGE/COALESCE PARTITION, PARTITION BY, REMOVE PARTITIONING,
-options), RENAME TABLE, TRUNCATE TABLE, DROP TABLE, DROP DATABASE, and TiDB's executable
-comments (``/*T![clustered_index] CLUSTERED */``).
-"""
+"""The DDL grammar: statements, column definitions and partitioning, read through a Cursor."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
+from ticdc_lake.gold.ddl.actions import (
+    EXPRESSION,
+    LITERAL,
+    NOW,
+    NULL_DEFAULT,
+    Action,
+    AddColumns,
+    AddPartitions,
+    AddUniqueKey,
+    ColumnDef,
+    CreateTable,
+    DefaultValue,
+    DropColumns,
+    DropPartitions,
+    DropSchema,
+    DropTable,
+    ExchangePartition,
+    ModifyColumn,
+    NoOp,
+    PartitionDef,
+    Partitioning,
+    RenameColumn,
+    RenameTable,
+    ReorganizePartitions,
+    Repartition,
+    SetPrimaryKey,
+    TableName,
+    TruncatePartitions,
+    TruncateTable,
+)
+from ticdc_lake.gold.ddl.cursor import Cursor
+from ticdc_lake.gold.ddl.tokens import END, NUMBER, PUNCT, STRING, WORD
 from ticdc_lake.gold.exceptions import DdlParseError
-from ticdc_lake.lake.names import qualified_name
 
-# --- actions -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TableName:
-    schema: str
-    name: str
-
-    def __str__(self) -> str:
-        return qualified_name(self.schema, self.name)
-
-
-# DefaultValue kinds
-LITERAL, NULL_DEFAULT, NOW, EXPRESSION = "literal", "null", "now", "expression"
 _NOW_WORDS = {"current_timestamp", "now", "localtime", "localtimestamp"}
-
-
-@dataclass(frozen=True)
-class DefaultValue:
-    """A column's DEFAULT: a literal (its text, or its bytes for b'..', x'..' and 0x..), NULL,
-    the current time (CURRENT_TIMESTAMP and its synonyms), or an expression gold cannot run."""
-
-    kind: str
-    text: str | None = None
-    binary: bytes | None = None
-
-
-@dataclass(frozen=True)
-class ColumnDef:
-    """A column as a DDL defines it. ``type_text`` is in ``mysql.parse_column_type`` form."""
-
-    name: str
-    type_text: str
-    nullable: bool = True
-    primary_key: bool = False  # PRIMARY KEY written on the column itself
-    unique: bool = False  # UNIQUE written on the column itself
-    binary_charset: bool = False  # CHARACTER SET binary: a CHAR/VARCHAR/TEXT holding bytes
-    generated: bool = False
-    default: DefaultValue | None = None  # None: no DEFAULT clause
-
-
-@dataclass(frozen=True)
-class PartitionDef:
-    name: str
-    less_than: tuple[str, ...] | None = None  # literal texts; ("MAXVALUE",) for the last range
-    values_in: tuple[tuple[str, ...], ...] | None = None  # LIST: each value (a tuple per COLUMNS)
-
-
-@dataclass(frozen=True)
-class Partitioning:
-    kind: str  # range | list | hash | key
-    columns: tuple[str, ...]  # the bare columns partitioned on; () when it is an expression
-    expression: str  # the partitioning expression or column list as written
-    definitions: tuple[PartitionDef, ...] = ()
-    count: int | None = None  # PARTITIONS n (HASH/KEY without definitions)
-    use_columns: bool = False  # RANGE COLUMNS / LIST COLUMNS
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        if self.definitions:
-            return tuple(d.name for d in self.definitions)
-        return tuple(f"p{i}" for i in range(self.count or 1))
-
-
-@dataclass(frozen=True)
-class Action:
-    """One effect of a DDL query. ``table`` is the table it acts on (None for schema-wide)."""
-
-    table: TableName | None
-
-
-@dataclass(frozen=True)
-class CreateTable(Action):
-    columns: tuple[ColumnDef, ...] = ()
-    primary_key: tuple[str, ...] | None = None
-    unique_keys: tuple[tuple[str, ...], ...] = ()
-    partitioning: Partitioning | None = None
-    like: TableName | None = None  # CREATE TABLE t LIKE s: the columns are s's
-    if_not_exists: bool = False
-
-
-@dataclass(frozen=True)
-class AddColumns(Action):
-    columns: tuple[ColumnDef, ...] = ()
-
-
-@dataclass(frozen=True)
-class DropColumns(Action):
-    names: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ModifyColumn(Action):
-    """MODIFY (``old_name`` == column.name), CHANGE (a new definition and maybe a new name)."""
-
-    old_name: str = ""
-    column: ColumnDef | None = None
-
-
-@dataclass(frozen=True)
-class RenameColumn(Action):
-    old_name: str = ""
-    new_name: str = ""
-
-
-@dataclass(frozen=True)
-class SetPrimaryKey(Action):
-    """ADD PRIMARY KEY (columns) or DROP PRIMARY KEY (columns None)."""
-
-    columns: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class AddUniqueKey(Action):
-    columns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RenameTable(Action):
-    new: TableName | None = None  # ``table`` is the old name
-
-
-@dataclass(frozen=True)
-class TruncateTable(Action):
-    pass
-
-
-@dataclass(frozen=True)
-class DropTable(Action):
-    pass
-
-
-@dataclass(frozen=True)
-class DropSchema(Action):
-    schema: str = ""
-
-
-@dataclass(frozen=True)
-class AddPartitions(Action):
-    definitions: tuple[PartitionDef, ...] = ()
-    count: int | None = None  # ADD PARTITION PARTITIONS n (HASH/KEY)
-
-
-@dataclass(frozen=True)
-class DropPartitions(Action):
-    names: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TruncatePartitions(Action):
-    names: tuple[str, ...] = ()  # () means ALL
-
-
-@dataclass(frozen=True)
-class ReorganizePartitions(Action):
-    names: tuple[str, ...] = ()
-    definitions: tuple[PartitionDef, ...] = ()
-
-
-@dataclass(frozen=True)
-class ExchangePartition(Action):
-    name: str = ""
-    other: TableName | None = None
-
-
-@dataclass(frozen=True)
-class Repartition(Action):
-    """PARTITION BY (new partitioning), REMOVE PARTITIONING (None), COALESCE PARTITION n."""
-
-    partitioning: Partitioning | None = None
-    coalesce: int | None = None
-
-
-@dataclass(frozen=True)
-class NoOp(Action):
-    what: str = ""
-
-
-# --- tokens ------------------------------------------------------------------------------------
-
-WORD, IDENT, STRING, NUMBER, PUNCT, END = "word", "ident", "string", "number", "punct", "end"
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    kind: str
-    text: str  # words as written; identifiers and strings unquoted
-    position: int
-
-    def describe(self) -> str:
-        if self.kind == END:
-            return "the end of the query"
-        if self.kind == STRING:
-            return f"string {self.text!r}"
-        return f"{self.text!r}"
-
-
-_SPACE = re.compile(r"\s+")
-_WORD = re.compile(r"[A-Za-z0-9_$\u0080-\uffff]+")
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_EXECUTABLE_COMMENT = re.compile(r"/\*(?:!\d*|T!(?:\[[^\]]*\])?)")
-_STRING_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
-
-
-def tokenize(query: str) -> list[Token]:
-    """Tokens of ``query``. Executable comments (``/*!40101 ...*/``, ``/*T![x] ...*/``) are read
-    as SQL, as MySQL and TiDB do; other comments are skipped."""
-    tokens: list[Token] = []
-    i, n = 0, len(query)
-    open_executable = 0  # executable comments whose "*/" is still to come
-    while i < n:
-        char = query[i]
-        if char.isspace():
-            i = _SPACE.match(query, i).end()
-        elif query.startswith("*/", i) and open_executable:
-            open_executable -= 1
-            i += 2
-        elif query.startswith("/*", i):
-            executable = _EXECUTABLE_COMMENT.match(query, i)
-            if executable:
-                open_executable += 1
-                i = executable.end()
-            else:
-                end = query.find("*/", i + 2)
-                if end < 0:
-                    raise DdlParseError(query, i, "the end of a comment '*/'", "the end")
-                i = end + 2
-        elif char == "#" or (query.startswith("--", i) and (i + 2 == n or query[i + 2].isspace())):
-            end = query.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif char in "`":
-            i = _quoted(query, i, "`", tokens, IDENT)
-        elif char in "'\"":
-            i = _quoted(query, i, char, tokens, STRING)
-        elif char.isdigit() or (char == "." and i + 1 < n and query[i + 1].isdigit()):
-            match = _NUMBER.match(query, i)
-            word = _WORD.match(query, i)
-            if word and word.end() > match.end():  # an identifier starting with digits: 1abc
-                tokens.append(Token(WORD, word.group(), i))
-                i = word.end()
-            else:
-                tokens.append(Token(NUMBER, match.group(), i))
-                i = match.end()
-        elif _WORD.match(query, i):
-            match = _WORD.match(query, i)
-            tokens.append(Token(WORD, match.group(), i))
-            i = match.end()
-        else:
-            tokens.append(Token(PUNCT, char, i))
-            i += 1
-    tokens.append(Token(END, "", n))
-    return tokens
-
-
-def _quoted(query: str, start: int, quote: str, tokens: list[Token], kind: str) -> int:
-    """Read a quoted identifier or string from ``start``; return the position after it."""
-    chars, i, n = [], start + 1, len(query)
-    while i < n:
-        char = query[i]
-        if char == quote:
-            if query.startswith(quote * 2, i):  # a doubled quote stands for itself
-                chars.append(quote)
-                i += 2
-                continue
-            tokens.append(Token(kind, "".join(chars), start))
-            return i + 1
-        if char == "\\" and kind == STRING and i + 1 < n:
-            chars.append(_STRING_ESCAPES.get(query[i + 1], query[i + 1]))
-            i += 2
-            continue
-        chars.append(char)
-        i += 1
-    raise DdlParseError(query, start, f"a closing {quote}", "the end of the query")
-
 
 # --- types -------------------------------------------------------------------------------------
 
@@ -373,120 +116,7 @@ class _Column:
         )
 
 
-class _Parser:
-    def __init__(self, query: str, default_schema: str):
-        self.query = query
-        self.default_schema = default_schema
-        self.tokens = tokenize(query)
-        self.at = 0
-
-    # --- cursor --------------------------------------------------------------------------
-
-    @property
-    def token(self) -> Token:
-        return self.tokens[self.at]
-
-    def peek(self, ahead: int = 1) -> Token:
-        return self.tokens[min(self.at + ahead, len(self.tokens) - 1)]
-
-    def advance(self) -> Token:
-        token = self.token
-        if token.kind != END:
-            self.at += 1
-        return token
-
-    def fail(self, expected: str) -> DdlParseError:
-        return DdlParseError(self.query, self.token.position, expected, self.token.describe())
-
-    def is_word(self, *words: str, token: Token | None = None) -> bool:
-        token = token or self.token
-        return token.kind == WORD and token.text.upper() in words
-
-    def is_punct(self, char: str) -> bool:
-        return self.token.kind == PUNCT and self.token.text == char
-
-    def accept(self, *words: str) -> str | None:
-        if self.is_word(*words):
-            return self.advance().text.upper()
-        return None
-
-    def accept_sequence(self, *words: str) -> bool:
-        """Consume the words in order if they all follow, else nothing."""
-        for ahead, word in enumerate(words):
-            if not self.is_word(word, token=self.peek(ahead)):
-                return False
-        self.at += len(words)
-        return True
-
-    def expect(self, *words: str) -> str:
-        found = self.accept(*words)
-        if found is None:
-            raise self.fail(" or ".join(words))
-        return found
-
-    def accept_punct(self, char: str) -> bool:
-        if self.is_punct(char):
-            self.advance()
-            return True
-        return False
-
-    def expect_punct(self, char: str) -> None:
-        if not self.accept_punct(char):
-            raise self.fail(f"'{char}'")
-
-    def at_clause_end(self) -> bool:
-        return self.token.kind == END or self.is_punct(",") or self.is_punct(";")
-
-    def expect_end(self) -> None:
-        while self.accept_punct(";"):
-            pass
-        if self.token.kind != END:
-            raise self.fail("the end of the statement")
-
-    # --- names ---------------------------------------------------------------------------
-
-    def identifier(self, what: str = "a name") -> str:
-        token = self.token
-        if token.kind in (WORD, IDENT):
-            self.advance()
-            return token.text
-        raise self.fail(what)
-
-    def table_name(self) -> TableName:
-        first = self.identifier("a table name")
-        if self.accept_punct("."):
-            return TableName(first, self.identifier("a table name"))
-        return TableName(self.default_schema, first)
-
-    def name_list(self) -> tuple[str, ...]:
-        names = [self.identifier()]
-        while self.accept_punct(","):
-            names.append(self.identifier())
-        return tuple(names)
-
-    def skip_balanced(self) -> str:
-        """Skip a parenthesised group (the current token is its '('); return its inner text."""
-        start = self.token.position
-        self.expect_punct("(")
-        depth = 1
-        while depth:
-            token = self.advance()
-            if token.kind == END:
-                raise DdlParseError(self.query, start, "a closing ')'", "the end of the query")
-            if token.kind == PUNCT and token.text == "(":
-                depth += 1
-            elif token.kind == PUNCT and token.text == ")":
-                depth -= 1
-        return self.query[start + 1 : self.tokens[self.at - 1].position].strip()
-
-    def skip_to_clause_end(self) -> None:
-        """Skip tokens (and parenthesised groups) up to a ',' or ';' at this depth or the end."""
-        while not self.at_clause_end() and not self.is_punct(")"):
-            if self.is_punct("("):
-                self.skip_balanced()
-            else:
-                self.advance()
-
+class _Parser(Cursor):
     def key_columns(self) -> tuple[str, ...]:
         """``(a, b(10), c DESC)``: the column names of a key; () if a part is an expression."""
         self.expect_punct("(")
@@ -535,10 +165,6 @@ class _Parser:
             raise self.fail("TABLE, DATABASE, INDEX, VIEW or another CREATE target")
         self.skip_rest()
         return [NoOp(None, f"CREATE {word}")]
-
-    def skip_rest(self) -> None:
-        while self.token.kind != END:
-            self.advance()
 
     def _create_table(self) -> CreateTable:
         if_not_exists = self.accept_sequence("IF", "NOT", "EXISTS")
@@ -1124,31 +750,3 @@ def _split_top_level(text: str) -> list[str]:
         i += 1
     parts.append(text[start:])
     return [part for part in parts if part.strip()]
-
-
-def parse_ddl(query: str, default_schema: str) -> list[Action]:
-    """The actions of one DDL query; unqualified tables are in ``default_schema``.
-
-    Raises DdlParseError for a query it cannot read (the error names the position and what it
-    expected there).
-    """
-    return _Parser(query, default_schema).statement()
-
-
-# The shortest column definition: a one-character name, a space and a three-letter type (a INT).
-SHORTEST_COLUMN_TEXT = 5
-
-
-def defined_columns(query: str, default_schema: str, at_most: int) -> int:
-    """How many columns the query's CREATE TABLE or ADD COLUMNs define, when that may be more
-    than ``at_most`` (0 when the query is too short to hold more, or cannot be read: gold
-    decides then). A text of n columns is at least n x SHORTEST_COLUMN_TEXT long, so most
-    queries are not parsed here at all."""
-    if len(query) <= at_most * SHORTEST_COLUMN_TEXT:
-        return 0
-    try:
-        actions = parse_ddl(query, default_schema)
-    except DdlParseError:
-        return 0
-    defining = [a for a in actions if isinstance(a, (CreateTable, AddColumns))]
-    return sum(len(action.columns) for action in defining)  # ADD COLUMN a, ADD COLUMN b, ...
