@@ -13,6 +13,10 @@ constraints, LIKE, table options, PARTITION BY RANGE/LIST [COLUMNS]/HASH/KEY), A
 ADD/DROP/TRUNCATE/REORGANIZE/EXCHANGE/COALESCE PARTITION, PARTITION BY, REMOVE PARTITIONING,
 options), RENAME TABLE, TRUNCATE TABLE, DROP TABLE, DROP DATABASE, and TiDB's executable
 comments (``/*T![clustered_index] CLUSTERED */``).
+
+The modules: ``actions`` (what a query does), ``tokens`` and ``cursor`` (reading a query),
+``parse`` (by its first word, to a statement's grammar: ``create``, ``alter``, ``drop``,
+``rename``), and the grammar those share: ``columns``, ``column_types``, ``keys``, ``partitions``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-from ticdc_lake.gold.ddl.actions import Action, AddColumns, CreateTable
-from ticdc_lake.gold.ddl.parser import _Parser
+from collections.abc import Callable
+
+from ticdc_lake.gold.ddl.actions import Action, AddColumns, CreateTable, NoOp
+from ticdc_lake.gold.ddl.alter import alter
+from ticdc_lake.gold.ddl.create import create
+from ticdc_lake.gold.ddl.cursor import Cursor
+from ticdc_lake.gold.ddl.drop import drop, truncate
+from ticdc_lake.gold.ddl.rename import rename
 from ticdc_lake.gold.exceptions import DdlParseError
+
+# Each statement's grammar, by its first word.
+_STATEMENTS: dict[str, Callable[[Cursor], list[Action]]] = {
+    "CREATE": create,
+    "ALTER": alter,
+    "DROP": drop,
+    "RENAME": rename,
+    "TRUNCATE": truncate,
+}
+_NOOP_VERBS = ("GRANT", "REVOKE", "SET", "FLUSH", "ANALYZE", "USE")
 
 
 def parse_ddl(query: str, default_schema: str) -> list[Action]:
@@ -13,7 +29,15 @@ def parse_ddl(query: str, default_schema: str) -> list[Action]:
     Raises DdlParseError for a query it cannot read (the error names the position and what it
     expected there).
     """
-    return _Parser(query, default_schema).statement()
+    cursor = Cursor(query, default_schema)
+    while cursor.accept_punct(";"):
+        pass
+    verb = cursor.expect(*_STATEMENTS, *_NOOP_VERBS)
+    if verb in _NOOP_VERBS:
+        return [NoOp(None, f"{verb} statement")]
+    actions = _STATEMENTS[verb](cursor)
+    cursor.expect_end()
+    return actions
 
 
 # The shortest column definition: a one-character name, a space and a three-letter type (a INT).
