@@ -1453,3 +1453,14 @@ def test_fuzzed_schemas_raise_only_decode_errors_within_bounded_memory(schema, b
         else:
             event("decoded")
             assert [type(event) for event in events] == [RowEvent]
+
+
+def test_a_quarantined_record_names_its_table_by_its_schema_id():
+    """What gold lacks when the record is quarantined: the table of its writer schema, not
+    every table of the changefeed (the lookup once lacked the topic and always failed)."""
+    registry, key, value = _good()
+    decoder = AvroDecoder(_settings(registry))
+    assert decoder.tables_named(_record(key, value[:-4])) == {("shop", "orders")}
+    assert decoder.tables_named(_record(None, value[:-4])) == {("shop", "orders")}
+    assert decoder.tables_named(_record(key, b"\x00\x00\x00\x00\x63" + value[5:])) is None
+    assert decoder.tables_named(_record(None, b"\x02\x00\x01")) == frozenset()

@@ -1030,7 +1030,8 @@ class AvroDecoder(Decoder):
         if value[:1] == bytes([CHECKPOINT_BYTE]):
             return frozenset()
         data = value if value[:1] == bytes([MAGIC_BYTE]) else key
-        plan = self._plans.of(read_confluent_header(data, "value" if data is value else "key"))
+        schema_id = read_confluent_header(data, "value" if data is value else "key")
+        plan = self._plans.of(schema_id, record.topic)
         return frozenset([(plan.schema, plan.table)])
 
     def _decode(self, record: KafkaRecord) -> list[Event]:
