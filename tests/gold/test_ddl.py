@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -273,6 +275,9 @@ def test_statements_gold_ignores_are_no_ops(query):
         ("CREATE TABLE t (a varchar(10) DEFAULT 'x", "a closing '"),
         ("RECOVER TABLE t", "CREATE or ALTER"),
         ("", "CREATE or ALTER"),
+        ("ALTER TABLE t COALESCE PARTITION", "a number of partitions"),
+        ("ALTER TABLE t ADD PARTITION PARTITIONS", "a number of partitions"),
+        ("ALTER TABLE t PARTITION BY HASH (id) PARTITIONS x", "a number of partitions"),
     ],
 )
 def test_unreadable_ddl_says_where_and_what_was_expected(query, expected):
@@ -329,3 +334,21 @@ def test_a_ddl_defining_more_columns_than_the_limit_goes_to_quarantine(query):
     check_ddl_widths([event], Limits(max_table_columns=5000))  # raised by the config
     assert defined_columns(_create(4096), "s", 4096) == 4096
     assert defined_columns(_create(100), "s", 4096) == 0  # too short to pass it: not parsed
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ALTER TABLE t COALESCE PARTITION 4",
+        "ALTER TABLE t ADD PARTITION PARTITIONS 2",
+        "CREATE TABLE t (id int, v varchar(8) DEFAULT 'x', PRIMARY KEY (id)) "
+        "PARTITION BY HASH (id) PARTITIONS 4",
+        "ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10))",
+        "ALTER TABLE t ADD COLUMN (a decimal(12,2) NOT NULL, b enum('x','y')) , DROP c",
+    ],
+)
+def test_a_query_cut_anywhere_parses_or_says_what_was_expected(query):
+    """Silver counts a DDL's columns with the parser and goes on only past DdlParseError."""
+    for end in range(len(query) + 1):
+        with contextlib.suppress(DdlParseError):
+            ddl.parse_ddl(query[:end], "db")

@@ -100,7 +100,7 @@ def _add(cursor: Cursor, table: TableName) -> list[Action]:
         return [NoOp(table, f"ADD {word}")]
     if cursor.accept("PARTITION"):
         if cursor.accept("PARTITIONS"):
-            return [AddPartitions(table, count=int(cursor.advance().text))]
+            return [AddPartitions(table, count=cursor.count("partitions"))]
         return [AddPartitions(table, definitions=partition_definitions(cursor))]
     return _add_columns(cursor, table)
 
@@ -204,7 +204,7 @@ def _exchange(cursor: Cursor, table: TableName) -> list[Action]:
 
 def _coalesce(cursor: Cursor, table: TableName) -> list[Action]:
     cursor.expect("PARTITION")
-    return [Repartition(table, partitioning=None, coalesce=int(cursor.advance().text))]
+    return [Repartition(table, partitioning=None, coalesce=cursor.count("partitions"))]
 
 
 def _remove(cursor: Cursor, table: TableName) -> list[Action]:

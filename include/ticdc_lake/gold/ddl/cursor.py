@@ -62,6 +62,14 @@ class Cursor:
             raise self.fail(" or ".join(words))
         return found
 
+    def count(self, what: str) -> int:
+        """A whole number written in digits: a count of ``what``."""
+        text = self.token.text
+        if not (text.isascii() and text.isdigit()):
+            raise self.fail(f"a number of {what}")
+        self.advance()
+        return int(text)
+
     def accept_punct(self, char: str) -> bool:
         if self.is_punct(char):
             self.advance()

@@ -29,7 +29,7 @@ def partition_by(cursor: Cursor) -> Partitioning:
         columns = tuple(bare) if bare and (use_columns or len(bare) == 1) else ()
     count = None
     if cursor.accept("PARTITIONS"):
-        count = int(cursor.advance().text)
+        count = cursor.count("partitions")
     if cursor.accept("SUBPARTITION"):
         raise cursor.fail("no SUBPARTITION (subpartitions are not supported by TiDB)")
     definitions: tuple[PartitionDef, ...] = ()
