@@ -30,6 +30,7 @@ from ticdc_lake.delta import (
     read_delta,
     rows_in_partitions_above,
 )
+from ticdc_lake.engines import pure
 from ticdc_lake.gold import reduce_arrow
 from ticdc_lake.gold.catalog import TableName
 from ticdc_lake.gold.feed import FeedPlan
@@ -238,7 +239,8 @@ def reduce_changes(
             if segment.folds:
                 points[(name.schema, name.name, segment.number)] = segment.points(name, plan.zones)
     handles = _fallback_handles(timeline)
-    on_driver = reduce_on_driver(layout, plan, splits, points, handles)
+    # Spark's reduce is the reference (ticdc_lake.engines): a pure run reduces and counts there.
+    on_driver = None if pure() else reduce_on_driver(layout, plan, splits, points, handles)
     if on_driver is not None:
         return on_driver
     selected = selected_changes(spark, layout, plan)
@@ -246,7 +248,8 @@ def reduce_changes(
         return Reduced.empty(), {}, Batches()
     # Not cached: Spark's counts (a large run, or changes without TSs) read only narrow
     # columns (Parquet column pruning), and caching a large run's images would not fit.
-    counts, batches = count_on_driver(layout, plan) or count_in_spark(selected, plan)
+    counted = None if pure() else count_on_driver(layout, plan)
+    counts, batches = counted or count_in_spark(selected, plan)
     applying = with_segment(selected.where(F.col("selected")), splits)
     applying = with_folds(applying, points)
     actions = key_actions(applying, handles)

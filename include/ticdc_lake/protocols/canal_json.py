@@ -49,6 +49,7 @@ from typing import Any
 import orjson
 
 from ticdc_lake.compression import compress, decompress
+from ticdc_lake.engines import native
 from ticdc_lake.errors import ConfigError, DecodeError
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.records import KafkaRecord
@@ -300,12 +301,10 @@ _TABLE_CACHE_LIMIT = 4096
 
 
 def _load_speedups():
-    """The compiled row decoder, configured with the event model, or None when it is not built."""
-    try:
-        from ticdc_lake.protocols.native import _canal_speedups
-    except ImportError:
-        return None
-    return configure_speedups(_canal_speedups)
+    """The compiled row decoder, configured with the event model, or None when it is not built
+    (or the run is pure: ``engines.pure``)."""
+    module = native("ticdc_lake.protocols.native._canal_speedups")
+    return None if module is None else configure_speedups(module)
 
 
 def configure_speedups(module):

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ticdc_lake.engines import native
 from ticdc_lake.errors import ConfigError, DecodeError
 from ticdc_lake.protocols.base import CodecSettings, Decoder, Encoder, KafkaMessage
 from ticdc_lake.records import KafkaRecord
@@ -788,12 +789,10 @@ def decode_message(
 
 
 def _load_speedups():
-    """The compiled decoder, configured with the event model, or None when it is not built."""
-    try:
-        from ticdc_lake.protocols.native import _craft_speedups
-    except ImportError:
-        return None
-    return configure_speedups(_craft_speedups)
+    """The compiled decoder, configured with the event model, or None when it is not built
+    (or the run is pure: ``engines.pure``)."""
+    module = native("ticdc_lake.protocols.native._craft_speedups")
+    return None if module is None else configure_speedups(module)
 
 
 def configure_speedups(module):

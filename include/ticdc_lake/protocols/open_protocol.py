@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ticdc_lake.compression import compress, decompress
+from ticdc_lake.engines import native
 from ticdc_lake.errors import ConfigError, DecodeError
 from ticdc_lake.protocols.base import (
     CodecSettings,
@@ -802,12 +803,10 @@ _VALUE_KINDS = (
 
 
 def _load_speedups():
-    """The compiled fast path, configured with the event model, or None when it is not built."""
-    try:
-        from ticdc_lake.protocols.native import _open_speedups
-    except ImportError:
-        return None
-    return configure_speedups(_open_speedups)
+    """The compiled fast path, configured with the event model, or None when it is not built
+    (or the run is pure: ``engines.pure``)."""
+    module = native("ticdc_lake.protocols.native._open_speedups")
+    return None if module is None else configure_speedups(module)
 
 
 def configure_speedups(module):
@@ -829,9 +828,8 @@ def configure_speedups(module):
         # The event model changed shape under the extension: decoding stays correct in Python.
         warnings.warn(f"open-protocol speedups disabled: {exc}", RuntimeWarning, stacklevel=2)
         return None
-    try:
-        from ticdc_lake.silver import _silver_speedups
-    except ImportError:  # silver's buffers are not built: decode_into declines every record
+    _silver_speedups = native("ticdc_lake.silver._silver_speedups")
+    if _silver_speedups is None:  # silver's buffers are not built: decode_into declines all
         return module
     try:
         module.configure_sink(_silver_speedups.sink)

@@ -17,13 +17,12 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ticdc_lake.engines import native
 from ticdc_lake.silver.events import DdlEvent, Image, ResolvedEvent, RowEvent
 from ticdc_lake.silver.mysql import FLAG_HANDLE_KEY
 
-try:  # the compiled image loop (_silver_speedups.c); optional, like the decoders' speedups
-    from ticdc_lake.silver import _silver_speedups as SPEEDUPS
-except ImportError:
-    SPEEDUPS = None
+# The compiled image loop (_silver_speedups.c); optional, like the decoders' speedups.
+SPEEDUPS = native("ticdc_lake.silver._silver_speedups")
 
 COLUMN_TYPE = pa.struct(
     [
