@@ -326,7 +326,58 @@ class _Clock:
         return self.physical_ms
 
 
+def _table_states(
+    profile: Profile, tables: tuple[TableDef, ...], rng: random.Random, clock: _Clock
+) -> dict[str, _TableState]:
+    """Each table's state, its values drawn from the profile's source (realistic: the shop's)."""
+    if profile.name != REALISTIC:
+        values = _Values(rng)
+        return {t.full_name: _TableState(t, values) for t in tables}
+    # The clock, not the generator: a closure over the generator would be a reference cycle, and
+    # with the collector paused the tables' rows would outlive the run.
+    shop_values = ShopValues(rng, clock.now)
+    states = {t.full_name: _TableState(t, shop_values, UPDATED.get(t.name, ())) for t in tables}
+    shop_values.referred = {column: states[table].live for column, table in REFERENCES.items()}
+    return states
+
+
+class _Timeline:
+    """Commit TSs, each after the last, and the events sent on in commit order."""
+
+    def __init__(self, rng: random.Random, emit: Callable[[Event], None]):
+        self.rng = rng
+        self.clock = _Clock(START_PHYSICAL_MS)
+        self.emit = emit
+        self.last_commit_ts = 0
+        self.last_event: Event | None = None
+
+    def next_commit_ts(self) -> int:
+        self.clock.physical_ms += self.rng.randint(1, 40)
+        self.last_commit_ts = tso(self.clock.physical_ms, self.rng.randint(0, 3))
+        return self.last_commit_ts
+
+    def send(self, event: Event) -> None:
+        self.last_event = event
+        self.emit(event)
+
+
+# What a workload counts (`Workload.counts`), in the order the manifest lists them.
+_COUNTED = (
+    "transactions",
+    "multi_table_transactions",
+    "row_events",
+    "inserts",
+    "updates",
+    "deletes",
+    "key_changes",
+    "ddl_events",
+    "resolved_points",
+)
+
+
 class _Generator:
+    """The run: CREATE TABLEs, then transactions with DDLs between them and resolved events."""
+
     def __init__(
         self,
         seed: int,
@@ -339,81 +390,36 @@ class _Generator:
     ):
         self.rng = random.Random(seed)
         self.seed = seed
-        self.profile = profile
         self.transaction_count = transactions
         self.resolved_every = resolved_every
         self.initial = profile.tables()
-        self.clock = _Clock(START_PHYSICAL_MS)
-        if profile.name == REALISTIC:
-            # The clock, not the generator: a closure over the generator would be a reference
-            # cycle, and with the collector paused the tables' rows would outlive the run.
-            self.values = ShopValues(self.rng, self.clock.now)
-        else:
-            self.values = _Values(self.rng)
-        updated = UPDATED if profile.name == REALISTIC else {}
-        self.states = {
-            t.full_name: _TableState(t, self.values, updated.get(t.name, ())) for t in self.initial
-        }
-        if profile.name == REALISTIC:
-            self.values.referred = {
-                column: self.states[table].live for column, table in REFERENCES.items()
-            }
-        self.names = list(self.states)
-        self.last_commit_ts = 0
         self.events: list[Event] = []
         # Streaming (`emit` given): events go to `emit`, transactions are not kept.
-        self.emit = self.events.append if emit is None else emit
+        self.timeline = _Timeline(self.rng, self.events.append if emit is None else emit)
         self.transactions: list[Transaction] | None = [] if emit is None else None
+        self.states = _table_states(profile, self.initial, self.rng, self.timeline.clock)
+        self.names = list(self.states)
         self.expected = expected({t.full_name: t.handle for t in self.initial})
         self.recorder = SnapshotRecorder(self.expected)
-        self.counts = dict.fromkeys(
-            (
-                "transactions",
-                "multi_table_transactions",
-                "row_events",
-                "inserts",
-                "updates",
-                "deletes",
-                "key_changes",
-                "ddl_events",
-                "resolved_points",
-            ),
-            0,
+        self.counts = dict.fromkeys(_COUNTED, 0)
+        self.row_changes = _RowChanges(self.rng, profile, self.recorder, self.counts)
+        self.schema = _SchemaChanges(
+            self.rng, profile, self.states, self.timeline, self.recorder, self.counts
         )
-        self.added_columns = 0
-        self.next_table_id = 1000
-        self.milestones = self._milestones(transactions) if ddl else {}
-        self.random_ddl = ddl and profile.name != REALISTIC
-        self.last_event: Event | None = None
-
-    # --- time ---------------------------------------------------------------------------------
-
-    def next_commit_ts(self) -> int:
-        self.clock.physical_ms += self.rng.randint(1, 40)
-        self.last_commit_ts = tso(self.clock.physical_ms, self.rng.randint(0, 3))
-        return self.last_commit_ts
-
-    # --- the run -----------------------------------------------------------------------------
+        if ddl:
+            self.schema.plan(transactions)
 
     def run(self) -> Workload:
-        for name in self.names:
-            table = self.states[name].table
-            self._ddl(table, table.create_sql(), mysql.ACTION_CREATE_TABLE)
-            self.recorder.truncated(name)
+        self.schema.create_tables()
         until_resolved = self.rng.randint(*self.resolved_every)
         for number in range(self.transaction_count):
-            milestone = self.milestones.get(number)
-            if milestone is not None:
-                method, arguments = milestone
-                method(self, *arguments)
-            elif self.random_ddl and self.milestones and self.rng.random() < 1 / 200:
-                self._random_ddl()
+            self.schema.before_transaction(number)
             self._transaction()
             until_resolved -= 1
             if until_resolved == 0:
                 self._resolved()
                 until_resolved = self.rng.randint(*self.resolved_every)
-        if not isinstance(self.last_event, ResolvedEvent):
+        if not isinstance(self.timeline.last_event, ResolvedEvent):
             self._resolved()
         return Workload(
             seed=self.seed,
@@ -425,47 +431,54 @@ class _Generator:
             counts=self.counts,
         )
 
-    def _send(self, event: Event) -> None:
-        self.last_event = event
-        self.emit(event)
-
     def _resolved(self) -> None:
-        ts = self.last_commit_ts
-        self._send(ResolvedEvent(ts, NO_TOPIC, 0, 0))
+        ts = self.timeline.last_commit_ts
+        self.timeline.send(ResolvedEvent(ts, NO_TOPIC, 0, 0))
         self.recorder.point(
             ts, {n: (s.columns, s.rows, s.binary_columns) for n, s in self.states.items()}
         )
         self.counts["resolved_points"] += 1
 
-    # --- row changes ------------------------------------------------------------------------
-
     def _transaction(self) -> None:
-        commit_ts = self.next_commit_ts()
+        commit_ts = self.timeline.next_commit_ts()
         rows, weights = _ROWS_PER_TRANSACTION
         size = self.rng.choices(rows, weights)[0]
         touched: dict[str, set[tuple]] = {}
         events: list[RowEvent] = []
+        row_change = self.row_changes.change
         for _ in range(size):
             name = self.rng.choice(self.names)
-            events.extend(
-                self._row_change(commit_ts, self.states[name], touched.setdefault(name, set()))
-            )
+            events.extend(row_change(commit_ts, self.states[name], touched.setdefault(name, set())))
         # TiCDC emits a transaction table by table; within a table deletes, updates, inserts.
         first_seen = {}
         for event in events:
             first_seen.setdefault(event.table, len(first_seen))
         events.sort(key=lambda e: (first_seen[e.table], _ORDER[e.op]))
         for event in events:
-            self._send(event)
+            self.timeline.send(event)
         if self.transactions is not None:
             self.transactions.append(Transaction(commit_ts, events))
         self.counts["transactions"] += 1
         self.counts["row_events"] += len(events)
         self.counts["multi_table_transactions"] += len(first_seen) > 1
 
-    def _row_change(
-        self, commit_ts: int, state: _TableState, touched: set[tuple]
-    ) -> list[RowEvent]:
+
+class _RowChanges:
+    """A transaction's row changes: which operation on which key, and the events it makes."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        profile: Profile,
+        recorder: SnapshotRecorder,
+        counts: dict[str, int],
+    ):
+        self.rng = rng
+        self.profile = profile
+        self.recorder = recorder
+        self.counts = counts
+
+    def change(self, commit_ts: int, state: _TableState, touched: set[tuple]) -> list[RowEvent]:
         """One row change (two events for a key change); no row is touched twice per transaction."""
         profile = self.profile
         op = self.rng.choices(_OP_NAMES, cum_weights=profile.op_cumulative)[0]
@@ -583,39 +596,84 @@ class _Generator:
             return self.rng.choice((low, high, 0))
         return self.rng.randint(low, high)
 
-    # --- DDL ----------------------------------------------------------------------------------
+
+class _SchemaChanges:
+    """A run's DDLs: the CREATE TABLEs, one of each kind at fixed points, random ones between."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        profile: Profile,
+        states: dict[str, _TableState],
+        timeline: _Timeline,
+        recorder: SnapshotRecorder,
+        counts: dict[str, int],
+    ):
+        self.rng = rng
+        self.profile = profile
+        self.states = states
+        self.names = list(states)
+        self.timeline = timeline
+        self.recorder = recorder
+        self.counts = counts
+        self.milestones: dict[int, tuple[Callable, tuple]] = {}
+        self.random_ddl = False
+        self.added_columns = 0
+        self.next_table_id = 1000
+
+    def plan(self, transactions: int) -> None:
+        """Plan a run of ``transactions``: its milestones, random DDLs in edge-case profiles."""
+        self.milestones = self._milestones(transactions)
+        self.random_ddl = self.profile.name != REALISTIC
+
+    def create_tables(self) -> None:
+        for name in self.names:
+            table = self.states[name].table
+            self._ddl(table, table.create_sql(), mysql.ACTION_CREATE_TABLE)
+            self.recorder.truncated(name)
+
+    def before_transaction(self, number: int) -> None:
+        """The DDL planned before transaction ``number``, or now and then a random one."""
+        milestone = self.milestones.get(number)
+        if milestone is not None:
+            method, arguments = milestone
+            method(self, *arguments)
+        elif self.random_ddl and self.milestones and self.rng.random() < 1 / 200:
+            self._random_ddl()
 
     def _ddl(self, table: TableDef, query: str, action: int) -> None:
-        commit_ts = self.next_commit_ts()
-        self._send(DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0))
+        commit_ts = self.timeline.next_commit_ts()
+        self.timeline.send(
+            DdlEvent(commit_ts, table.schema, table.name, query, action, NO_TOPIC, 0, 0)
+        )
         self.counts["ddl_events"] += 1
 
     def _milestones(self, transactions: int) -> dict[int, tuple[Callable, tuple]]:
         """One DDL of each kind at fixed fractions of the run (when it is long enough), as
-        (method, arguments): closures over the generator would make it a reference cycle."""
+        (method, arguments): closures over this object, kept in it, would be reference cycles."""
         if transactions < 10:
             return {}
-        generator = type(self)
+        changes = type(self)
         if self.profile.name == REALISTIC:
             (first_table, first), (second_table, second) = ADDED_COLUMNS
             plan = {
-                0.3: (generator._add_column, (first_table, first)),
-                0.45: (generator._change_column, CHANGED_COLUMN),
-                0.6: (generator._add_column, (second_table, second)),
-                0.85: (generator._drop_column, ("shop.orders", "note")),
+                0.3: (changes._add_column, (first_table, first)),
+                0.45: (changes._change_column, CHANGED_COLUMN),
+                0.6: (changes._add_column, (second_table, second)),
+                0.85: (changes._drop_column, ("shop.orders", "note")),
             }
         else:
             # The edge-case profiles' first four tables: the canonical ones, in their roles.
             numbers, strings, times, orders = self.names[:4]
             plan = {
-                0.25: (generator._add_column, (numbers,)),
-                0.4: (generator._add_column, (strings,)),
-                0.5: (generator._truncate, (orders,)),
-                0.6: (generator._drop_column, (times, "c_datetime")),
-                0.8: (generator._drop_column, (numbers, None)),
+                0.25: (changes._add_column, (numbers,)),
+                0.4: (changes._add_column, (strings,)),
+                0.5: (changes._truncate, (orders,)),
+                0.6: (changes._drop_column, (times, "c_datetime")),
+                0.8: (changes._drop_column, (numbers, None)),
             }
             if self.profile.name == HOSTILE_NAMES:
-                plan[0.7] = (generator._change_column, (orders, *HOSTILE_CHANGED_COLUMN))
+                plan[0.7] = (changes._change_column, (orders, *HOSTILE_CHANGED_COLUMN))
         return {int(transactions * fraction): step for fraction, step in plan.items()}
 
     def _random_ddl(self) -> None:
