@@ -69,112 +69,128 @@ def _column(name: str, type_name: str | ColumnType, nullable: bool = True) -> Co
 
 def shop_tables() -> tuple[TableDef, ...]:
     """The realistic profile's tables (ids as TiDB might have given them)."""
-    tables = (
-        TableDef.build(
-            "customers",
-            200,
-            [
-                _column("id", "c_bigint", False),
-                _column("name", "c_varchar", False),
-                _column("email", "c_varchar", False),
-                _column("country", "c_char"),
-                _column("tier", _enum("tier", TIERS), False),
-                _column("newsletter", "c_bool", False),
-                _column("birth_date", "c_date"),
-                _column("loyalty_points", "c_int_unsigned", False),
-                _column("consents", "c_bit"),
-                _column("preferences", "c_json"),
-                _column("created_at", "c_timestamp", False),
-            ],
-            ("id",),
-        ),
-        TableDef.build(
-            "products",
-            210,
-            [
-                _column("sku", "c_varchar", False),
-                _column("title", "c_tinytext", False),
-                _column("description", "c_text"),
-                _column("spec_sheet", "c_mediumtext"),
-                _column("rating", "c_tinyint_unsigned"),
-                _column("stock", "c_mediumint_unsigned", False),
-                _column("weight_kg", "c_float"),
-                _column("launch_year", "c_year"),
-                _column("tags", _set("tags", TAGS)),
-                _column("thumbnail", "c_tinyblob"),
-                _column("image", "c_blob"),
-            ],
-            ("sku",),
-            key_kind=UNIQUE,
-        ),
-        TableDef.build(
-            "orders",
-            220,
-            [
-                _column("id", "c_bigint", False),
-                _column("customer_id", "c_bigint", False),
-                _column("status", _enum("status", ORDER_STATUSES), False),
-                _column("total", "c_decimal", False),
-                _column("currency", "c_char", False),
-                _column("placed_at", "c_datetime6", False),
-                _column("updated_at", "c_timestamp", False),
-                _column("note", "c_text"),
-                _column("invoice_pdf", "c_longblob"),
-            ],
-            ("id",),
-            partitions=4,
-        ),
-        TableDef.build(
-            "order_items",
-            230,
-            [
-                _column("order_id", "c_bigint_unsigned", False),
-                _column("line_no", "c_int", False),
-                _column("sku", "c_varchar", False),
-                _column("qty", "c_smallint_unsigned", False),
-                _column("unit_price_cents", "c_decimal_int", False),
-            ],
-            ("order_id", "line_no"),
-        ),
-        TableDef.build(
-            "payments",
-            240,
-            [
-                _column("id", "c_bigint", False),
-                _column("order_id", "c_bigint", False),
-                _column("method", _enum("method", PAYMENT_METHODS), False),
-                _column("amount", "c_decimal", False),
-                _column("fx_rate", "c_decimal_wide"),
-                _column("fee_bps", "c_smallint"),
-                _column("card_fingerprint", "c_binary"),
-                _column("provider_token", "c_varbinary"),
-                _column("receipt", "c_mediumblob"),
-                _column("paid_at", "c_datetime6"),
-            ],
-            ("id",),
-        ),
-        TableDef.build(
-            "page_views",
-            250,
-            [
-                _column("id", "c_bigint", False),
-                _column("customer_id", "c_bigint"),
-                _column("url", "c_varchar", False),
-                _column("user_agent", "c_longtext"),
-                _column("viewed_at", "c_datetime", False),
-                _column("viewed_on", "c_date", False),
-                _column("dwell", "c_time"),
-                _column("load_ms", "c_mediumint"),
-                _column("tz_offset_h", "c_tinyint"),
-                _column("latitude", "c_double"),
-                _column("longitude", "c_double"),
-                _column("session_year", "c_year"),
-                _column("session_blob", "c_longblob"),
-            ],
-            ("id",),
-        ),
+    return (_customers(), _products(), _orders(), _order_items(), _payments(), _page_views())
+
+
+def _customers() -> TableDef:
+    return TableDef.build(
+        "customers",
+        200,
+        [
+            _column("id", "c_bigint", False),
+            _column("name", "c_varchar", False),
+            _column("email", "c_varchar", False),
+            _column("country", "c_char"),
+            _column("tier", _enum("tier", TIERS), False),
+            _column("newsletter", "c_bool", False),
+            _column("birth_date", "c_date"),
+            _column("loyalty_points", "c_int_unsigned", False),
+            _column("consents", "c_bit"),
+            _column("preferences", "c_json"),
+            _column("created_at", "c_timestamp", False),
+        ],
+        ("id",),
     )
-    return tables
+
+
+def _products() -> TableDef:
+    return TableDef.build(
+        "products",
+        210,
+        [
+            _column("sku", "c_varchar", False),
+            _column("title", "c_tinytext", False),
+            _column("description", "c_text"),
+            _column("spec_sheet", "c_mediumtext"),
+            _column("rating", "c_tinyint_unsigned"),
+            _column("stock", "c_mediumint_unsigned", False),
+            _column("weight_kg", "c_float"),
+            _column("launch_year", "c_year"),
+            _column("tags", _set("tags", TAGS)),
+            _column("thumbnail", "c_tinyblob"),
+            _column("image", "c_blob"),
+        ],
+        ("sku",),
+        key_kind=UNIQUE,
+    )
+
+
+def _orders() -> TableDef:
+    return TableDef.build(
+        "orders",
+        220,
+        [
+            _column("id", "c_bigint", False),
+            _column("customer_id", "c_bigint", False),
+            _column("status", _enum("status", ORDER_STATUSES), False),
+            _column("total", "c_decimal", False),
+            _column("currency", "c_char", False),
+            _column("placed_at", "c_datetime6", False),
+            _column("updated_at", "c_timestamp", False),
+            _column("note", "c_text"),
+            _column("invoice_pdf", "c_longblob"),
+        ],
+        ("id",),
+        partitions=4,
+    )
+
+
+def _order_items() -> TableDef:
+    return TableDef.build(
+        "order_items",
+        230,
+        [
+            _column("order_id", "c_bigint_unsigned", False),
+            _column("line_no", "c_int", False),
+            _column("sku", "c_varchar", False),
+            _column("qty", "c_smallint_unsigned", False),
+            _column("unit_price_cents", "c_decimal_int", False),
+        ],
+        ("order_id", "line_no"),
+    )
+
+
+def _payments() -> TableDef:
+    return TableDef.build(
+        "payments",
+        240,
+        [
+            _column("id", "c_bigint", False),
+            _column("order_id", "c_bigint", False),
+            _column("method", _enum("method", PAYMENT_METHODS), False),
+            _column("amount", "c_decimal", False),
+            _column("fx_rate", "c_decimal_wide"),
+            _column("fee_bps", "c_smallint"),
+            _column("card_fingerprint", "c_binary"),
+            _column("provider_token", "c_varbinary"),
+            _column("receipt", "c_mediumblob"),
+            _column("paid_at", "c_datetime6"),
+        ],
+        ("id",),
+    )
+
+
+def _page_views() -> TableDef:
+    return TableDef.build(
+        "page_views",
+        250,
+        [
+            _column("id", "c_bigint", False),
+            _column("customer_id", "c_bigint"),
+            _column("url", "c_varchar", False),
+            _column("user_agent", "c_longtext"),
+            _column("viewed_at", "c_datetime", False),
+            _column("viewed_on", "c_date", False),
+            _column("dwell", "c_time"),
+            _column("load_ms", "c_mediumint"),
+            _column("tz_offset_h", "c_tinyint"),
+            _column("latitude", "c_double"),
+            _column("longitude", "c_double"),
+            _column("session_year", "c_year"),
+            _column("session_blob", "c_longblob"),
+        ],
+        ("id",),
+    )
 
 
 # Table ids a tenant's tables are apart from the tenant's before (TiDB's ids are unique).
@@ -244,8 +260,9 @@ class LiveKeys(Protocol):
 
 
 @dataclass
-class ShopValues:
-    """Plausible values per column, drawn from the generator's random source at its clock."""
+class _Draws:
+    """What the shop's values are drawn from: the generator's random source and clock, and the
+    keys of the tables that columns refer to."""
 
     rng: random.Random
     clock_ms: Callable[[], int]  # the simulated commit time: timestamps fall shortly before it
@@ -253,17 +270,6 @@ class ShopValues:
     # Per column of REFERENCES, the keys its table holds (the generator sets them): an order's
     # customer and a payment's order exist, as in a shop's database.
     referred: dict[str, LiveKeys] = field(default_factory=dict)
-
-    def null_share(self, column: ColumnDef) -> float:
-        return NULL_SHARE.get(column.name, 0.0) if column.nullable else 0.0
-
-    def source(self, column: ColumnDef) -> Callable[[], Any]:
-        maker = getattr(self, f"_{column.name}", None)
-        if maker is None:
-            raise KeyError(f"the shop has no values for column {column.name!r}")
-        return maker
-
-    # --- helpers -------------------------------------------------------------------------
 
     def _moment(self, before_s: float) -> dt.datetime:
         """A moment up to `before_s` seconds before the clock, UTC, to the microsecond."""
@@ -292,7 +298,13 @@ class ShopValues:
     def _bytes(self, magic: bytes, low: int, high: int) -> bytes:
         return magic + self.rng.randbytes(self.rng.randint(low, high))
 
-    # --- customers -----------------------------------------------------------------------
+    def _sku(self) -> str:
+        """An order line's product, and the one a product page shows."""
+        return f"SKU-{self.rng.randint(1, 99_999):06d}"
+
+
+class _CustomerValues(_Draws):
+    """Customers' columns."""
 
     def _name(self) -> str:
         self.last_name = self._person()
@@ -341,7 +353,9 @@ class ShopValues:
             self.rng.randint(1_000_000, 9_999_999)
         )
 
-    # --- products ------------------------------------------------------------------------
+
+class _ProductValues(_Draws):
+    """Products' columns."""
 
     def _title(self) -> str:
         colour = self.rng.choice(("black", "navy", "olive", "sand", "white", "red"))
@@ -380,7 +394,9 @@ class ShopValues:
     def _image(self) -> bytes:
         return self._bytes(b"\xff\xd8\xff\xe0", 32, 200)
 
-    # --- orders and items ----------------------------------------------------------------
+
+class _OrderValues(_Draws):
+    """Orders' and their lines' columns."""
 
     def _customer_id(self) -> int:
         return self._reference("customer_id", 50_000)
@@ -408,9 +424,6 @@ class ShopValues:
     def _invoice_pdf(self) -> bytes:
         return self._bytes(b"%PDF-1.7\n", 64, 256)
 
-    def _sku(self) -> str:
-        return f"SKU-{self.rng.randint(1, 99_999):06d}"
-
     def _qty(self) -> int:
         return self.rng.choices((1, 2, 3, 4, 10), (70, 18, 6, 4, 2))[0]
 
@@ -422,7 +435,9 @@ class ShopValues:
     def _coupon_code(self) -> str:
         return f"{self.rng.choice(('SPRING', 'WELCOME', 'VIP'))}{self.rng.randint(5, 30)}"
 
-    # --- payments ------------------------------------------------------------------------
+
+class _PaymentValues(_Draws):
+    """Payments' columns."""
 
     def _order_id(self) -> int:
         return self._reference("order_id", 200_000)
@@ -451,7 +466,9 @@ class ShopValues:
     def _paid_at(self) -> str:
         return self._text_time(30, 6)
 
-    # --- page views ----------------------------------------------------------------------
+
+class _PageViewValues(_Draws):
+    """Page views' columns."""
 
     def _url(self) -> str:
         return self.rng.choice(PAGES).format(sku=self._sku())
@@ -487,3 +504,20 @@ class ShopValues:
 
     def _session_blob(self) -> bytes:
         return self._bytes(b"\x1f\x8b\x08\x00", 16, 64)
+
+
+@dataclass
+class ShopValues(_CustomerValues, _ProductValues, _OrderValues, _PaymentValues, _PageViewValues):
+    """Plausible values per column, drawn from the generator's random source at its clock.
+
+    Each table's columns are a class of their own; a column's values are the method named after
+    it (`source`)."""
+
+    def null_share(self, column: ColumnDef) -> float:
+        return NULL_SHARE.get(column.name, 0.0) if column.nullable else 0.0
+
+    def source(self, column: ColumnDef) -> Callable[[], Any]:
+        maker = getattr(self, f"_{column.name}", None)
+        if maker is None:
+            raise KeyError(f"the shop has no values for column {column.name!r}")
+        return maker
