@@ -42,6 +42,9 @@ from ticdc_lake.silver.events import DdlEvent, Event, ResolvedEvent, RowEvent
 from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
 
 TIME_ZONE = "UTC"  # the simulated TiCDC server's zone: TIMESTAMP values are local time there
+# Per partition (topic, partition): the messages sent, and the offset ranges (inclusive) of
+# those that were replays.
+SentMessages = dict[tuple[str, int], tuple[int, list[tuple[int, int]]]]
 
 PIPELINE_CONFIG_DOC = """\
 # ticdc-lake pipeline config, written by `ticdc-lake generate`. Paths are relative to this file.
@@ -213,12 +216,7 @@ def _write_generated(
     registry = InMemorySchemaRegistry() if options.protocol == "avro" else None
     encoded = encode_routing(routing, codec_settings(options, registry))
     export_files = _write_exports(out / "exports", encoded, options)
-    schema_dir = None
-    if registry is not None:
-        schema_dir = registry.write_directory(out / "schemas")
-        exports.write_export(
-            out / "registry" / "_schemas.jsonl", registry.schemas_records(), "jsonl"
-        )
+    schema_dir = write_schemas(out, registry)
     workload.expected.write_jsonl(out / "expected.jsonl")
     manifest = build_manifest(workload, routing, encoded, options, out, export_files, schema_dir)
     config_path = write_manifest_and_config(out, manifest, options, routing, schema_dir)
@@ -240,6 +238,16 @@ def write_manifest_and_config(
         )
     )
     return config_path
+
+
+def write_schemas(out: Path, registry: InMemorySchemaRegistry | None) -> Path | None:
+    """Avro's registered schemas, as a directory and as the registry's `_schemas` topic; the
+    directory (None without a registry)."""
+    if registry is None:
+        return None
+    schema_dir = registry.write_directory(out / "schemas")
+    exports.write_export(out / "registry" / "_schemas.jsonl", registry.schemas_records(), "jsonl")
+    return schema_dir
 
 
 def _write_exports(
@@ -289,21 +297,45 @@ def manifest_of(
     ddl_events: list[DdlEvent],
     last_commit_ts: int | None,
     routing: Routing,
-    sent: dict[tuple[str, int], tuple[int, list[tuple[int, int]]]],  # messages, replayed offsets
+    sent: SentMessages,
     options: GenerateOptions,
     out: Path,
     export_files: list[Path],
     schema_dir: Path | None,
 ) -> dict[str, Any]:
     """The manifest from what was generated and sent, whether the workload is held or not."""
-    messages = {
-        topic: {
-            str(partition): count
-            for (t, partition), (count, _) in sorted(sent.items())
-            if t == topic
-        }
-        for topic in routing.topics
+    return {
+        "options": dataclasses.asdict(options) | {"time_zone": TIME_ZONE},
+        "files": _files(out, export_files, schema_dir),
+        "counts": _counts(workload, routing, sent, export_files),
+        "topics": _topics(routing, sent),
+        "idle_partitions": list(routing.idle_partitions),
+        "replays": _replays(routing, sent),
+        "tables": {table.full_name: table.describe() for table in workload.tables},
+        "final_tables": {name: table.describe() for name, table in workload.final_tables.items()},
+        "ddl": [_ddl_entry(event) for event in ddl_events],
+        "resolved": [
+            {"ts": point["resolved_ts"], "row_counts": point["row_counts"]}
+            for point in workload.expected.points
+        ],
+        "last_commit_ts": last_commit_ts,
     }
+
+
+def _files(out: Path, export_files: list[Path], schema_dir: Path | None) -> dict[str, Any]:
+    return {
+        "exports": [str(path.relative_to(out)) for path in export_files],
+        "expected": "expected.jsonl",
+        "pipeline_config": "pipeline.yaml",
+        "schema_dir": str(schema_dir.relative_to(out)) if schema_dir else None,
+        "schemas_topic": "registry/_schemas.jsonl" if schema_dir else None,
+    }
+
+
+def _counts(
+    workload: Workload, routing: Routing, sent: SentMessages, export_files: list[Path]
+) -> dict[str, int]:
+    """The workload's counts, and what was sent and written of it."""
     counts = dict(workload.counts)
     counts["messages"] = sum(count for count, _ in sent.values())
     counts["replayed_row_events"] = sum(replay["row_events"] for replay in routing.replays)
@@ -311,42 +343,39 @@ def manifest_of(
         last - first + 1 for _, spans in sent.values() for first, last in spans
     )
     counts["export_bytes"] = sum(path.stat().st_size for path in export_files)
+    return counts
+
+
+def _topics(routing: Routing, sent: SentMessages) -> dict[str, dict[str, Any]]:
+    """Per topic: its partitions, and the messages sent to each."""
     return {
-        "options": dataclasses.asdict(options) | {"time_zone": TIME_ZONE},
-        "files": {
-            "exports": [str(path.relative_to(out)) for path in export_files],
-            "expected": "expected.jsonl",
-            "pipeline_config": "pipeline.yaml",
-            "schema_dir": str(schema_dir.relative_to(out)) if schema_dir else None,
-            "schemas_topic": "registry/_schemas.jsonl" if schema_dir else None,
-        },
-        "counts": counts,
-        "topics": {
-            topic: {"partitions": routing.partitions, "messages_per_partition": messages[topic]}
-            for topic in routing.topics
-        },
-        "idle_partitions": list(routing.idle_partitions),
-        "replays": [
-            replay
-            | {"offsets": [list(span) for span in sent[(replay["topic"], replay["partition"])][1]]}
-            for replay in routing.replays
-        ],
-        "tables": {table.full_name: table.describe() for table in workload.tables},
-        "final_tables": {name: table.describe() for name, table in workload.final_tables.items()},
-        "ddl": [
-            {
-                "commit_ts": event.commit_ts,
-                "table": qualified_name(event.schema, event.table),
-                "ddl_type": event.ddl_type,
-                "query": event.query,
-            }
-            for event in ddl_events
-        ],
-        "resolved": [
-            {"ts": point["resolved_ts"], "row_counts": point["row_counts"]}
-            for point in workload.expected.points
-        ],
-        "last_commit_ts": last_commit_ts,
+        topic: {
+            "partitions": routing.partitions,
+            "messages_per_partition": {
+                str(partition): count
+                for (t, partition), (count, _) in sorted(sent.items())
+                if t == topic
+            },
+        }
+        for topic in routing.topics
+    }
+
+
+def _replays(routing: Routing, sent: SentMessages) -> list[dict[str, Any]]:
+    """Each replay, with the offset ranges its messages were sent at again."""
+    return [
+        replay
+        | {"offsets": [list(span) for span in sent[(replay["topic"], replay["partition"])][1]]}
+        for replay in routing.replays
+    ]
+
+
+def _ddl_entry(event: DdlEvent) -> dict[str, Any]:
+    return {
+        "commit_ts": event.commit_ts,
+        "table": qualified_name(event.schema, event.table),
+        "ddl_type": event.ddl_type,
+        "query": event.query,
     }
 
 
