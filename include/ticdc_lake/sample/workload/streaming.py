@@ -27,7 +27,7 @@ import pickle
 import random
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,6 +41,7 @@ from ticdc_lake.records import KafkaRecord
 from ticdc_lake.runtime.gc_pause import gc_paused
 from ticdc_lake.sample.workload.dispatch import (
     Dispatcher,
+    Routing,
     Segment,
     empty_routing,
     plan_replays,
@@ -50,10 +51,12 @@ from ticdc_lake.sample.workload.expected import FORMAT, ExpectedLog
 from ticdc_lake.sample.workload.generator import Workload, iter_workload, profile_named
 from ticdc_lake.sample.workload.output import (
     GenerateOptions,
+    SentMessages,
     codec_settings,
     encode_partition,
     manifest_of,
     write_manifest_and_config,
+    write_schemas,
 )
 from ticdc_lake.silver.events import DdlEvent, Event, RowEvent
 from ticdc_lake.silver.schema_registry import InMemorySchemaRegistry
@@ -163,6 +166,44 @@ def _stream(
         options.avro_watermarks,
         segments.append,
     )
+    generated = _generate(out / "expected.jsonl", options, dispatcher)
+    dispatcher.finish()
+    segments.close()
+    gc.collect()  # once: whatever cycles generation left go before encoding starts
+
+    registry = InMemorySchemaRegistry() if options.protocol == "avro" else None
+    records = _Spill(spill_dir, "records")
+    sent = _encode(routing, dispatcher.live_rows, segments, records, options, registry)
+    export_files = _write_exports(out / "exports", routing.streams, records, options, per_partition)
+    schema_dir = write_schemas(out, registry)
+    manifest = manifest_of(
+        generated.workload,
+        generated.ddl_events,
+        generated.last_row_ts,
+        routing,
+        sent,
+        options,
+        out,
+        export_files,
+        schema_dir,
+    )
+    config_path = write_manifest_and_config(out, manifest, options, routing, schema_dir)
+    return StreamedOutput(out, generated.workload, export_files, manifest, config_path, schema_dir)
+
+
+@dataclass
+class _Generated:
+    """What the manifest needs of generation: the workload (without its events), its DDLs and
+    the newest row change's commit TS."""
+
+    workload: Workload
+    ddl_events: list[DdlEvent]
+    last_row_ts: int | None
+
+
+def _generate(expected_path: Path, options: GenerateOptions, dispatcher: Dispatcher) -> _Generated:
+    """Generate the workload into `dispatcher`, each resolved TS's expected tables into
+    `expected_path`."""
     ddl_events: list[DdlEvent] = []
     last_row_ts = None
 
@@ -176,7 +217,7 @@ def _stream(
             ddl_events.append(event)
         dispatcher.send(event)
 
-    with open(out / "expected.jsonl", "wb") as expected_sink:
+    with open(expected_path, "wb") as expected_sink:
         workload = iter_workload(
             emit,
             lambda handle_keys: ExpectedFile(handle_keys, expected_sink),
@@ -185,44 +226,47 @@ def _stream(
             profile=options.profile,
             tenants=options.tenants,
         )
-    dispatcher.finish()
-    segments.close()
-    gc.collect()  # once: whatever cycles generation left go before encoding starts
+    return _Generated(workload, ddl_events, last_row_ts)
 
-    plan = plan_replays(dispatcher.live_rows, options.replays, random.Random(options.seed))
-    registry = InMemorySchemaRegistry() if options.protocol == "avro" else None
+
+def _encode(
+    routing: Routing,
+    live_rows: dict[tuple[str, int], list[int]],
+    segments: _Spill,
+    records: _Spill,
+    options: GenerateOptions,
+    registry: InMemorySchemaRegistry | None,
+) -> SentMessages:
+    """Plan the replays from the segments' sizes (`live_rows`), then encode each partition's
+    segments with its replays into `records`: one encoder, partitions in the order of
+    `encode_routing`, so Avro's schema ids come out the same."""
+    plan = plan_replays(live_rows, options.replays, random.Random(options.seed))
     encoder = make_encoder(options.protocol, codec_settings(options, registry))
-    records = _Spill(spill_dir, "records")
-    sent: dict[tuple[str, int], tuple[int, list[tuple[int, int]]]] = {}
+    sent: SentMessages = {}
     for key in sorted(routing.streams):
-        replayed: list[tuple[int, int]] = []
-        count = 0
-        chunk: list[KafkaRecord] = []
         live: Iterator[Segment] = segments.read(key)
-        for record in encode_partition(encoder, key, with_replays(key, live, plan), replayed):
-            chunk.append(record)
-            count += 1
-            if len(chunk) == _RECORDS_PER_CHUNK:
-                records.append(key, chunk)
-                chunk = []
-        if chunk:
-            records.append(key, chunk)
-        sent[key] = (count, replayed)
+        sent[key] = _encode_partition(encoder, key, with_replays(key, live, plan), records)
     records.close()
     routing.replays.extend(plan.described)
+    return sent
 
-    export_files = _write_exports(out / "exports", routing.streams, records, options, per_partition)
-    schema_dir = None
-    if registry is not None:
-        schema_dir = registry.write_directory(out / "schemas")
-        exports.write_export(
-            out / "registry" / "_schemas.jsonl", registry.schemas_records(), "jsonl"
-        )
-    manifest = manifest_of(
-        workload, ddl_events, last_row_ts, routing, sent, options, out, export_files, schema_dir
-    )
-    config_path = write_manifest_and_config(out, manifest, options, routing, schema_dir)
-    return StreamedOutput(out, workload, export_files, manifest, config_path, schema_dir)
+
+def _encode_partition(
+    encoder, key: tuple[str, int], segments: Iterable[Segment], records: _Spill
+) -> tuple[int, list[tuple[int, int]]]:
+    """One partition's records spilled in chunks; how many, and the offset ranges replayed."""
+    replayed: list[tuple[int, int]] = []
+    count = 0
+    chunk: list[KafkaRecord] = []
+    for record in encode_partition(encoder, key, segments, replayed):
+        chunk.append(record)
+        count += 1
+        if len(chunk) == _RECORDS_PER_CHUNK:
+            records.append(key, chunk)
+            chunk = []
+    if chunk:
+        records.append(key, chunk)
+    return count, replayed
 
 
 def _produced_order(record: KafkaRecord) -> tuple:
