@@ -27,7 +27,7 @@ from ticdc_lake.sample.workload.output import GenerateOptions, encode_routing, w
 from ticdc_lake.silver import rows
 from ticdc_lake.silver.events import RowEvent
 
-from tests.test_docs_links import _anchors
+from tests.docs.test_links import _anchors
 
 REPO = Path(__file__).resolve().parent.parent
 COMPILED = (craft, open_protocol, canal_json, rows)

@@ -48,7 +48,7 @@ Errors: DeltaIOError and its subclasses (TableNotFoundError, TableFileMissingErr
 
 The stages that write or split a table's files in their own Spark tasks (land, decode) still
 use ``files``, ``write.plan_write`` and ``read``'s file listing directly: see
-tests/test_delta_boundary.py.
+tests/delta/test_boundary.py.
 """
 
 from __future__ import annotations

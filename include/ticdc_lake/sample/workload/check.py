@@ -6,7 +6,7 @@
 * ``compare_with_workload``: every row event of the logical workload arrived, and nothing else
   did (replays aside).
 
-Both return a list of problems (empty: it matches). tests/test_cross_protocol.py runs them for
+Both return a list of problems (empty: it matches). tests/protocols/test_cross_protocol.py runs them for
 every protocol; gold is checked by expected_gold.py.
 """
 

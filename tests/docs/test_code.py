@@ -16,7 +16,7 @@ from ticdc_lake.config import _PipelineFile, load_config
 
 from tests.quality.report_lake import fill_lake, write_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(python|yaml)\n(.*?)^```", re.S | re.M)
 PLACEHOLDER = re.compile(r"<[a-z]+>")  # the configuration reference's <topic>, <name>

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ticdc_lake.app.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 PAGES = README + "".join(page.read_text() for page in sorted((REPO / "docs").glob("*.md")))
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "include" / "ticdc_lake"
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 # The tests run sanitized: every one under tests/protocols and in tests/silver/test_rows.py but

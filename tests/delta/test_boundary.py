@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ticdc_lake.delta
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("include", "plugins", "dags", "spark_jobs")
 DELTA = ROOT / "include" / "ticdc_lake" / "delta"
 SUBMODULES = {path.stem for path in DELTA.glob("*.py")} - {"__init__"}

@@ -4,7 +4,7 @@ every command and project path the file names exists, that no secret is written 
 docker/airflow-init.sh run here with a fake `airflow` (the admin's password file it writes).
 What runs for real is tested elsewhere:
 the Airflow processes by tests/airflow/test_local_airflow.py, the Spark master and worker started
-the same way (pyspark's spark-class) by tests/test_spark_cluster.py.
+the same way (pyspark's spark-class) by tests/e2e/test_spark_cluster.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 import yaml
 from ticdc_lake.airflow.airflow_local import LocalAirflowSettings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROJECT_MOUNT = "/opt/ticdc-lake"
 DATA_MOUNT = "/data"
 AIRFLOW_SERVICES = {

@@ -28,7 +28,7 @@ from tests.airflow_harness import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a master's, a worker's, drivers' JVMs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SPARK_CLASS = BIN / "spark-class"
 STAGES = ("land", "decode", "watermark", "compact")
