@@ -50,7 +50,7 @@ changes nothing and adds no Delta version; a run killed anywhere resumes where i
 
 A gold table's path does not name its changefeed, so a table belongs to the changefeed whose
 state row it has (or that wrote it first in the run): another changefeed carrying changes of it
-leaves it alone, and the table fails there with what to change (``_ChangefeedRun._taken``).
+leaves it alone, and the table fails there with what to change (``_TableClaims.taken``).
 """
 
 from __future__ import annotations
@@ -195,11 +195,11 @@ class _ChangefeedRun:
         self.config = config
         self.layout = LakeLayout(config.lake)
         self.plan = plan
-        self.owners = owners  # gold table -> the changefeed it belongs to
         self.fold_ddl = fold_ddl
         self.tables = set(plan.prior)  # the gold tables this run keeps state rows of
         self.notes = list(plan.notes)
         self.failures: dict[str, str] = {}
+        self.claims = _TableClaims(spark, config, plan, owners, self.failures)
 
     def run(self) -> ChangefeedResult:
         plan = self.plan
@@ -214,8 +214,8 @@ class _ChangefeedRun:
         reduced, counts, batches = reduce_changes(self.spark, self.layout, plan, timeline)
         try:
             found = self._tables(timeline, reduced) | named
-            tables = [n for n in sorted(found, key=str) if not self._taken(n)]
-            golds = {n: self._gold(n) for n in tables}
+            tables = [n for n in sorted(found, key=str) if not self.claims.taken(n)]
+            golds = {n: self.claims.gold(n) for n in tables}
             work = {n: TableWork(n, g, plan.prior.get(n)) for n, g in golds.items() if g}
             self.tables |= set(work)
             if plan.rebuild:
@@ -297,7 +297,35 @@ class _ChangefeedRun:
             **outcome,
         )
 
-    def _taken(self, name: TableName) -> bool:
+    def _tables(self, timeline: Timeline, reduced: Reduced) -> set[TableName]:
+        names = set(self.plan.prior)
+        for barrier in timeline.barriers:
+            names |= barrier.tables
+        names |= timeline.latest_infos(lambda info: info.complete).keys()
+        names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
+        return names
+
+
+class _TableClaims:
+    """Which gold tables a changefeed's run may write: its own, not another changefeed's, and
+    no Delta table compaction did not write. A table refused fails, saying what to do."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: PipelineConfig,
+        plan: FeedPlan,
+        owners: dict[TableName, str],
+        failures: dict[str, str],
+    ):
+        self.spark = spark
+        self.config = config
+        self.layout = LakeLayout(config.lake)
+        self.plan = plan
+        self.owners = owners  # gold table -> the changefeed it belongs to
+        self.failures = failures  # the run's: a refused table's reason is added
+
+    def taken(self, name: TableName) -> bool:
         """Whether the gold table is another changefeed's; if so, it fails in this one."""
         owner = self.owners.get(name, self.plan.name)
         if owner == self.plan.name or name in self.plan.prior:
@@ -319,7 +347,7 @@ class _ChangefeedRun:
         self.failures[str(name)] = message
         return True
 
-    def _gold(self, name: TableName) -> GoldTable | None:
+    def gold(self, name: TableName) -> GoldTable | None:
         """The table's gold; None (and a failure of the table) when its name cannot be a folder
         of the lake, or its folder holds a Delta table compaction did not write: no run
         overwrites a table that is not gold's own."""
@@ -350,14 +378,6 @@ class _ChangefeedRun:
             "alone; move it away and run again"
         )
         return None
-
-    def _tables(self, timeline: Timeline, reduced: Reduced) -> set[TableName]:
-        names = set(self.plan.prior)
-        for barrier in timeline.barriers:
-            names |= barrier.tables
-        names |= timeline.latest_infos(lambda info: info.complete).keys()
-        names |= {TableName(schema, table) for schema, table, _ in reduced.keys}
-        return names
 
 
 def app_id(name: TableName, generation: int) -> str:
