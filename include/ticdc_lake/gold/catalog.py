@@ -173,229 +173,277 @@ class Catalog:
         changed, self.changed = frozenset(self.changed), set()
         return changed
 
-    def _put(self, name: TableName, info: TableInfo) -> None:
+    def put(self, name: TableName, info: TableInfo) -> None:
         self.tables[name] = info
         self.changed.add(name)
 
     def apply(self, action: ddl.Action, note: str = "") -> list[Effect]:
         """Fold one action in; return its effects on gold. ``note`` names the DDL in reasons."""
-        handler = getattr(self, f"_{_snake(type(action).__name__)}")
-        return handler(action, note)
+        return _HANDLERS[type(action)](self, action, note)
 
-    # --- tables --------------------------------------------------------------------------
 
-    def _create_table(self, action: ddl.CreateTable, note: str) -> list[Effect]:
-        name = action.table
-        if action.if_not_exists and self.known(name):
-            return []
-        if action.like is not None:
-            source = self.tables.get(action.like)
-            if source is None or not source.complete:
-                self._put(name, TableInfo(name))
-                return [Create(name, (), replace=True)]
-            info = dataclasses.replace(source, name=name, exists=True)
-        else:
-            info = TableInfo(
-                name,
-                columns=action.columns,
-                complete=True,
-                primary_key=action.primary_key,
-                unique_keys=action.unique_keys,
-                partitioning=action.partitioning,
-                partitioning_known=True,
-            )
-        self._put(name, info)
-        return [Create(name, tuple(info.specs.items()), replace=True)]
+# --- what a DDL action does: tables --------------------------------------------------------------
 
-    def _truncate_table(self, action: ddl.TruncateTable, note: str) -> list[Effect]:
-        return [Truncate(action.table)]
 
-    def _drop_table(self, action: ddl.DropTable, note: str) -> list[Effect]:
-        self._put(action.table, dataclasses.replace(self.info(action.table), exists=False))
-        return [Drop(action.table)]
-
-    def _drop_schema(self, action: ddl.DropSchema, note: str) -> list[Effect]:
-        effects: list[Effect] = []
-        for name, info in list(self.tables.items()):
-            if name.schema == action.schema and info.exists:
-                self._put(name, dataclasses.replace(info, exists=False))
-                effects.append(Drop(name))
-        return effects
-
-    def _rename_table(self, action: ddl.RenameTable, note: str) -> list[Effect]:
-        old, new = action.table, action.new
-        info = self.info(old)
-        self._put(new, dataclasses.replace(info, name=new, exists=True))
-        self._put(old, dataclasses.replace(info, exists=False))
-        return [Move(old, new)]
-
-    # --- columns -------------------------------------------------------------------------
-
-    def _add_columns(self, action: ddl.AddColumns, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
-        self._put(action.table, dataclasses.replace(info, columns=kept + action.columns))
-        specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
-        return [AddColumns(action.table, specs, action.columns)]
-
-    def _drop_columns(self, action: ddl.DropColumns, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        columns = tuple(c for c in info.columns if c.name not in action.names)
-        self._put(action.table, dataclasses.replace(info, columns=columns))
-        return [DropColumns(action.table, action.names)]
-
-    def _modify_column(self, action: ddl.ModifyColumn, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        column = action.column
-        before = info.column(action.old_name)
-        if before is not None:
-            columns = tuple(column if c.name == action.old_name else c for c in info.columns)
-        else:
-            columns = (*info.columns, column)
-        key = info.primary_key
-        if key and action.old_name in key:
-            key = tuple(column.name if k == action.old_name else k for k in key)
-        uniques = tuple(
-            tuple(column.name if k == action.old_name else k for k in unique)
-            for unique in info.unique_keys
+def _create_table(catalog: Catalog, action: ddl.CreateTable, note: str) -> list[Effect]:
+    name = action.table
+    if action.if_not_exists and catalog.known(name):
+        return []
+    if action.like is not None:
+        source = catalog.tables.get(action.like)
+        if source is None or not source.complete:
+            catalog.put(name, TableInfo(name))
+            return [Create(name, (), replace=True)]
+        info = dataclasses.replace(source, name=name, exists=True)
+    else:
+        info = TableInfo(
+            name,
+            columns=action.columns,
+            complete=True,
+            primary_key=action.primary_key,
+            unique_keys=action.unique_keys,
+            partitioning=action.partitioning,
+            partitioning_known=True,
         )
-        self._put(
+    catalog.put(name, info)
+    return [Create(name, tuple(info.specs.items()), replace=True)]
+
+
+def _truncate_table(catalog: Catalog, action: ddl.TruncateTable, note: str) -> list[Effect]:
+    return [Truncate(action.table)]
+
+
+def _drop_table(catalog: Catalog, action: ddl.DropTable, note: str) -> list[Effect]:
+    catalog.put(action.table, dataclasses.replace(catalog.info(action.table), exists=False))
+    return [Drop(action.table)]
+
+
+def _drop_schema(catalog: Catalog, action: ddl.DropSchema, note: str) -> list[Effect]:
+    effects: list[Effect] = []
+    for name, info in list(catalog.tables.items()):
+        if name.schema == action.schema and info.exists:
+            catalog.put(name, dataclasses.replace(info, exists=False))
+            effects.append(Drop(name))
+    return effects
+
+
+def _rename_table(catalog: Catalog, action: ddl.RenameTable, note: str) -> list[Effect]:
+    old, new = action.table, action.new
+    info = catalog.info(old)
+    catalog.put(new, dataclasses.replace(info, name=new, exists=True))
+    catalog.put(old, dataclasses.replace(info, exists=False))
+    return [Move(old, new)]
+
+
+# --- what a DDL action does: columns -------------------------------------------------------------
+
+
+def _add_columns(catalog: Catalog, action: ddl.AddColumns, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    kept = tuple(c for c in info.columns if c.name not in {n.name for n in action.columns})
+    catalog.put(action.table, dataclasses.replace(info, columns=kept + action.columns))
+    specs = tuple((c.name, ColumnSpec.from_ddl(c)) for c in action.columns)
+    return [AddColumns(action.table, specs, action.columns)]
+
+
+def _drop_columns(catalog: Catalog, action: ddl.DropColumns, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    columns = tuple(c for c in info.columns if c.name not in action.names)
+    catalog.put(action.table, dataclasses.replace(info, columns=columns))
+    return [DropColumns(action.table, action.names)]
+
+
+def _modify_column(catalog: Catalog, action: ddl.ModifyColumn, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    column = action.column
+    before = info.column(action.old_name)
+    if before is not None:
+        columns = tuple(column if c.name == action.old_name else c for c in info.columns)
+    else:
+        columns = (*info.columns, column)
+    key = info.primary_key
+    if key and action.old_name in key:
+        key = tuple(column.name if k == action.old_name else k for k in key)
+    uniques = tuple(
+        tuple(column.name if k == action.old_name else k for k in unique)
+        for unique in info.unique_keys
+    )
+    catalog.put(
+        action.table,
+        dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
+    )
+    return [
+        AlterColumn(
             action.table,
-            dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
+            action.old_name,
+            column.name,
+            ColumnSpec.from_ddl(column),
+            ColumnSpec.from_ddl(before) if before is not None else None,
         )
-        return [
-            AlterColumn(
-                action.table,
-                action.old_name,
-                column.name,
-                ColumnSpec.from_ddl(column),
-                ColumnSpec.from_ddl(before) if before is not None else None,
-            )
-        ]
+    ]
 
-    def _rename_column(self, action: ddl.RenameColumn, note: str) -> list[Effect]:
-        info = self.info(action.table)
+
+def _rename_column(catalog: Catalog, action: ddl.RenameColumn, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    columns = tuple(
+        dataclasses.replace(c, name=action.new_name) if c.name == action.old_name else c
+        for c in info.columns
+    )
+    rename = {action.old_name: action.new_name}
+    key = info.primary_key and tuple(rename.get(k, k) for k in info.primary_key)
+    uniques = tuple(tuple(rename.get(k, k) for k in u) for u in info.unique_keys)
+    catalog.put(
+        action.table,
+        dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
+    )
+    return [AlterColumn(action.table, action.old_name, action.new_name, None)]
+
+
+def _set_primary_key(catalog: Catalog, action: ddl.SetPrimaryKey, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    columns = info.columns
+    if action.columns:
         columns = tuple(
-            dataclasses.replace(c, name=action.new_name) if c.name == action.old_name else c
-            for c in info.columns
+            dataclasses.replace(c, nullable=False) if c.name in action.columns else c
+            for c in columns
         )
-        rename = {action.old_name: action.new_name}
-        key = info.primary_key and tuple(rename.get(k, k) for k in info.primary_key)
-        uniques = tuple(tuple(rename.get(k, k) for k in u) for u in info.unique_keys)
-        self._put(
+    catalog.put(
+        action.table,
+        dataclasses.replace(info, columns=columns, primary_key=action.columns or None),
+    )
+    return []
+
+
+def _add_unique_key(catalog: Catalog, action: ddl.AddUniqueKey, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    if action.columns:
+        catalog.put(
             action.table,
-            dataclasses.replace(info, columns=columns, primary_key=key, unique_keys=uniques),
+            dataclasses.replace(info, unique_keys=(*info.unique_keys, action.columns)),
         )
-        return [AlterColumn(action.table, action.old_name, action.new_name, None)]
+    return []
 
-    def _set_primary_key(self, action: ddl.SetPrimaryKey, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        columns = info.columns
-        if action.columns:
-            columns = tuple(
-                dataclasses.replace(c, nullable=False) if c.name in action.columns else c
-                for c in columns
+
+def _no_op(catalog: Catalog, action: ddl.NoOp, note: str) -> list[Effect]:
+    return []
+
+
+# --- what a DDL action does: partitions ----------------------------------------------------------
+
+
+def _set_partitioning(
+    catalog: Catalog, name: TableName, partitioning: ddl.Partitioning | None
+) -> None:
+    info = catalog.info(name)
+    catalog.put(name, dataclasses.replace(info, partitioning=partitioning))
+
+
+def _add_partitions(catalog: Catalog, action: ddl.AddPartitions, note: str) -> list[Effect]:
+    partitioning = catalog.info(action.table).partitioning
+    if partitioning is not None:
+        if action.count:
+            partitioning = dataclasses.replace(
+                partitioning, count=(partitioning.count or 0) + action.count
             )
-        self._put(
-            action.table,
-            dataclasses.replace(info, columns=columns, primary_key=action.columns or None),
+        else:
+            partitioning = dataclasses.replace(
+                partitioning, definitions=partitioning.definitions + action.definitions
+            )
+        _set_partitioning(catalog, action.table, partitioning)
+    return []  # a new partition holds no rows
+
+
+def _drop_partitions(catalog: Catalog, action: ddl.DropPartitions, note: str) -> list[Effect]:
+    effects = _partition_effects(catalog, action.table, action.names, "DROP PARTITION", note)
+    partitioning = catalog.info(action.table).partitioning
+    if partitioning is not None and partitioning.definitions:
+        kept = tuple(p for p in partitioning.definitions if p.name not in action.names)
+        _set_partitioning(
+            catalog, action.table, dataclasses.replace(partitioning, definitions=kept)
         )
+    return effects
+
+
+def _truncate_partitions(
+    catalog: Catalog, action: ddl.TruncatePartitions, note: str
+) -> list[Effect]:
+    if not action.names:
+        return [Truncate(action.table)]
+    return _partition_effects(catalog, action.table, action.names, "TRUNCATE PARTITION", note)
+
+
+def _reorganize_partitions(
+    catalog: Catalog, action: ddl.ReorganizePartitions, note: str
+) -> list[Effect]:
+    partitioning = catalog.info(action.table).partitioning
+    if partitioning is not None and partitioning.definitions:
+        definitions = list(partitioning.definitions)
+        positions = [i for i, p in enumerate(definitions) if p.name in action.names]
+        at = positions[0] if positions else len(definitions)
+        definitions = [p for p in definitions if p.name not in action.names]
+        definitions[at:at] = action.definitions
+        _set_partitioning(
+            catalog, action.table, dataclasses.replace(partitioning, definitions=tuple(definitions))
+        )
+    return []  # rows move between partitions; none change
+
+
+def _exchange_partition(catalog: Catalog, action: ddl.ExchangePartition, note: str) -> list[Effect]:
+    reason = (
+        f"{note}EXCHANGE PARTITION {action.name} WITH TABLE {action.other} swapped rows "
+        "without row events: gold cannot reproduce them"
+    )
+    return [Inconsistent(action.table, reason), Inconsistent(action.other, reason)]
+
+
+def _repartition(catalog: Catalog, action: ddl.Repartition, note: str) -> list[Effect]:
+    info = catalog.info(action.table)
+    if action.coalesce is not None:
+        if info.partitioning is not None:
+            count = max(1, (info.partitioning.count or 0) - action.coalesce)
+            _set_partitioning(
+                catalog, action.table, dataclasses.replace(info.partitioning, count=count)
+            )
         return []
-
-    def _add_unique_key(self, action: ddl.AddUniqueKey, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        if action.columns:
-            self._put(
-                action.table,
-                dataclasses.replace(info, unique_keys=(*info.unique_keys, action.columns)),
-            )
-        return []
-
-    def _no_op(self, action: ddl.NoOp, note: str) -> list[Effect]:
-        return []
-
-    # --- partitions ----------------------------------------------------------------------
-
-    def _set_partitioning(self, name: TableName, partitioning: ddl.Partitioning | None) -> None:
-        info = self.info(name)
-        self._put(name, dataclasses.replace(info, partitioning=partitioning))
-
-    def _add_partitions(self, action: ddl.AddPartitions, note: str) -> list[Effect]:
-        partitioning = self.info(action.table).partitioning
-        if partitioning is not None:
-            if action.count:
-                partitioning = dataclasses.replace(
-                    partitioning, count=(partitioning.count or 0) + action.count
-                )
-            else:
-                partitioning = dataclasses.replace(
-                    partitioning, definitions=partitioning.definitions + action.definitions
-                )
-            self._set_partitioning(action.table, partitioning)
-        return []  # a new partition holds no rows
-
-    def _drop_partitions(self, action: ddl.DropPartitions, note: str) -> list[Effect]:
-        effects = self._partition_rows(action.table, action.names, "DROP PARTITION", note)
-        partitioning = self.info(action.table).partitioning
-        if partitioning is not None and partitioning.definitions:
-            kept = tuple(p for p in partitioning.definitions if p.name not in action.names)
-            self._set_partitioning(
-                action.table, dataclasses.replace(partitioning, definitions=kept)
-            )
-        return effects
-
-    def _truncate_partitions(self, action: ddl.TruncatePartitions, note: str) -> list[Effect]:
-        if not action.names:
-            return [Truncate(action.table)]
-        return self._partition_rows(action.table, action.names, "TRUNCATE PARTITION", note)
-
-    def _reorganize_partitions(self, action: ddl.ReorganizePartitions, note: str) -> list[Effect]:
-        partitioning = self.info(action.table).partitioning
-        if partitioning is not None and partitioning.definitions:
-            definitions = list(partitioning.definitions)
-            positions = [i for i, p in enumerate(definitions) if p.name in action.names]
-            at = positions[0] if positions else len(definitions)
-            definitions = [p for p in definitions if p.name not in action.names]
-            definitions[at:at] = action.definitions
-            self._set_partitioning(
-                action.table, dataclasses.replace(partitioning, definitions=tuple(definitions))
-            )
-        return []  # rows move between partitions; none change
-
-    def _exchange_partition(self, action: ddl.ExchangePartition, note: str) -> list[Effect]:
-        reason = (
-            f"{note}EXCHANGE PARTITION {action.name} WITH TABLE {action.other} swapped rows "
-            "without row events: gold cannot reproduce them"
-        )
-        return [Inconsistent(action.table, reason), Inconsistent(action.other, reason)]
-
-    def _repartition(self, action: ddl.Repartition, note: str) -> list[Effect]:
-        info = self.info(action.table)
-        if action.coalesce is not None:
-            if info.partitioning is not None:
-                count = max(1, (info.partitioning.count or 0) - action.coalesce)
-                self._set_partitioning(
-                    action.table, dataclasses.replace(info.partitioning, count=count)
-                )
-            return []
-        self._put(
-            action.table,
-            dataclasses.replace(info, partitioning=action.partitioning, partitioning_known=True),
-        )
-        return []  # repartitioning keeps every row
-
-    def _partition_rows(
-        self, table: TableName, names: tuple[str, ...], what: str, note: str
-    ) -> list[Effect]:
-        info = self.info(table)
-        rows, problem = partition_rows(info.partitioning, names)
-        if rows is None:
-            return [Inconsistent(table, f"{note}{what} {', '.join(names)}: {problem}")]
-        return [DeleteRows(table, rows, f"{what} {', '.join(names)}")]
+    catalog.put(
+        action.table,
+        dataclasses.replace(info, partitioning=action.partitioning, partitioning_known=True),
+    )
+    return []  # repartitioning keeps every row
 
 
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+def _partition_effects(
+    catalog: Catalog, table: TableName, names: tuple[str, ...], what: str, note: str
+) -> list[Effect]:
+    """The named partitions' rows deleted, or Inconsistent when they cannot be told."""
+    info = catalog.info(table)
+    rows, problem = partition_rows(info.partitioning, names)
+    if rows is None:
+        return [Inconsistent(table, f"{note}{what} {', '.join(names)}: {problem}")]
+    return [DeleteRows(table, rows, f"{what} {', '.join(names)}")]
+
+
+# What each kind of action does to the catalog (``Catalog.apply``).
+_HANDLERS = {
+    ddl.CreateTable: _create_table,
+    ddl.TruncateTable: _truncate_table,
+    ddl.DropTable: _drop_table,
+    ddl.DropSchema: _drop_schema,
+    ddl.RenameTable: _rename_table,
+    ddl.AddColumns: _add_columns,
+    ddl.DropColumns: _drop_columns,
+    ddl.ModifyColumn: _modify_column,
+    ddl.RenameColumn: _rename_column,
+    ddl.SetPrimaryKey: _set_primary_key,
+    ddl.AddUniqueKey: _add_unique_key,
+    ddl.NoOp: _no_op,
+    ddl.AddPartitions: _add_partitions,
+    ddl.DropPartitions: _drop_partitions,
+    ddl.TruncatePartitions: _truncate_partitions,
+    ddl.ReorganizePartitions: _reorganize_partitions,
+    ddl.ExchangePartition: _exchange_partition,
+    ddl.Repartition: _repartition,
+}
 
 
 class CatalogHistory:
