@@ -22,7 +22,7 @@ from ticdc_lake.gold.catalog import (
 )
 from ticdc_lake.gold.plan import Barrier
 from ticdc_lake.gold.shape import WidthLimit, added_columns, check_free, create_schema, gold_arrow
-from ticdc_lake.gold.tables import GoldTable, alter_column, delete_rows
+from ticdc_lake.gold.tables import GoldDDL, alter_column, delete_rows
 
 if TYPE_CHECKING:
     from ticdc_lake.gold.steps import TableWork
@@ -82,7 +82,7 @@ def carry_out(
 
 
 def _create(
-    effect: Create, gold: GoldTable, item: TableWork, version: int, width: WidthLimit
+    effect: Create, gold: GoldDDL, item: TableWork, version: int, width: WidthLimit
 ) -> None:
     """CREATE TABLE: over a table gold has (not OR REPLACE), its columns added."""
     item.dropped = False
@@ -98,7 +98,7 @@ def _create(
         item.commits += gold.empty(version)
 
 
-def _alter(effect: AlterColumn, gold: GoldTable, item: TableWork, version: int) -> None:
+def _alter(effect: AlterColumn, gold: GoldDDL, item: TableWork, version: int) -> None:
     present = gold.schema()
     if present is None or effect.old_name not in present.names:
         return
@@ -115,7 +115,7 @@ def _alter(effect: AlterColumn, gold: GoldTable, item: TableWork, version: int) 
 
 def _move(
     effect: Move,
-    gold: GoldTable,
+    gold: GoldDDL,
     item: TableWork,
     work: dict[TableName, TableWork],
     version: int,

@@ -32,6 +32,7 @@ from ticdc_lake.gold.plan import Barrier, Segment, Timeline
 from ticdc_lake.gold.shape import Shape, WidthLimit, combined_effects, folded_shape
 from ticdc_lake.gold.state import TableState
 from ticdc_lake.gold.tables import (
+    GoldDDL,
     GoldTable,
     SegmentPlan,
     SegmentStats,
@@ -301,9 +302,9 @@ class TableWork:
     failed: bool = False
     reasons: list[str] = field(default_factory=list)
 
-    def ddl_gold(self) -> GoldTable:
+    def ddl_gold(self) -> GoldDDL:
         """The table under the app id of DDL effects (its versions are TS x 8 + n)."""
-        return GoldTable(self.gold.spark, self.name, self.gold.path, self.gold.app_id + DDL)
+        return GoldDDL(self.gold.spark, self.name, self.gold.path, self.gold.app_id + DDL)
 
     def fail(self, reason: str) -> None:
         self.failed = True

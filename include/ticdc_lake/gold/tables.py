@@ -92,6 +92,8 @@ def arrow_struct(schema: pa.Schema) -> StructType:
 
 
 class GoldTable:
+    """One gold table: what it holds, and its rows merged, loaded or replaced."""
+
     def __init__(self, spark: SparkSession, name: catalog.TableName, path: Path, app_id: str):
         self.spark = spark
         self.name = name
@@ -193,6 +195,30 @@ class GoldTable:
         upserts = data.filter(pc.invert(data.column(DELETED))).drop_columns([DELETED])
         return self._replace(table, upserts, version)
 
+    # --- writing -------------------------------------------------------------------------
+
+    def _write(self, frame: DataFrame, version: int, *, mode: str = "overwrite") -> bool:
+        result = write_delta(
+            frame,
+            self.path,
+            mode=mode,
+            overwrite_schema=mode == "overwrite",
+            app_id=self.app_id,
+            version=version,
+        )
+        return result.committed
+
+    def _replace(self, table: Table, rows: pa.Table, version: int) -> bool:
+        """Replace the rows and columns of ``table`` with ``rows`` by delta-rs alone: no Spark
+        job, which matters for the DDL effects that write no rows (a run may carry hundreds)."""
+        replace_table(table, rows, app_id=self.app_id, version=version)
+        return True
+
+
+class GoldDDL(GoldTable):
+    """A gold table under the app id of DDL effects, as they change it: created, emptied,
+    its columns added, dropped or reshaped, its rows rewritten or copied to another."""
+
     def reshape(
         self,
         schema: pa.Schema,
@@ -246,25 +272,6 @@ class GoldTable:
         return self._replace(
             table, pa.Table.from_arrays([column(f) for f in schema], schema=schema), version
         )
-
-    # --- DDL effects ---------------------------------------------------------------------
-
-    def _write(self, frame: DataFrame, version: int, *, mode: str = "overwrite") -> bool:
-        result = write_delta(
-            frame,
-            self.path,
-            mode=mode,
-            overwrite_schema=mode == "overwrite",
-            app_id=self.app_id,
-            version=version,
-        )
-        return result.committed
-
-    def _replace(self, table: Table, rows: pa.Table, version: int) -> bool:
-        """Replace the rows and columns of ``table`` with ``rows`` by delta-rs alone: no Spark
-        job, which matters for the DDL effects that write no rows (a run may carry hundreds)."""
-        replace_table(table, rows, app_id=self.app_id, version=version)
-        return True
 
     def create(self, schema: pa.Schema, version: int) -> bool:
         """An empty table with ``schema`` (an existing one is emptied and takes it)."""
