@@ -186,22 +186,7 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
     ranges = [dataclasses.astuple(fold) for fold in fold_ranges(points)]
     if not ranges:
         return changes
-    folds = changes.sparkSession.createDataFrame(
-        ranges,
-        StructType(
-            [
-                StructField("_fold_schema", StringType()),
-                StructField("_fold_table", StringType()),
-                StructField("_fold_segment", IntegerType()),
-                StructField("_low", LongType()),
-                StructField("_high", LongType()),
-                StructField("_reset", BooleanType()),
-                StructField("_dropped", ArrayType(StringType())),  # gone, not renamed
-                StructField("_renamed", MapType(StringType(), StringType())),
-                StructField("_added", ArrayType(element)),
-            ]
-        ),
-    )
+    folds = changes.sparkSession.createDataFrame(ranges, _fold_ranges_type(element))
     order_ts, low = F.col("order_ts"), F.col("_low")
     match = (
         (changes["schema"] == folds["_fold_schema"])
@@ -210,54 +195,74 @@ def with_folds(changes: DataFrame, points: Mapping[tuple[str, str, int], Sequenc
         & (low.isNull() | (order_ts >= low))
         & (order_ts < F.col("_high"))
     )
-    dropped, renamed = F.col("_dropped"), F.col("_renamed")
-    handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
-
-    def name_now(name: Column) -> Column:
-        return F.coalesce(F.try_element_at(renamed, name), name)
-
+    renamed = F.col("_renamed")
     fields = element.fieldNames()
-
-    def renamed_field(column: Column, name: str) -> Column:
-        # A new struct, not withField: Spark interprets the lambda, and withField's generic
-        # struct update costs more per element.
-        value = name_now(column[name]) if name == "name" else column[name]
-        return value.alias(name)
-
-    def refolded(image: str) -> Column:
-        # Spark interprets a lambda for every element: each pass runs only on an image
-        # holding a column it changes (an image's names are read without one).
-        names = F.col(image)["name"]
-        kept = F.when(
-            F.arrays_overlap(names, dropped),
-            F.filter(
-                F.col(image),
-                lambda c: (
-                    ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"])
-                ),
-            ),
-        ).otherwise(F.col(image))
-        named = F.when(
-            F.arrays_overlap(names, F.map_keys(renamed)),
-            F.transform(kept, lambda c: F.struct(*[renamed_field(c, f) for f in fields])),
-        ).otherwise(kept)
-        unchanged = dropped.isNull() | F.col(image).isNull()
-        return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
-
     return (
         changes.join(F.broadcast(folds), match, "left")
         .where(~F.coalesce(F.col("_reset"), F.lit(False)))
-        .withColumn("columns", refolded("columns"))
-        .withColumn("old_columns", refolded("old_columns"))
+        .withColumn("columns", _refolded("columns", fields))
+        .withColumn("old_columns", _refolded("old_columns", fields))
         .withColumn(
             "handle_key",
             F.when(
                 renamed.isNull() | ~F.arrays_overlap("handle_key", F.map_keys(renamed)),
                 F.col("handle_key"),
-            ).otherwise(F.transform("handle_key", name_now)),
+            ).otherwise(F.transform("handle_key", _name_now)),
         )
         .drop(*_FOLD_COLUMNS)
     )
+
+
+def _fold_ranges_type(element: StructType) -> StructType:
+    """The Spark type of ``FoldRange`` rows; ``element``: an image element's type."""
+    return StructType(
+        [
+            StructField("_fold_schema", StringType()),
+            StructField("_fold_table", StringType()),
+            StructField("_fold_segment", IntegerType()),
+            StructField("_low", LongType()),
+            StructField("_high", LongType()),
+            StructField("_reset", BooleanType()),
+            StructField("_dropped", ArrayType(StringType())),  # gone, not renamed
+            StructField("_renamed", MapType(StringType(), StringType())),
+            StructField("_added", ArrayType(element)),
+        ]
+    )
+
+
+def _name_now(name: Column) -> Column:
+    """A column's name after the fold's renames."""
+    return F.coalesce(F.try_element_at(F.col("_renamed"), name), name)
+
+
+def _renamed_field(column: Column, name: str) -> Column:
+    # A new struct, not withField: Spark interprets the lambda, and withField's generic
+    # struct update costs more per element.
+    value = _name_now(column[name]) if name == "name" else column[name]
+    return value.alias(name)
+
+
+def _refolded(image: str, fields: list[str]) -> Column:
+    """An image (``fields``: its elements' fields) with the fold's dropped columns gone (the
+    handle key's kept), renamed ones renamed and added ones appended."""
+    dropped, renamed = F.col("_dropped"), F.col("_renamed")
+    handle = F.coalesce(F.col("handle_key"), F.array().cast("array<string>"))
+    # Spark interprets a lambda for every element: each pass runs only on an image
+    # holding a column it changes (an image's names are read without one).
+    names = F.col(image)["name"]
+    kept = F.when(
+        F.arrays_overlap(names, dropped),
+        F.filter(
+            F.col(image),
+            lambda c: ~F.array_contains(dropped, c["name"]) | F.array_contains(handle, c["name"]),
+        ),
+    ).otherwise(F.col(image))
+    named = F.when(
+        F.arrays_overlap(names, F.map_keys(renamed)),
+        F.transform(kept, lambda c: F.struct(*[_renamed_field(c, f) for f in fields])),
+    ).otherwise(kept)
+    unchanged = dropped.isNull() | F.col(image).isNull()
+    return F.when(unchanged, F.col(image)).otherwise(F.concat(named, F.col("_added")))
 
 
 @dataclasses.dataclass(frozen=True)
