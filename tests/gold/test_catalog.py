@@ -8,6 +8,8 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ticdc_lake.gold import catalog as gold_catalog
+from ticdc_lake.gold import ddl
 from ticdc_lake.gold.catalog import (
     _NOT_LITERAL,
     AddColumns,
@@ -58,6 +60,11 @@ def test_folding_the_generated_ddl_log_gives_the_final_tables():
             (col.name, col.mysql_type) for col in table.columns
         ]
         assert info.handle == table.handle  # a NOT NULL unique key where there is no PK
+
+
+def test_every_kind_of_ddl_action_has_its_step_on_the_catalog():
+    kinds = set(ddl.Action.__subclasses__())
+    assert kinds and kinds <= set(gold_catalog._HANDLERS)
 
 
 def test_column_ddls_and_their_effects():
