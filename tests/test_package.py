@@ -50,3 +50,30 @@ def test_no_import_points_up_or_round():
     assert not {m for m in spark if m.startswith("ticdc_lake.delta")}
     exports = imported_modules(PACKAGE / "bronze" / "exports.py")
     assert not {m for m in exports if m.startswith("ticdc_lake.protocols")}
+
+
+# Units a reader takes in whole: a class past this many lines is several things, a function past
+# that many several steps (docstrings and comments count: they are read too).
+CLASS_LINES, FUNCTION_LINES = 150, 60
+
+
+def oversized_units(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = (
+                CLASS_LINES
+                if isinstance(node, ast.ClassDef)
+                else FUNCTION_LINES
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                else None
+            )
+            if limit and node.end_lineno - node.lineno + 1 > limit:
+                lines = node.end_lineno - node.lineno + 1
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_no_class_or_function_is_too_long_to_take_in_whole():
+    folders = [PACKAGE, ROOT / "dags", ROOT / "plugins", ROOT / "spark_jobs"]
+    assert [unit for folder in folders for unit in oversized_units(folder)] == []
