@@ -6,8 +6,8 @@
 * ``compare_with_workload``: every row event of the logical workload arrived, and nothing else
   did (replays aside).
 
-Both return a list of problems (empty: it matches). tests/protocols/test_cross_protocol.py runs them for
-every protocol; gold is checked by expected_gold.py.
+Both return a list of problems (empty: it matches). tests/protocols/test_cross_protocol.py runs
+them for every protocol; gold is checked by expected_gold.py.
 """
 
 from __future__ import annotations
