@@ -55,9 +55,9 @@ test: lint browser postgres kafka
 	$(VENV)/bin/pytest
 
 # The fast tier: no test marked spark, airflow, browser, slow, kafka or postgres (tests/conftest.py
-# marks every test asking for the session's Spark, Airflow, Kafka or PostgreSQL). TICDC_LAKE_TESTS_FAST=1 fails any test that
+# marks every test asking for the session's Spark, Airflow, Kafka, PostgreSQL or S3 server). TICDC_LAKE_TESTS_FAST=1 fails any test that
 # starts a JVM or an Airflow all the same, naming the marker it lacks.
-FAST_TIER := not spark and not airflow and not browser and not slow and not kafka and not postgres
+FAST_TIER := not spark and not airflow and not browser and not slow and not kafka and not postgres and not s3
 test-fast: lint
 	TICDC_LAKE_TESTS_FAST=1 $(VENV)/bin/pytest -m "$(FAST_TIER)"
 

@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.airflow_harness",
     "tests.postgres_harness",
     "tests.kafka_broker",
+    "tests.s3_server",
 ]
 
 # A fixture a test's closure includes -> the tier's marker it is given.
@@ -32,6 +33,7 @@ TIER_FIXTURES = {
     "local_airflow": "airflow",  # tests/airflow_harness.py: Airflow's servers
     "kafka_broker": "kafka",  # tests/kafka_broker.py: a Kafka broker (a JVM)
     "postgres": "postgres",  # tests/postgres_harness.py: a PostgreSQL server
+    "s3_server": "s3",  # tests/s3_server.py: an S3 API server (moto)
 }
 FAST = "TICDC_LAKE_TESTS_FAST"  # tests/airflow_harness.py refuses Airflow too
 
