@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import pickle
+import re
 import textwrap
 from pathlib import Path
 
@@ -704,7 +705,7 @@ def test_the_config_is_plain_data(tmp_path):
     assert pickle.loads(pickle.dumps(config)) == config == load_config(path)
     assert {f.name for f in dataclasses.fields(config)} == {
         "source", "lake", "reports", "inputs", "time_zone", "topics", "changefeeds", "limits",
-        "quality", "kafka_inputs",
+        "quality", "kafka_inputs", "s3",
     }  # fmt: skip
 
 
@@ -802,3 +803,38 @@ def test_a_kafka_input_mistake_is_named(tmp_path, kafka, expected):
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert expected in str(caught.value)
+
+
+def test_storage_s3_names_the_store_and_the_variables_holding_its_credentials(tmp_path):
+    claims = {"protocol": "open-protocol", "partitions": 1, "claim-check-roots": "s3://b/c"}
+    s3 = {
+        "endpoint": "http://127.0.0.1:9000/",
+        "region": "eu-west-1",
+        "path-style": True,
+        "access-key-id-env": "LAKE_KEY",
+        "secret-access-key-env": "LAKE_SECRET",
+    }
+    plain = {"protocol": "craft", "partitions": 1}
+    document = {"topics": {"claims": claims, "plain": plain}, "storage": {"s3": s3}}
+    config = load_config(write_config(tmp_path, document))
+    assert config.s3 == config.topics["claims"].s3
+    assert config.s3.endpoint == "http://127.0.0.1:9000" and config.s3.path_style
+    assert config.topics["plain"].s3 is None  # no claim-check roots: nothing to reach
+    assert load_config(write_config(tmp_path, {"topics": {"p": plain}})).s3 is None
+
+
+@pytest.mark.parametrize(
+    ("s3", "expected"),
+    [
+        ({"endpoint": "ftp://host"}, "storage.s3.endpoint: expected an http:// or https:// URL"),
+        ({"endpoint": "http://u:p@host"}, "storage.s3.endpoint: expected an http:// or https://"),
+        ({"access-key-id-env": "K"}, "access-key-id-env and secret-access-key-env go together"),
+        ({"secret-access-key-env": "not a name"}, "expected an environment variable's name"),
+        ({"bucket": "b"}, "unknown key(s) bucket"),
+    ],
+)
+def test_storage_s3_mistakes_are_named(tmp_path, s3, expected):
+    document = {"topics": {"t": {"protocol": "craft", "partitions": 1}}, "storage": {"s3": s3}}
+    with pytest.raises(ConfigError, match=re.escape(expected)) as error:
+        load_config(write_config(tmp_path, document))
+    assert "u:p@" not in str(error.value)

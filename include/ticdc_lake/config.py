@@ -97,6 +97,7 @@ from ticdc_lake.orchestration import TSO_MAX
 from ticdc_lake.protocols import PROTOCOLS
 from ticdc_lake.quality.settings import CHECKS, POLICIES, QUARANTINE, QualitySettings
 from ticdc_lake.redact import redact_text, redact_url, warn_if_url_has_password
+from ticdc_lake.storage import S3Settings
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class TopicConfig:
     source: Path | None = None  # the config file it came from (None: the command line)
     schema: str | None = None  # avro up to TiCDC v6.0: the upstream schema of its records
     column_types: tuple[tuple[str, str], ...] = ()  # avro up to v6.0: "table.column" → type
+    s3: S3Settings | None = None  # the pipeline's storage.s3: how s3:// claim-check roots are read
 
     @property
     def where(self) -> str:
@@ -186,6 +188,7 @@ class PipelineConfig:
     limits: Limits = field(default_factory=Limits)
     quality: QualitySettings = field(default_factory=QualitySettings)
     kafka_inputs: tuple[KafkaSourceConfig, ...] = ()  # inputs read from Kafka itself
+    s3: S3Settings | None = None  # storage.s3: the S3-compatible store s3:// URIs are on
 
     def changefeed_of(self, topic: str) -> ChangefeedConfig:
         for changefeed in self.changefeeds.values():
@@ -325,6 +328,9 @@ _TimeZone = Annotated[
     str, AfterValidator(_known_zone), _expect("an IANA time zone name such as UTC, Asia/Shanghai")
 ]
 _Flag = Annotated[bool, _expect("true or false")]
+_EnvName = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), _expect("an environment variable's name")
+]
 _Count = Annotated[int, Field(ge=1), _expect("a whole number >= 1")]
 _Size = Annotated[ByteSize, Field(ge=1), _expect("a size in bytes >= 1 (a number, or e.g. 10MiB)")]
 _Tso = Annotated[int, Field(ge=0, le=TSO_MAX), _expect(f"a TSO (a whole number 0 to {TSO_MAX})")]
@@ -506,6 +512,35 @@ class _TopicFile(_Section):
         return self
 
 
+class _S3File(_Section):
+    endpoint: (
+        Annotated[
+            str,
+            Field(pattern=r"^https?://[^/?#@\s]+/?$"),
+            _expect("an http:// or https:// URL of a host and port, no path or credentials"),
+        ]
+        | None
+    ) = None
+    region: _Text | None = None
+    path_style: _Flag = False
+    access_key_id_env: _EnvName | None = None
+    secret_access_key_env: _EnvName | None = None
+    session_token_env: _EnvName | None = None
+
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> _S3File:
+        if (self.access_key_id_env is None) != (self.secret_access_key_env is None):
+            raise _problem(
+                "access-key-id-env and secret-access-key-env go together (neither: AWS's "
+                "default credentials)"
+            )
+        return self
+
+
+class _StorageFile(_Section):
+    s3: _S3File | None = None
+
+
 class _ChangefeedFile(_Section):
     topics: _TopicNames
     watermarks: _Flag = True
@@ -580,6 +615,7 @@ class _PipelineFile(_Section):
     changefeeds: dict[str, _ChangefeedFile] | None = None
     limits: _LimitsFile = _LimitsFile()
     quality: _QualityFile = _QualityFile()
+    storage: _StorageFile = _StorageFile()
 
     @model_validator(mode="after")
     def _kafka_topics_configured(self) -> _PipelineFile:
@@ -662,8 +698,9 @@ def _shown(value: Any, limit: int = 80) -> str:
 
 def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
     base = source.parent
+    s3 = _s3_settings(checked.storage.s3)
     topics = {
-        name: _topic_config(name, topic, base, checked.time_zone, source)
+        name: _topic_config(name, topic, base, checked.time_zone, source, s3)
         for name, topic in checked.topics.items()
     }
     if checked.changefeeds is None:  # each topic on its own
@@ -698,11 +735,30 @@ def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
             for entry in checked.inputs
             if not isinstance(entry, str)
         ),
+        s3=s3,
+    )
+
+
+def _s3_settings(s3: _S3File | None) -> S3Settings | None:
+    if s3 is None:
+        return None
+    return S3Settings(
+        endpoint=s3.endpoint.rstrip("/") if s3.endpoint else None,
+        region=s3.region,
+        path_style=s3.path_style,
+        access_key_id_env=s3.access_key_id_env,
+        secret_access_key_env=s3.secret_access_key_env,
+        session_token_env=s3.session_token_env,
     )
 
 
 def _topic_config(
-    name: str, topic: _TopicFile, base: Path, default_zone: str, source: Path
+    name: str,
+    topic: _TopicFile,
+    base: Path,
+    default_zone: str,
+    source: Path,
+    s3: S3Settings | None = None,
 ) -> TopicConfig:
     registry = topic.schema_registry
     return TopicConfig(
@@ -724,6 +780,7 @@ def _topic_config(
         source=source,
         schema=topic.upstream_schema,
         column_types=tuple(sorted(topic.column_types.items())),
+        s3=s3 if topic.claim_check_roots else None,
     )
 
 

@@ -24,6 +24,7 @@ from pyarrow import fs as pafs
 
 from ticdc_lake.errors import ClaimCheckError, ConfigError
 from ticdc_lake.limits import Limits, setting_name
+from ticdc_lake.storage import S3Settings, is_object_uri, object_path, s3_filesystem
 
 _READ_CHUNK = 1 << 20
 # Local files are opened one directory at a time, never following a link: a path that is
@@ -126,11 +127,17 @@ class ClaimCheckStore:
     ``max_object_bytes`` (the config's ``limits.max-claim-check-bytes``) bounds an object as
     stored; a larger one is refused after reading one byte past the limit."""
 
-    def __init__(self, roots: list[str], max_object_bytes: int = Limits().max_claim_check_bytes):
+    def __init__(
+        self,
+        roots: list[str],
+        max_object_bytes: int = Limits().max_claim_check_bytes,
+        s3: S3Settings | None = None,
+    ):
         if not roots:
             raise ConfigError("claim-check needs at least one storage root")
         self.roots = [root.rstrip("/") for root in roots]
         self.max_object_bytes = max_object_bytes
+        self.s3 = s3  # how s3:// roots are reached (storage.s3 of the config)
         try:
             self._parsed = [_parse(root) for root in self.roots]
         except ValueError as exc:
@@ -216,7 +223,10 @@ class ClaimCheckStore:
         the object's path in it: the location's path below the root, as a plain path."""
         root = self.roots[index]
         if root not in self._filesystems:
-            self._filesystems[root] = pafs.FileSystem.from_uri(root)
+            if is_object_uri(root):
+                self._filesystems[root] = (s3_filesystem(self.s3), object_path(root))
+            else:
+                self._filesystems[root] = pafs.FileSystem.from_uri(root)
         filesystem, base = self._filesystems[root]
         below = path[len(self._parsed[index].path) :].lstrip("/")
         return filesystem, posixpath.join(base, below) if below else base

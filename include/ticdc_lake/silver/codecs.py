@@ -53,7 +53,7 @@ def claim_check_store(topic: TopicConfig, limits: Limits) -> ClaimCheckStore | N
     if not topic.claim_check_roots:
         return None
     return ClaimCheckStore(
-        list(topic.claim_check_roots), max_object_bytes=limits.max_claim_check_bytes
+        list(topic.claim_check_roots), max_object_bytes=limits.max_claim_check_bytes, s3=topic.s3
     )
 
 
