@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from ticdc_lake.storage import S3Settings
 
 from tests.kafka_broker import free_port
 
@@ -53,6 +54,10 @@ class S3Server:
         name = f"lake-{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=name)
         return name
+
+    def settings(self) -> S3Settings:
+        """What the config's ``storage_yaml()`` section gives."""
+        return S3Settings(self.endpoint, REGION, True, KEY_ENV, SECRET_ENV)
 
     def storage_yaml(self) -> str:
         """The config's ``storage:`` section for this server."""

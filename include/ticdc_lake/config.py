@@ -97,7 +97,7 @@ from ticdc_lake.orchestration import TSO_MAX
 from ticdc_lake.protocols import PROTOCOLS
 from ticdc_lake.quality.settings import CHECKS, POLICIES, QUARANTINE, QualitySettings
 from ticdc_lake.redact import redact_text, redact_url, warn_if_url_has_password
-from ticdc_lake.storage import S3Settings
+from ticdc_lake.storage import S3Settings, is_object_uri
 
 
 @dataclass(frozen=True)
@@ -718,7 +718,11 @@ def _pipeline_config(checked: _PipelineFile, source: Path) -> PipelineConfig:
         source=source,
         lake=lake,
         reports=base / checked.reports if checked.reports else lake.parent / "reports",
-        inputs=tuple(str(base / entry) for entry in checked.inputs if isinstance(entry, str)),
+        inputs=tuple(
+            entry if is_object_uri(entry) else str(base / entry)
+            for entry in checked.inputs
+            if isinstance(entry, str)
+        ),
         time_zone=checked.time_zone,
         topics=topics,
         changefeeds=changefeeds,

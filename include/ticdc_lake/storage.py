@@ -9,16 +9,22 @@ opened, never kept in the config, and never shown.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from pyarrow import fs as pafs
 
-from ticdc_lake.errors import ConfigError
+from ticdc_lake.errors import ConfigError, TicdcLakeError
 
 S3_SCHEMES = ("s3", "s3a")
+
+
+class StorageError(TicdcLakeError):
+    """An object store could not be reached, or refused: the stage stops, nothing written."""
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,19 @@ class S3Settings:
     access_key_id_env: str | None = None
     secret_access_key_env: str | None = None
     session_token_env: str | None = None
+    # The variables' values read on the driver (``resolved``), for tasks whose processes do
+    # not have them: never shown, never compared, never written (a land plan drops them).
+    read: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+
+    def resolved(self) -> S3Settings:
+        """These settings with the credentials read now, to travel with a Spark job."""
+        return dataclasses.replace(self, read=tuple(self.credentials().items()))
 
     def credentials(self) -> dict[str, str]:
         """pyarrow's credential arguments read from the named variables (ConfigError: one is
         unset); empty when none is named, so that AWS's default chain applies."""
+        if self.read:
+            return dict(self.read)
         named = {
             "access_key": self.access_key_id_env,
             "secret_key": self.secret_access_key_env,
@@ -73,3 +88,65 @@ def object_path(location: str) -> str:
     if parts.scheme not in S3_SCHEMES or not parts.netloc:
         raise ValueError(f"{location!r} is not an s3:// URI with a bucket")
     return posixpath.join(parts.netloc, parts.path.lstrip("/")).rstrip("/")
+
+
+def s3_client(settings: S3Settings | None):
+    """A boto3 S3 client on the store ``settings`` describe: for what pyarrow's filesystem
+    does not give (ETags when listing, conditional writes)."""
+    import boto3  # with botocore, only where an s3:// location is configured
+    from botocore.config import Config
+
+    settings = settings or S3Settings()
+    credentials = settings.credentials()
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.endpoint,
+        region_name=settings.region,
+        aws_access_key_id=credentials.get("access_key"),
+        aws_secret_access_key=credentials.get("secret_key"),
+        aws_session_token=credentials.get("session_token"),
+        config=Config(s3={"addressing_style": "path" if settings.path_style else "auto"}),
+    )
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    uri: str  # s3://bucket/key
+    size: int
+    etag: str  # the store's tag of the object's content: a new one on every upload
+    mtime_ns: int
+
+
+def list_objects(uri: str, settings: S3Settings | None) -> Iterator[ObjectInfo]:
+    """Every object whose key starts with ``uri``'s key (``s3://bucket/prefix``), by key."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    scheme, _, rest = uri.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    paginator = s3_client(settings).get_paginator("list_objects_v2")
+    try:
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+            for entry in page.get("Contents", ()):
+                yield ObjectInfo(
+                    f"{scheme}://{bucket}/{entry['Key']}",
+                    entry["Size"],
+                    entry["ETag"].strip('"'),
+                    int(entry["LastModified"].timestamp() * 1e9),
+                )
+    except ClientError as exc:  # the store answered: no such bucket, access denied, ...
+        error = exc.response.get("Error", {})
+        raise StorageError(
+            f"cannot list {uri}: the store at {_where(settings)} answered "
+            f"{error.get('Code', '?')}: {error.get('Message', '')}"
+        ) from None
+    except BotoCoreError as exc:  # no answer: endpoint unreachable, no credentials
+        raise StorageError(f"cannot list {uri} on the store at {_where(settings)}: {exc}") from None
+
+
+def _where(settings: S3Settings | None) -> str:
+    return (settings and settings.endpoint) or "AWS"
+
+
+def open_object(uri: str, settings: S3Settings | None):
+    """The object at ``uri`` opened for random access (pyarrow's RandomAccessFile)."""
+    return s3_filesystem(settings).open_input_file(object_path(uri))

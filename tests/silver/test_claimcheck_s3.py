@@ -7,9 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from ticdc_lake.app.pipeline import run_stages
+from ticdc_lake.bronze.exports import write_export
 from ticdc_lake.config import load_config
 from ticdc_lake.errors import ClaimCheckError, ConfigError
 from ticdc_lake.protocols.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder
+from ticdc_lake.records import KafkaRecord
 from ticdc_lake.silver.codecs import codec_settings
 from ticdc_lake.silver.events import UPDATE
 
@@ -83,3 +86,21 @@ def test_unset_credentials_are_a_config_error_and_secrets_are_never_shown(
     with pytest.raises(ConfigError, match=f"{SECRET_ENV} not set") as error:
         store.read(f"s3://{topic.claim_check_roots[0][5:]}/x.json")
     assert ACCESS_KEY not in str(error.value)
+
+
+def test_decode_on_spark_reads_parked_values_with_credentials_from_the_driver(
+    spark, s3_server, tmp_path
+):
+    """Spark's workers started before the variables were set: the driver's reading travels."""
+    bucket = s3_server.bucket()
+    parking = {"max_message_bytes": 300, "large_message_handle_option": "claim_check"}
+    topic = claim_check_topic(s3_server, tmp_path, bucket, **parking)
+    rows = [simple_row(i, random.Random(i).randbytes(400).hex()) for i in range(5)]
+    messages = OpenProtocolEncoder(codec_settings(topic)).encode(rows)
+    records = [KafkaRecord("t", 0, n, m.key, m.value) for n, m in enumerate(messages)]
+    (tmp_path / "exports").mkdir()
+    write_export(tmp_path / "exports" / "t.jsonl", records, "jsonl")
+    config = load_config(tmp_path / "pipeline.yaml")
+    result = run_stages(spark, config, ["land", "decode"])
+    decoded = result.result("decode")
+    assert (decoded.records, decoded.decoded, decoded.quarantined) == (5, 5, 0)

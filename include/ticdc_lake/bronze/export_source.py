@@ -49,6 +49,7 @@ from ticdc_lake.bronze import exports
 from ticdc_lake.limits import Limits
 from ticdc_lake.records import KafkaRecord
 from ticdc_lake.runtime.gc_pause import gc_paused
+from ticdc_lake.storage import ObjectInfo, S3Settings
 
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -88,17 +89,29 @@ class ExportFile:
     mtime_ns: int
     layout: str  # parquet | jsonl | avro ("jsonl" covers kcat) | unknown (unreadable)
     compression: str  # none | gz | zstd
+    etag: str | None = None  # an s3:// object's: its content's tag when listed
+    s3: S3Settings | None = None  # how an s3:// object is reached (not kept in the plan file)
 
 
 def describe_file(path: str) -> ExportFile:
     """Stat a file and tell its layout from its bytes (cheap: only the first bytes are read)."""
     stat = os.stat(path)
+    layout, compression = _format_of(path, None)
+    return ExportFile(path, stat.st_size, stat.st_mtime_ns, layout, compression)
+
+
+def describe_object(found: ObjectInfo, s3: S3Settings | None) -> ExportFile:
+    """An s3:// object as listed, its layout told from its first bytes."""
+    layout, compression = _format_of(found.uri, s3)
+    return ExportFile(found.uri, found.size, found.mtime_ns, layout, compression, found.etag, s3)
+
+
+def _format_of(path: str, s3: S3Settings | None) -> tuple[str, str]:
     try:
-        layout, compression = exports.detect_format(path)
+        return exports.detect_format(path, s3)
     except exports.CORRUPT_FILE_ERRORS:
         # The reader reports an unreadable file as an error row; planning must not fail on it.
-        layout, compression = "unknown", "none"
-    return ExportFile(path, stat.st_size, stat.st_mtime_ns, layout, compression)
+        return "unknown", "none"
 
 
 class ExportPartition:
@@ -146,7 +159,7 @@ def _json_lines_partitions(index: int, file: ExportFile) -> list[ExportPartition
     (counting newlines reads the file once, at memory speed: error lines keep true numbers)."""
     parts, start, line = [], 0, 1
     try:
-        with exports.open_regular(file.path) as stream:
+        with exports.open_regular(file.path, file.s3) as stream:
             while True:
                 stream.seek(start)
                 chunk = stream.read(SPLIT_BYTES)
@@ -175,7 +188,8 @@ def _to_line_end(stream) -> tuple[int, int]:
 
 def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
     try:
-        metadata = pq.ParquetFile(file.path).metadata
+        with exports.open_regular(file.path, file.s3) as source:
+            metadata = pq.ParquetFile(source).metadata
     except (OSError, pa.ArrowException):
         return [ExportPartition(index, file)]  # the reader reports what is wrong with it
     if metadata.num_row_groups <= 1:
@@ -215,7 +229,7 @@ def _parquet_batches(part: ExportPartition, limits: Limits) -> Iterator[pa.Recor
     """Spark-Kafka Parquet rows converted column by column (no Python object per record)."""
     path = part.file.path
     try:
-        parquet = exports.open_parquet_export(path, part.file.compression, limits)
+        parquet = exports.open_parquet_export(path, part.file.compression, limits, part.file.s3)
     except exports.ExportError as error:
         yield _error_batch(part, [(part.first_row, error)])
         return
@@ -338,7 +352,8 @@ def _export_items(partition: ExportPartition, limits: Limits) -> Iterator[Item]:
     errors: list[exports.ExportError] = []
     position = 0
     path = partition.file.path
-    for record in exports.read_export(path, on_error=errors.append, limits=limits):
+    records = exports.read_export(path, on_error=errors.append, limits=limits, s3=partition.file.s3)
+    for record in records:
         for error in errors:
             yield position, error
             position += 1
@@ -357,7 +372,7 @@ def _json_range_items(partition: ExportPartition, limits: Limits) -> Iterator[It
     start, end = partition.byte_range
     max_line = limits.max_export_line_bytes
     try:
-        with exports.open_regular(path) as stream:
+        with exports.open_regular(path, partition.file.s3) as stream:
             stream.seek(start)
             lines = exports.bounded_lines(stream, max_line)
             # The range ends at a line end: stop there (the last range reads to the end).

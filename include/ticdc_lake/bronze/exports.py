@@ -62,6 +62,7 @@ import zstandard
 from ticdc_lake.errors import MALFORMED_INPUT_ERRORS, TicdcLakeError, location_text
 from ticdc_lake.limits import LimitExceededError, Limits
 from ticdc_lake.records import KafkaRecord
+from ticdc_lake.storage import S3Settings, is_object_uri, open_object
 
 FORMATS = ("parquet", "jsonl", "kcat", "avro")
 FILE_COMPRESSIONS = ("none", "gz", "zstd")
@@ -289,10 +290,13 @@ class _Decompressed(io.RawIOBase):
         super().close()
 
 
-def open_regular(path: str) -> BinaryIO:
+def open_regular(path: str, s3: S3Settings | None = None) -> BinaryIO:
     """``path`` opened for reading if it is a regular file. A device, FIFO or socket (put where
     a listed export was) is an OSError, found before opening it and checked again on what was
-    opened; O_NONBLOCK keeps a FIFO swapped in between from blocking the open."""
+    opened; O_NONBLOCK keeps a FIFO swapped in between from blocking the open. An ``s3://``
+    object is opened on the store ``s3`` describes."""
+    if is_object_uri(path):  # buffered: pyarrow's files read no lines themselves
+        return io.BufferedReader(open_object(path, s3), buffer_size=1 << 20)
     _check_regular(path, os.stat(path).st_mode)
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -309,9 +313,9 @@ def _check_regular(path: str, mode: int) -> None:
         raise OSError(f"{path} is {kind}, not a regular file; it was not read")
 
 
-def _open_decompressed(path: str) -> BinaryIO:
+def _open_decompressed(path: str, s3: S3Settings | None = None) -> BinaryIO:
     """A binary stream of the file's content, gzip or zstd undone (told by magic bytes)."""
-    raw = open_regular(path)
+    raw = open_regular(path, s3)
     compression = sniff(raw.read(4))
     raw.seek(0)
     if compression is None:
@@ -319,12 +323,12 @@ def _open_decompressed(path: str) -> BinaryIO:
     return io.BufferedReader(_Decompressed(raw, compression), buffer_size=1 << 20)
 
 
-def detect_format(path: str | os.PathLike) -> tuple[str, str]:
+def detect_format(path: str | os.PathLike, s3: S3Settings | None = None) -> tuple[str, str]:
     """(layout, file compression) of an export file, from its bytes, not its name."""
     path = os.fspath(path)
-    with open_regular(path) as raw:
+    with open_regular(path, s3) as raw:
         compression = sniff(raw.read(4)) or "none"
-    with _open_decompressed(path) as stream:
+    with _open_decompressed(path, s3) as stream:
         head = stream.read(4)
     if head.startswith(_PARQUET_MAGIC):
         return "parquet", compression
@@ -355,23 +359,25 @@ def read_export(
     *,
     on_error: ErrorHandler | None = None,
     limits: Limits | None = None,
+    s3: S3Settings | None = None,
 ) -> Iterator[KafkaRecord]:
     """The records of one export file; bad lines and an unreadable file go to `on_error`.
     A JSON Lines line longer than ``limits.max_export_line_bytes`` is such a bad line, a
-    Parquet row group past ``max_parquet_row_group_bytes`` such bad rows."""
+    Parquet row group past ``max_parquet_row_group_bytes`` such bad rows. An ``s3://`` file
+    is read from the store ``s3`` describes."""
     path = os.fspath(path)
     report = on_error or _raise
     try:
-        layout, compression = detect_format(path)
+        layout, compression = detect_format(path, s3)
     except CORRUPT_FILE_ERRORS as exc:
         report(ExportError(f"cannot open export file: {exc}", path=path))
         return
     limits = limits or Limits()
     max_line = limits.max_export_line_bytes
     readers = {
-        "parquet": functools.partial(_read_parquet, limits=limits),
-        "avro": _read_avro,
-        "jsonl": functools.partial(_read_json_lines, max_line=max_line),
+        "parquet": functools.partial(_read_parquet, limits=limits, s3=s3),
+        "avro": functools.partial(_read_avro, s3=s3),
+        "jsonl": functools.partial(_read_json_lines, max_line=max_line, s3=s3),
     }
     progress = _Progress()
     try:
@@ -412,10 +418,16 @@ def broken_file_error(
 
 
 def _read_json_lines(
-    path: str, _compression: str, report: ErrorHandler, progress: _Progress, *, max_line: int
+    path: str,
+    _compression: str,
+    report: ErrorHandler,
+    progress: _Progress,
+    *,
+    max_line: int,
+    s3: S3Settings | None,
 ) -> Iterator[KafkaRecord]:
     progress.unit = "line"
-    with _open_decompressed(path) as stream:
+    with _open_decompressed(path, s3) as stream:
         for number, line in enumerate(bounded_lines(stream, max_line), start=1):
             progress.done = number
             if isinstance(line, LongLine):
@@ -692,16 +704,16 @@ def _record_from_kcat_object(document: dict) -> KafkaRecord:
 
 
 def open_parquet_export(
-    path: str, compression: str, limits: Limits | None = None
+    path: str, compression: str, limits: Limits | None = None, s3: S3Settings | None = None
 ) -> pq.ParquetFile:
     """A Parquet export file; a whole-file-compressed one is unpacked in memory (Parquet needs
     random access), up to ``limits.max_unpacked_parquet_bytes`` (an ExportError past it).
     Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
     if compression == "none":
-        return _parquet_file(path)
+        return _parquet_file(open_object(path, s3) if is_object_uri(path) else path)
     limit = (limits or Limits()).max_unpacked_parquet_bytes
     content = bytearray()
-    with _open_decompressed(path) as stream:
+    with _open_decompressed(path, s3) as stream:
         while piece := stream.read(min(1 << 20, limit + 1 - len(content))):
             content += piece
             if len(content) > limit:
@@ -711,7 +723,7 @@ def open_parquet_export(
     return _parquet_file(pa.py_buffer(content))
 
 
-def _parquet_file(source: str | pa.Buffer) -> pq.ParquetFile:
+def _parquet_file(source: str | pa.Buffer | pa.NativeFile) -> pq.ParquetFile:
     """The file with its string and binary columns read as dictionaries: a dictionary can
     repeat one large value for every row, so values are expanded batch by batch, within a byte
     budget (``parquet_batches``), not when read."""
@@ -985,10 +997,16 @@ def records_to_arrow(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
 
 
 def _read_parquet(
-    path: str, compression: str, report: ErrorHandler, progress: _Progress, *, limits: Limits
+    path: str,
+    compression: str,
+    report: ErrorHandler,
+    progress: _Progress,
+    *,
+    limits: Limits,
+    s3: S3Settings | None,
 ) -> Iterator[KafkaRecord]:
     try:
-        parquet = open_parquet_export(path, compression, limits)
+        parquet = open_parquet_export(path, compression, limits, s3)
     except ExportError as error:
         report(error)
         return
@@ -1023,9 +1041,14 @@ def _read_parquet(
 
 
 def _read_avro(
-    path: str, _compression: str, report: ErrorHandler, progress: _Progress
+    path: str,
+    _compression: str,
+    report: ErrorHandler,
+    progress: _Progress,
+    *,
+    s3: S3Settings | None,
 ) -> Iterator[KafkaRecord]:
-    with _open_decompressed(path) as stream:
+    with _open_decompressed(path, s3) as stream:
         for number, row in enumerate(fastavro.reader(stream), start=1):
             progress.done = number
             topic, partition, offset = (row.get(name) for name in ("topic", "partition", "offset"))

@@ -55,14 +55,14 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from ticdc_lake.bronze.export_source import ExportFile, describe_file
+from ticdc_lake.bronze.export_source import ExportFile, describe_file, describe_object
 from ticdc_lake.bronze.kafka_source import (
     export_files,
     read_kafka_inputs,
     remove_landed_exports,
 )
 from ticdc_lake.bronze.land_batch import BatchOutcome, run_batch
-from ticdc_lake.bronze.land_inputs import discover_files
+from ticdc_lake.bronze.land_inputs import discover_files, discover_objects
 from ticdc_lake.bronze.land_tables import (
     APP_ID,
     BRONZE_PARTITION_BY,
@@ -76,6 +76,7 @@ from ticdc_lake.bronze.offset_runs import merge_runs, overlap_windows
 from ticdc_lake.config import PipelineConfig
 from ticdc_lake.delta import delta_table_exists, open_table
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.storage import ObjectInfo, S3Settings, is_object_uri
 
 REFUSED_SHOWN = 20  # refused matches listed in the result (all are counted)
 
@@ -145,7 +146,8 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
             return _nothing_new(tables, found, started)
         plan = plan_batch(tables, found.changed)
         save_plan(tables, plan)
-    outcome = run_batch(spark, tables, plan, config.limits)
+    store = config.s3.resolved() if config.s3 else None  # tasks may lack the variables
+    outcome = run_batch(spark, tables, plan.reaching(store), config.limits)
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
     waiting = [f for f in found.changed if f.path not in planned]
@@ -164,11 +166,16 @@ class FoundInputs:
 
 def find_inputs(config: PipelineConfig, layout: LakeLayout, tables: LandTables) -> FoundInputs:
     """The export files of ``config.inputs`` and of the Kafka exports, and which to land."""
+    local = [pattern for pattern in config.inputs if not is_object_uri(pattern)]
     # A glob reaching into the lake must not land the lake's own files.
-    discovered = discover_files(config.inputs, exclude=(config.lake, config.reports))
-    seen = [*discovered.files, *export_files(layout.kafka_exports)]
-    refused = tuple(str(r) for r in discovered.refused)
-    changed = changed_files(seen, landed_state(tables))
+    discovered = discover_files(local, exclude=(config.lake, config.reports))
+    stored = discover_objects([p for p in config.inputs if is_object_uri(p)], config.s3)
+    seen = [*discovered.files, *stored.files, *export_files(layout.kafka_exports)]
+    refused = tuple(str(r) for r in [*discovered.refused, *stored.refused])
+    landed = landed_state(tables)
+    changed = changed_files(seen[: len(discovered.files)], landed)
+    changed += changed_objects(stored.objects.values(), landed, config.s3)
+    changed += changed_files(seen[len(discovered.files) + len(stored.files) :], landed)
     return FoundInputs(seen, refused, changed)
 
 
@@ -226,18 +233,22 @@ def _batch_result(
 # --- planning ---------------------------------------------------------------------------------
 
 
-def landed_state(tables: LandTables) -> dict[str, tuple[int, int]]:
-    """path → (size, modification time in µs) as of its latest landing."""
+# path -> (size, modification time in µs), or for an s3:// object (size, ETag)
+Landed = dict[str, tuple[int, int | str]]
+
+
+def landed_state(tables: LandTables) -> Landed:
+    """path → (size, modification time in µs), or for an s3:// object (size, ETag), as of its
+    latest landing."""
     if not delta_table_exists(tables.landed_files):
         return {}
-    rows = (
-        open_table(tables.landed_files)
-        .to_pyarrow_table(columns=["path", "size", "modification_time", "batch_id"])
-        .to_pylist()
-    )
-    latest: dict[str, tuple[int, tuple[int, int]]] = {}
+    table = open_table(tables.landed_files)
+    columns = ["path", "size", "modification_time", "batch_id"]
+    has_etags = "etag" in [f.name for f in table.schema().fields]  # none in an older lake
+    rows = table.to_pyarrow_table(columns=columns + ["etag"] * has_etags).to_pylist()
+    latest: dict[str, tuple[int, tuple[int, int | str]]] = {}
     for row in rows:
-        stamp = to_micros(row["modification_time"])
+        stamp = row.get("etag") or to_micros(row["modification_time"])
         if row["path"] not in latest or row["batch_id"] > latest[row["path"]][0]:
             latest[row["path"]] = (row["batch_id"], (row["size"], stamp))
     return {path: state for path, (_, state) in latest.items()}
@@ -254,7 +265,18 @@ def _land_version(path: Path) -> int:
     return open_table(path).transaction_version(APP_ID) or 0
 
 
-def changed_files(seen: Iterable[str], landed: dict[str, tuple[int, int]]) -> list[ExportFile]:
+def changed_objects(
+    found: Iterable[ObjectInfo], landed: Landed, s3: S3Settings | None
+) -> list[ExportFile]:
+    """The s3:// objects not landed yet, or whose size or ETag changed since (a re-upload)."""
+    return [
+        describe_object(info, s3)
+        for info in found
+        if landed.get(info.uri) != (info.size, info.etag)
+    ]
+
+
+def changed_files(seen: Iterable[str], landed: Landed) -> list[ExportFile]:
     """The files not landed yet, or whose size or modification time changed since."""
     files = []
     for path in seen:

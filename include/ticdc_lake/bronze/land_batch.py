@@ -674,6 +674,7 @@ def _landed_file_rows(plan: LandPlan, per_file: list[RecordCounts]) -> list[dict
             "conflicts": counts.conflicts,
             "errors": counts.errors,
             "landed_at": plan.landed_at,
+            "etag": file.etag,
         }
         for file, counts in zip(plan.files, per_file, strict=True)
     ]

@@ -10,6 +10,10 @@ that matches is expanded one level (a Spark export is a directory of part files)
 Refused matches are returned with the reason, for the stage's result: never dropped silently.
 Hidden and bookkeeping names below the fixed part (starting with "." or "_": ``_SUCCESS``,
 ``.crc``, ``_temporary/``) are skipped without a word, as Spark does.
+
+An ``s3://bucket/...`` pattern follows the same rules on an object store's keys
+(``discover_objects``): the objects under its fixed prefix are listed, and their keys matched a
+"/"-separated name at a time; there are no links or special files to refuse.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ticdc_lake.errors import ConfigError
+from ticdc_lake.storage import ObjectInfo, S3Settings, list_objects
 
 _WILDCARDS = "*?["
 
@@ -39,6 +44,7 @@ class Refused:
 class Discovered:
     files: list[str] = field(default_factory=list)  # real paths of regular files, sorted
     refused: list[Refused] = field(default_factory=list)  # sorted by path
+    objects: dict[str, ObjectInfo] = field(default_factory=dict)  # of the s3:// files: by URI
 
 
 def discover_files(patterns: Iterable[str] | str, exclude: Iterable[str | Path] = ()) -> Discovered:
@@ -170,3 +176,73 @@ def _hidden(relative: str) -> bool:
     return any(
         part.startswith((".", "_")) for part in Path(relative).parts if part not in (".", "..")
     )
+
+
+# --- object stores ---------------------------------------------------------------------------
+
+
+def discover_objects(patterns: Iterable[str], s3: S3Settings | None) -> Discovered:
+    """The objects the ``s3://`` patterns match under their fixed prefixes, and the matches
+    refused (an object deeper than a matched "directory"), with why."""
+    objects: dict[str, ObjectInfo] = {}
+    refused: dict[str, str] = {}
+    for pattern in patterns:
+        prefix, parts = _split_key_pattern(pattern)
+        for found in list_objects(prefix, s3):
+            below = found.uri[len(prefix) :]
+            if below and not prefix.endswith("/") and not below.startswith("/"):
+                continue  # a key sharing the prefix's letters: "a/bc" under prefix "a/b"
+            names = [name for name in below.split("/") if name]
+            if found.uri.endswith("/") or _hidden("/".join(names)):
+                continue  # a folder marker, or bookkeeping (_SUCCESS, .crc, _temporary/)
+            verdict = _object_verdict(names, parts)
+            if verdict is None:
+                objects[found.uri] = found
+            elif verdict:
+                refused.setdefault(found.uri, verdict)
+    return Discovered(
+        sorted(objects),
+        [Refused(uri, reason) for uri, reason in sorted(refused.items())],
+        objects,
+    )
+
+
+def _split_key_pattern(pattern: str) -> tuple[str, list[str]]:
+    """(the ``s3://bucket/prefix`` listed, the names below it). Without wildcards the pattern
+    names an object or a "directory", itself listed."""
+    scheme, _, rest = pattern.partition("://")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ConfigError(f"inputs: pattern {pattern!r} names no bucket (s3://bucket/prefix/*)")
+    names = [name for name in key.split("/") if name]
+    if ".." in names or "." in names:
+        raise ConfigError(f"inputs: pattern {pattern!r}: object keys have no . or .. to resolve")
+    fixed = next((i for i, name in enumerate(names) if _has_wildcard(name)), len(names))
+    return f"{scheme}://{bucket}/" + "/".join(names[:fixed]), names[fixed:]
+
+
+def _object_verdict(names: list[str], parts: list[str]) -> str | None:
+    """None: the key's names below the prefix match ``parts`` (or are an entry of a matched
+    "directory"); a reason to refuse it; "" when it does not match at all."""
+    lengths = _matched_lengths(names, parts)
+    if len(names) in lengths or len(names) - 1 in lengths:
+        return None
+    if any(length < len(names) - 1 for length in lengths):
+        return "an object inside a matched directory's subdirectory: not searched (use ** to)"
+    return ""
+
+
+def _matched_lengths(names: list[str], parts: list[str], start: int = 0) -> set[int]:
+    """How many of ``names`` from ``start`` on ``parts`` can match, whole (``**``: any number
+    of names, none of them hidden, as they were skipped)."""
+    if not parts:
+        return {start}
+    part, rest = parts[0], parts[1:]
+    if part == "**":
+        found = _matched_lengths(names, rest, start)
+        for end in range(start + 1, len(names) + 1):
+            found |= _matched_lengths(names, rest, end)
+        return found
+    if start < len(names) and fnmatch.fnmatchcase(names[start], part):
+        return _matched_lengths(names, rest, start + 1)
+    return set()

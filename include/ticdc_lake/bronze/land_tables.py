@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from pyspark.sql.types import (
 from ticdc_lake.bronze.export_source import HEADERS_TYPE, ExportFile
 from ticdc_lake.errors import TicdcLakeError
 from ticdc_lake.lake.layout import LakeLayout
+from ticdc_lake.storage import S3Settings, is_object_uri
 
 APP_ID = "land"  # the Delta app transaction of every land commit; its version is the batch id
 
@@ -57,6 +59,7 @@ LANDED_FILES_SCHEMA = pa.schema(
         ("conflicts", pa.int64()),
         ("errors", pa.int64()),  # lines/rows (or the whole file) not readable
         ("landed_at", pa.timestamp("us", tz="UTC")),
+        ("etag", pa.string()),  # an s3:// object's tag (a new one on every upload); null for files
     ]
 )
 
@@ -169,8 +172,16 @@ class LandPlan:
 
     def to_json(self) -> str:
         data = asdict(self)
-        data["files"] = [asdict(f) for f in self.files]
+        # How a file's store is reached comes from the config when the plan runs, not from here.
+        data["files"] = [asdict(f) | {"s3": None} for f in self.files]
         return json.dumps(data, indent=1)
+
+    def reaching(self, s3: S3Settings | None) -> LandPlan:
+        """The plan with its s3:// files reached through ``s3`` (the config's storage.s3)."""
+        files = tuple(
+            dataclasses.replace(f, s3=s3) if is_object_uri(f.path) else f for f in self.files
+        )
+        return dataclasses.replace(self, files=files)
 
     @classmethod
     def from_json(cls, text: str) -> LandPlan:

@@ -121,6 +121,14 @@ def _read_at_most(read: Callable[[int], bytes], limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _filesystem_of(root: str, s3: S3Settings | None) -> tuple[pafs.FileSystem, str]:
+    """An object store root's filesystem and its path there; an s3:// one reached through the
+    config's storage.s3."""
+    if is_object_uri(root):
+        return s3_filesystem(s3), object_path(root)
+    return pafs.FileSystem.from_uri(root)
+
+
 class ClaimCheckStore:
     """Reads (and, for tests and the generator, writes) claim-check objects under `roots`.
 
@@ -223,10 +231,7 @@ class ClaimCheckStore:
         the object's path in it: the location's path below the root, as a plain path."""
         root = self.roots[index]
         if root not in self._filesystems:
-            if is_object_uri(root):
-                self._filesystems[root] = (s3_filesystem(self.s3), object_path(root))
-            else:
-                self._filesystems[root] = pafs.FileSystem.from_uri(root)
+            self._filesystems[root] = _filesystem_of(root, self.s3)
         filesystem, base = self._filesystems[root]
         below = path[len(self._parsed[index].path) :].lstrip("/")
         return filesystem, posixpath.join(base, below) if below else base

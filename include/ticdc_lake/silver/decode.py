@@ -572,7 +572,12 @@ class DecoderSettings:
 
     @classmethod
     def for_config(cls, config: PipelineConfig) -> DecoderSettings:
-        return cls(dict(config.topics), config.limits, str(config.source))
+        # Claim-check stores' credentials read here: the workers' processes may lack them.
+        topics = {
+            name: dataclasses.replace(topic, s3=topic.s3.resolved()) if topic.s3 else topic
+            for name, topic in config.topics.items()
+        }
+        return cls(topics, config.limits, str(config.source))
 
     def fingerprint(self) -> str:
         return hashlib.sha256(pickle.dumps(self)).hexdigest()
