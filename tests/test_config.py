@@ -838,3 +838,11 @@ def test_storage_s3_mistakes_are_named(tmp_path, s3, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as error:
         load_config(write_config(tmp_path, document))
     assert "u:p@" not in str(error.value)
+
+
+@pytest.mark.parametrize("key", ["lake", "reports"])
+def test_a_lake_or_reports_uri_is_refused_not_made_a_local_folder(tmp_path, key):
+    """s3://bucket/lake joined to the config's folder was once a local folder named "s3:"."""
+    document = {"topics": {"t": {"protocol": "craft", "partitions": 1}}, key: "s3://bucket/x"}
+    with pytest.raises(ConfigError, match=f"{key}: expected a path on a local filesystem"):
+        load_config(write_config(tmp_path, document))

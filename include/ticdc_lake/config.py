@@ -320,7 +320,21 @@ def _list_of(description: str) -> Any:
 
 
 _Text = Annotated[str, _expect("text")]
-_PathText = Annotated[str, Field(min_length=1), _expect("a path")]
+
+
+def _local(path: str) -> str:
+    if "://" in path:
+        raise ValueError("a URI")
+    return path
+
+
+# The lake, reports and schema files stay local for now: a URI there would silently be a folder.
+_LocalPath = Annotated[
+    str,
+    Field(min_length=1),
+    AfterValidator(_local),
+    _expect("a path on a local filesystem (s3:// is for inputs and claim-check-roots so far)"),
+]
 _Globs = _list_of("a glob pattern or a list of them")
 _Roots = _list_of("a storage root or a list of them")
 _TopicNames = _list_of("a topic name or a list of them")
@@ -484,8 +498,8 @@ class _TopicFile(_Section):
     compression: _Compression = "none"
     enable_tidb_extension: _Flag = True
     time_zone: _TimeZone | None = None
-    schema_dir: _PathText | None = None
-    schemas_topic: _PathText | None = None
+    schema_dir: _LocalPath | None = None
+    schemas_topic: _LocalPath | None = None
     schema_registry: _RegistryFile | None = None
     claim_check_roots: _Roots = []
     options: _Options = {}
@@ -607,8 +621,8 @@ class _QualityFile(_Section):
 
 class _PipelineFile(_Section):
     version: Annotated[Literal[1], _expect("1 (the only version so far)")] = 1
-    lake: _PathText = "lake"
-    reports: _PathText | None = None
+    lake: _LocalPath = "lake"
+    reports: _LocalPath | None = None
     inputs: _Inputs = ["exports/*"]
     time_zone: _TimeZone = "UTC"
     topics: dict[str, _TopicFile] = {}
