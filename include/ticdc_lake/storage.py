@@ -3,8 +3,9 @@
 The config's ``storage: {s3: ...}`` section gives the endpoint, region and addressing of an
 S3-compatible store, and the names of the environment variables holding its credentials;
 without it, or for what it leaves out, AWS's own defaults apply (``AWS_ACCESS_KEY_ID`` and the
-other standard variables, credential files, instance roles). Secrets are read when a store is
-opened, never kept in the config, and never shown.
+other standard variables, credential files, instance roles). Secrets are read from the
+environment when a store is opened, or once on the driver for a Spark job (``resolved``); the
+config holds only the variables' names, and no secret is shown or written.
 """
 
 from __future__ import annotations
