@@ -322,19 +322,17 @@ def _list_of(description: str) -> Any:
 _Text = Annotated[str, _expect("text")]
 
 
+_LOCAL = "a path on a local filesystem (s3:// is for inputs and claim-check-roots so far)"
+
+
 def _local(path: str) -> str:
     if "://" in path:
-        raise ValueError("a URI")
+        raise PydanticCustomError("expected", "expected {expected}", {"expected": _LOCAL})
     return path
 
 
 # The lake, reports and schema files stay local for now: a URI there would silently be a folder.
-_LocalPath = Annotated[
-    str,
-    Field(min_length=1),
-    AfterValidator(_local),
-    _expect("a path on a local filesystem (s3:// is for inputs and claim-check-roots so far)"),
-]
+_LocalPath = Annotated[str, Field(min_length=1), _expect("a path"), AfterValidator(_local)]
 _Globs = _list_of("a glob pattern or a list of them")
 _Roots = _list_of("a storage root or a list of them")
 _TopicNames = _list_of("a topic name or a list of them")
