@@ -73,6 +73,7 @@ def test_pipeline_runs_the_stages_in_order_in_the_lakes_pool(demo_report):
     assert tasks["summary"]["outlets"] == ["ticdc_lake.gold"]  # the alias of each changefeed's
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_spark_jobs_get_the_sessions_driver_java_options(demo_report, tmp_path):
     from ticdc_lake.orchestration import driver_java_options
 

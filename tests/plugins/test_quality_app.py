@@ -239,6 +239,7 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
             for p in sorted(root.rglob("*"))}  # fmt: skip
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_a_page_imports_no_spark_and_writes_nothing(tmp_path, airflow_db, lakes):
     """Every page, in a new process (a test's own imports cannot hide one): no pyspark or py4j
     module is imported, and nothing in the lake's folder is added or changed."""

@@ -131,6 +131,7 @@ def small_compaction(monkeypatch):
     monkeypatch.setattr(store, "COMPACT_AT", 5)
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 def test_bounded_reads_find_what_a_full_read_finds(tmp_path, small_compaction, layout_name):
     layout = LakeLayout(write_config(tmp_path).lake)
@@ -162,6 +163,7 @@ def test_an_empty_stage_or_table_has_no_validation(tmp_path):
     assert len(history.latest("bronze")) == len(STAGE_CHECKS["bronze"])
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_results_are_partitioned_by_stage_and_month_and_months_compacted(
     tmp_path, small_compaction
 ):
@@ -215,6 +217,7 @@ def test_a_rerun_with_nothing_new_reports_the_stages_last_validation(tmp_path):
     assert found.failed == last.failed
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_the_report_opens_only_the_results_files_its_page_shows(tmp_path):
     """A report over a results table an older version wrote (one file per validation) whose
     older files cannot be read: the page still renders, from the newest files alone. A full

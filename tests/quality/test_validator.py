@@ -17,6 +17,7 @@ def run_fresh(code: str) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_ge_builds_without_the_deferred_modules_and_its_kl_divergence_check_still_runs():
     found = run_fresh(
         "import json, sys, pandas as pd\n"

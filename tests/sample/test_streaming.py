@@ -120,6 +120,7 @@ def live_row_events() -> int:
     return sum(type(obj) is RowEvent for obj in gc.get_objects())
 
 
+@pytest.mark.slow  # a few seconds: out of the fast tier
 def test_streaming_holds_a_resolved_interval_not_the_workload(tmp_path, monkeypatch):
     """Counts the row events alive while generating and while encoding: bounded by what a few
     resolved intervals hold, far below the workload's. Counted above those already alive
