@@ -188,8 +188,7 @@ def _to_line_end(stream) -> tuple[int, int]:
 
 def _parquet_partitions(index: int, file: ExportFile) -> list[ExportPartition]:
     try:
-        with exports.open_regular(file.path, file.s3) as source:
-            metadata = pq.ParquetFile(source).metadata
+        metadata = pq.ParquetFile(exports.parquet_source(file.path, file.s3)).metadata
     except (OSError, pa.ArrowException):
         return [ExportPartition(index, file)]  # the reader reports what is wrong with it
     if metadata.num_row_groups <= 1:

@@ -710,7 +710,7 @@ def open_parquet_export(
     random access), up to ``limits.max_unpacked_parquet_bytes`` (an ExportError past it).
     Raises what CORRUPT_FILE_ERRORS lists for a file that cannot be read."""
     if compression == "none":
-        return _parquet_file(open_object(path, s3) if is_object_uri(path) else path)
+        return _parquet_file(parquet_source(path, s3))
     limit = (limits or Limits()).max_unpacked_parquet_bytes
     content = bytearray()
     with _open_decompressed(path, s3) as stream:
@@ -721,6 +721,12 @@ def open_parquet_export(
                 reason = LimitExceededError(what, "max_unpacked_parquet_bytes", limit).reason
                 raise ExportError(reason, path=path)
     return _parquet_file(pa.py_buffer(content))
+
+
+def parquet_source(path: str, s3: S3Settings | None = None) -> str | pa.NativeFile:
+    """What pyarrow's Parquet reader opens for ``path``: a local path as it is (read natively),
+    an ``s3://`` object opened for random access on the store ``s3`` describes."""
+    return open_object(path, s3) if is_object_uri(path) else path
 
 
 def _parquet_file(source: str | pa.Buffer | pa.NativeFile) -> pq.ParquetFile:

@@ -146,8 +146,7 @@ def land(spark: SparkSession, config: PipelineConfig) -> LandResult:
             return _nothing_new(tables, found, started)
         plan = plan_batch(tables, found.changed)
         save_plan(tables, plan)
-    store = config.s3.resolved() if config.s3 else None  # tasks may lack the variables
-    outcome = run_batch(spark, tables, plan.reaching(store), config.limits)
+    outcome = run_batch(spark, tables, plan.reaching(config.s3), config.limits)
     tables.plan.unlink(missing_ok=True)
     planned = {f.path for f in plan.files}
     waiting = [f for f in found.changed if f.path not in planned]
@@ -170,13 +169,15 @@ def find_inputs(config: PipelineConfig, layout: LakeLayout, tables: LandTables) 
     # A glob reaching into the lake must not land the lake's own files.
     discovered = discover_files(local, exclude=(config.lake, config.reports))
     stored = discover_objects([p for p in config.inputs if is_object_uri(p)], config.s3)
-    seen = [*discovered.files, *stored.files, *export_files(layout.kafka_exports)]
+    kafka = export_files(layout.kafka_exports)
     refused = tuple(str(r) for r in [*discovered.refused, *stored.refused])
     landed = landed_state(tables)
-    changed = changed_files(seen[: len(discovered.files)], landed)
-    changed += changed_objects(stored.objects.values(), landed, config.s3)
-    changed += changed_files(seen[len(discovered.files) + len(stored.files) :], landed)
-    return FoundInputs(seen, refused, changed)
+    changed = [
+        *changed_files(discovered.files, landed),
+        *changed_objects(stored.objects.values(), landed, config.s3),
+        *changed_files(kafka, landed),
+    ]
+    return FoundInputs([*discovered.files, *stored.files, *kafka], refused, changed)
 
 
 def _nothing_new(tables: LandTables, found: FoundInputs, started: float) -> LandResult:
@@ -245,7 +246,9 @@ def landed_state(tables: LandTables) -> Landed:
     table = open_table(tables.landed_files)
     columns = ["path", "size", "modification_time", "batch_id"]
     has_etags = "etag" in [f.name for f in table.schema().fields]  # none in an older lake
-    rows = table.to_pyarrow_table(columns=columns + ["etag"] * has_etags).to_pylist()
+    if has_etags:
+        columns.append("etag")
+    rows = table.to_pyarrow_table(columns=columns).to_pylist()
     latest: dict[str, tuple[int, tuple[int, int | str]]] = {}
     for row in rows:
         stamp = row.get("etag") or to_micros(row["modification_time"])

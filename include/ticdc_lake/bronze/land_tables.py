@@ -177,9 +177,14 @@ class LandPlan:
         return json.dumps(data, indent=1)
 
     def reaching(self, s3: S3Settings | None) -> LandPlan:
-        """The plan with its s3:// files reached through ``s3`` (the config's storage.s3)."""
+        """The plan with its s3:// files reached through ``s3`` (the config's storage.s3), its
+        credentials read here: the tasks' processes may lack the variables. A plan of local
+        files only is returned as it is, reading nothing."""
+        if not any(is_object_uri(f.path) for f in self.files):
+            return self
+        store = s3.resolved() if s3 else None
         files = tuple(
-            dataclasses.replace(f, s3=s3) if is_object_uri(f.path) else f for f in self.files
+            dataclasses.replace(f, s3=store) if is_object_uri(f.path) else f for f in self.files
         )
         return dataclasses.replace(self, files=files)
 
